@@ -1,0 +1,84 @@
+// Package schema holds the coupon-api tables as ordered SQL migrations embedded in the binary,
+// applied with goose (github.com/pressly/goose/v3).
+//
+// The tables and what each serializes are described in migrations/00001_issuance.sql and in
+// CONTRACT.md ("Tables").
+package schema
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+
+	"github.com/pressly/goose/v3"
+
+	// The pgx database/sql driver, registered as "pgx", which goose runs on.
+	_ "github.com/jackc/pgx/v5/stdlib"
+)
+
+//go:embed migrations/*.sql
+var embedded embed.FS
+
+// Migrations returns the migration files, named NNNNN_name.sql, in the order goose applies them.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(embedded, "migrations")
+	if err != nil {
+		panic(err) // the embed pattern above guarantees the directory
+	}
+	return sub
+}
+
+// Migrate applies every pending migration to db and returns the versions it applied.
+// Each migration runs in its own transaction, so a failing one leaves the database at the
+// previous version.
+func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
+	if err != nil {
+		return nil, fmt.Errorf("schema: load migrations: %w", err)
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("schema: migrate: %w", err)
+	}
+	applied := make([]int64, 0, len(results))
+	for _, r := range results {
+		applied = append(applied, r.Source.Version)
+	}
+	return applied, nil
+}
+
+// MigrateURL opens databaseURL with the pgx driver, applies the pending migrations and closes it.
+func MigrateURL(ctx context.Context, databaseURL string) ([]int64, error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("schema: open: %w", err)
+	}
+	defer db.Close()
+	return Migrate(ctx, db)
+}
+
+// Hash is a digest of every migration file's name and content; test harnesses key their
+// migrated template databases on it.
+func Hash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(Migrations(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(Migrations(), path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\n%d\n", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("schema: hash migrations: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,100 @@
+// Package campaign creates and reads campaigns: the static definition row in campaigns and the
+// R1 budget row in campaign_budgets, written together.
+package campaign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// ErrNotFound is returned by [Show] for a campaign id that does not exist.
+var ErrNotFound = errors.New("campaign: not found")
+
+// ErrExists is returned by [Create] for a campaign id that is taken.
+var ErrExists = errors.New("campaign: already exists")
+
+// Campaign is a campaign definition with its budget, amounts in yen.
+type Campaign struct {
+	ID          string
+	DiscountYen int // face value of one coupon
+	BudgetYen   int // the campaign budget approval: R1's ceiling
+	// StartsAt and EndsAt bound when coupons are issued, [StartsAt, EndsAt); nil is unbounded.
+	StartsAt, EndsAt *time.Time
+}
+
+// Status is a campaign with its issued total.
+type Status struct {
+	Campaign
+	IssuedYen int // the R1 counter, campaign_budgets.issued_yen
+}
+
+// RemainingYen is what the budget still allows, in yen.
+func (s Status) RemainingYen() int { return s.BudgetYen - s.IssuedYen }
+
+// Validate checks c before it reaches the database's own constraints.
+func (c Campaign) Validate() error {
+	if err := issuance.Validate("x", c.ID); err != nil {
+		return fmt.Errorf("campaign id %q: %w", c.ID, err)
+	}
+	if c.DiscountYen <= 0 {
+		return fmt.Errorf("campaign %s: discount must be a positive number of yen, got %d", c.ID, c.DiscountYen)
+	}
+	if c.BudgetYen < c.DiscountYen {
+		return fmt.Errorf("campaign %s: budget %d yen is below one coupon of %d yen", c.ID, c.BudgetYen, c.DiscountYen)
+	}
+	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
+		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID, c.StartsAt, c.EndsAt)
+	}
+	return nil
+}
+
+// Create inserts c in one transaction. Errors: a validation error, [ErrExists], or the database's.
+func Create(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, c Campaign) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO campaigns (campaign_id) VALUES ($1)`, c.ID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+INSERT INTO campaign_budgets (campaign_id, discount_yen, budget_yen, starts_at, ends_at)
+VALUES ($1, $2, $3, $4, $5)`, c.ID, c.DiscountYen, c.BudgetYen, c.StartsAt, c.EndsAt)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+		return fmt.Errorf("%w: %s", ErrExists, c.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("campaign: create %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// Show reads campaign id. Errors: [ErrNotFound], or the database's.
+func Show(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id string) (Status, error) {
+	var s Status
+	err := db.QueryRow(ctx, `
+SELECT campaign_id, discount_yen, budget_yen, issued_yen, starts_at, ends_at
+  FROM campaign_budgets WHERE campaign_id = $1`, id).
+		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return s, fmt.Errorf("campaign: show %s: %w", id, err)
+	}
+	return s, nil
+}

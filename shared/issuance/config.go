@@ -1,0 +1,114 @@
+package issuance
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+const (
+	// DefaultMonthlyCapYen is R3's cap per member and Asia/Tokyo calendar month, in yen
+	// (the member cap regulation, which protects the gross margin per member).
+	DefaultMonthlyCapYen = 2000
+
+	// AppTimeout is how long the app gateway waits for IssueCoupon, in seconds; the whole call,
+	// retries included, must end inside it.
+	AppTimeout = 3 * time.Second
+
+	// DefaultBudget is the whole-call budget, inside the app's 3 s timeout with room for the
+	// HTTP round trip (CONTRACT.md, ISSUE_BUDGET).
+	DefaultBudget = 2500 * time.Millisecond
+
+	// DefaultLockTimeout caps one attempt's lock_timeout. At 32 clients on one hot campaign row
+	// the whole transaction's p99 was 0.75 s (perf/hot-row.md); a wait past 1 s is a stuck lock
+	// holder, not contention, and the attempt gives up with 55P03 so a retry still fits.
+	DefaultLockTimeout = 1 * time.Second
+
+	// DefaultStatementTimeout caps one attempt's statement_timeout; it stays above the lock
+	// timeout so that a lock wait ends as 55P03 (retryable), not 57014.
+	DefaultStatementTimeout = 2 * time.Second
+
+	// MaxAttempts bounds the attempts of one call (design write-up: "full jitter で最大5回").
+	MaxAttempts = 5
+
+	// BackoffBase and BackoffCap bound the full-jitter wait before retry n, which is uniform in
+	// [0, min(BackoffCap, BackoffBase*2^n)) (design write-up; M. Brooker, "Exponential Backoff
+	// And Jitter").
+	BackoffBase = 10 * time.Millisecond
+	BackoffCap  = 200 * time.Millisecond
+
+	// minAttemptTime is the least time left for which an attempt is still started: below it a
+	// transaction of about ten round trips cannot finish, and starting one only adds load.
+	minAttemptTime = 20 * time.Millisecond
+)
+
+// Config tunes a [Service]. Zero fields take the defaults above.
+type Config struct {
+	// MonthlyCapYen is R3's cap in yen (env MONTHLY_CAP_YEN). Default [DefaultMonthlyCapYen].
+	MonthlyCapYen int
+	// Budget bounds one whole call, all attempts and waits included (env ISSUE_BUDGET).
+	// Default [DefaultBudget]; at most [AppTimeout].
+	Budget time.Duration
+	// LockTimeout caps each attempt's lock_timeout (env ISSUE_LOCK_TIMEOUT).
+	// Default [DefaultLockTimeout]; must be below StatementTimeout.
+	LockTimeout time.Duration
+	// StatementTimeout caps each attempt's statement_timeout (env ISSUE_STATEMENT_TIMEOUT).
+	// Default [DefaultStatementTimeout]; at most Budget.
+	StatementTimeout time.Duration
+	// Now is the service's clock; it decides the coupon's issued_at and its month. Default
+	// time.Now. Tests inject a fixed clock.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.MonthlyCapYen == 0 {
+		c.MonthlyCapYen = DefaultMonthlyCapYen
+	}
+	if c.Budget == 0 {
+		c.Budget = DefaultBudget
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate refuses a configuration that cannot keep the timeout order
+// 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, or a cap that is not positive.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MonthlyCapYen <= 0 {
+		errs = append(errs, fmt.Errorf("monthly cap %d yen: must be positive", c.MonthlyCapYen))
+	}
+	if c.Budget <= 0 || c.Budget > AppTimeout {
+		errs = append(errs, fmt.Errorf("budget %s: must be in (0, %s], inside the app's timeout", c.Budget, AppTimeout))
+	}
+	if c.LockTimeout <= 0 || c.LockTimeout >= c.StatementTimeout {
+		errs = append(errs, fmt.Errorf("lock timeout %s: must be positive and below the statement timeout %s",
+			c.LockTimeout, c.StatementTimeout))
+	}
+	if c.StatementTimeout > c.Budget {
+		errs = append(errs, fmt.Errorf("statement timeout %s: must not exceed the budget %s", c.StatementTimeout, c.Budget))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("issuance: invalid config: %w", err)
+	}
+	return nil
+}
+
+// attemptTimeouts derives one attempt's lock_timeout and statement_timeout from the time left
+// in the budget: the statement timeout never outlasts the budget, and the lock timeout stays
+// strictly below it (three quarters at most), so a lock wait ends as 55P03 before the
+// statement is cancelled.
+func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Duration) {
+	statement = min(c.StatementTimeout, left)
+	lock = min(c.LockTimeout, statement*3/4)
+	return lock, statement
+}

@@ -1,0 +1,485 @@
+package issuance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/shared/reconcile"
+	"github.com/mops/coupon-api/shared/silverweek"
+)
+
+// silverWeekDay is a fixed clock inside Silver Week 2026, 10:00 JST on 20 September.
+var silverWeekDay = time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo)
+
+type bundle struct {
+	pool *pgxpool.Pool
+	svc  *issuance.Service
+}
+
+// setup gives a test its own migrated database with the Silver Week campaigns (SW-A's budget
+// replaced by budgetA yen when positive) and a Service on a pool of maxConns connections.
+func setup(t *testing.T, maxConns int32, budgetA int, cfg issuance.Config) bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, maxConns)
+	campaigns := append([]silverweek.Campaign(nil), silverweek.Campaigns...)
+	if budgetA > 0 {
+		campaigns[0].BudgetYen = budgetA
+	}
+	if err := silverweek.CreateCampaigns(ctx, pool, campaigns); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return silverWeekDay }
+	}
+	svc, err := issuance.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{pool: pool, svc: svc}
+}
+
+func count(t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func issue(t *testing.T, svc *issuance.Service, member, campaignID string) issuance.Outcome {
+	t.Helper()
+	out, err := svc.Issue(context.Background(), member, campaignID)
+	if err != nil {
+		t.Fatalf("Issue(%s, %s): %v", member, campaignID, err)
+	}
+	return out
+}
+
+// TestSequentialWalkThrough is the design write-up's example run with SW-A's budget at 2,000 yen.
+func TestSequentialWalkThrough(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4, 2000, issuance.Config{})
+	steps := []struct {
+		member, campaign string
+		want             issuance.Result
+	}{
+		{"m0001", "SW-A", issuance.ResultIssued},
+		{"m0001", "SW-A", issuance.ResultAlreadyIssued}, // double tap
+		{"m0001", "SW-B", issuance.ResultIssued},
+		{"m0001", "SW-C", issuance.ResultMonthlyCap}, // third coupon of the month
+		{"m0002", "SW-A", issuance.ResultIssued},
+		{"m0003", "SW-A", issuance.ResultBudgetExceeded}, // SW-A's 2,000 yen are spent
+	}
+	var first issuance.Outcome
+	for i, s := range steps {
+		out := issue(t, b.svc, s.member, s.campaign)
+		if out.Result != s.want {
+			t.Fatalf("step %d %s %s: got %s, want %s", i+1, s.member, s.campaign, out.Result, s.want)
+		}
+		switch i {
+		case 0:
+			first = out
+			if out.AmountYen != 1000 || out.Month != "2026-09" || out.CouponID == "" {
+				t.Fatalf("ISSUED outcome %+v: want 1000 yen in 2026-09 with a coupon id", out)
+			}
+		case 1:
+			if out.CouponID != first.CouponID {
+				t.Fatalf("ALREADY_ISSUED carries %q, want the first coupon %q", out.CouponID, first.CouponID)
+			}
+		}
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM issued_coupons`); n != 3 {
+		t.Errorf("coupons: %d, want 3", n)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox`); n != 3 {
+		t.Errorf("outbox rows: %d, want 3", n)
+	}
+	// The rejected m0003 created its usage row in step (2) of the transaction; the rollback of
+	// BUDGET_EXCEEDED must have taken it away again.
+	if n := count(t, b.pool, `SELECT count(*) FROM member_monthly_usage WHERE member_id = 'm0003'`); n != 0 {
+		t.Errorf("m0003 usage rows: %d, want 0 (a rejected request writes nothing)", n)
+	}
+	if n := count(t, b.pool, `SELECT used_yen FROM member_monthly_usage WHERE member_id = 'm0001'`); n != 2000 {
+		t.Errorf("m0001 used_yen: %d, want 2000", n)
+	}
+	st, err := campaign.Show(context.Background(), b.pool, "SW-A")
+	if err != nil || st.IssuedYen != 2000 {
+		t.Errorf("SW-A: %+v, %v; want 2000 yen issued", st, err)
+	}
+	assertRulesHeld(t, b.pool)
+}
+
+func assertRulesHeld(t *testing.T, pool *pgxpool.Pool) reconcile.Report {
+	t.Helper()
+	rep, err := reconcile.Check(context.Background(), pool, issuance.DefaultMonthlyCapYen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("rules broken:\n%v", v)
+	}
+	return rep
+}
+
+// runSilverWeek replays the scenario through issue with workers released from a barrier.
+func runSilverWeek(t *testing.T, workers int, issueFn silverweek.IssueFunc) silverweek.Stats {
+	t.Helper()
+	reqs := silverweek.Requests(silverweek.DefaultMembers, silverweek.Campaigns, silverweek.DefaultTapGap, uint64(workers))
+	return silverweek.Run(context.Background(), reqs, workers, issueFn, nil)
+}
+
+// TestSilverWeekConcurrency replays the Silver Week traffic and counts the tables: exactly 600
+// coupons, each member two, SW-A at exactly its budget, counters equal to sums, one outbox row
+// per coupon, nobody sent away with RETRY_EXHAUSTED.
+func TestSilverWeekConcurrency(t *testing.T) {
+	for _, workers := range []int{8, 32, 64} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			b := setup(t, int32(workers), 0, issuance.Config{})
+			stats := runSilverWeek(t, workers, func(ctx context.Context, r silverweek.Request) (string, error) {
+				out, err := b.svc.Issue(ctx, r.MemberID, r.CampaignID)
+				return string(out.Result), err
+			})
+			if stats.Errors > 0 {
+				t.Fatalf("%d requests failed, first: %v", stats.Errors, stats.FirstErr)
+			}
+			if n := stats.Results[string(issuance.ResultRetryExhausted)]; n != 0 {
+				t.Errorf("RETRY_EXHAUSTED: %d, want 0", n)
+			}
+			rep := assertRulesHeld(t, b.pool)
+			if rep.Coupons != 600 {
+				t.Errorf("coupons: %d, want 600", rep.Coupons)
+			}
+			if n := count(t, b.pool, `SELECT count(*) FROM (SELECT member_id FROM issued_coupons
+				GROUP BY member_id HAVING count(*) <> 2) x`); n != 0 {
+				t.Errorf("%d members do not hold exactly two coupons", n)
+			}
+			if n := count(t, b.pool, `SELECT issued_yen FROM campaign_budgets WHERE campaign_id = 'SW-A'`); n != 100_000 {
+				t.Errorf("SW-A issued %d yen, want exactly 100000", n)
+			}
+		})
+	}
+}
+
+// TestBeforeCodeIsCaught runs the incident's Before code through the same Silver Week check: the
+// check must see it break R1 (lost update on the counter, budget overshoot) and R2 (duplicates).
+// This proves the concurrency check above can fail.
+func TestBeforeCodeIsCaught(t *testing.T) {
+	b := setup(t, 32, 0, issuance.Config{})
+	ctx := context.Background()
+	if err := isolationlab.BreakSchema(ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	before := &isolationlab.Before{Pool: b.pool, CapYen: issuance.DefaultMonthlyCapYen, Month: "2026-09"}
+	runSilverWeek(t, 32, func(ctx context.Context, r silverweek.Request) (string, error) {
+		return before.Issue(ctx, r.MemberID, r.CampaignID)
+	})
+	rep, err := reconcile.Check(ctx, b.pool, issuance.DefaultMonthlyCapYen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := false
+	for _, c := range rep.Campaigns {
+		if c.ActualYen > c.BudgetYen || c.CounterYen != c.ActualYen {
+			r1 = true
+		}
+	}
+	if !r1 {
+		t.Errorf("the check did not catch R1 on the Before code: %+v", rep.Campaigns)
+	}
+	if rep.DuplicatePairs == 0 {
+		t.Errorf("the check did not catch R2 on the Before code")
+	}
+	t.Logf("Before code: %d coupons (right answer 600), %d duplicate pairs, %d member-months over the cap, campaigns %+v",
+		rep.Coupons, rep.DuplicatePairs, rep.MembersOverCap, rep.Campaigns)
+}
+
+// TestLastCouponOfTheBudget: a budget for exactly one coupon and 64 members at once.
+func TestLastCouponOfTheBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 64, 1000, issuance.Config{})
+	var wg sync.WaitGroup
+	barrier := make(chan struct{})
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			<-barrier
+			if _, err := b.svc.Issue(context.Background(), silverweek.MemberID(i+1), "SW-A"); err != nil {
+				errs <- err
+			}
+		})
+	}
+	close(barrier)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'SW-A'`); n != 1 {
+		t.Errorf("SW-A coupons: %d, want exactly 1", n)
+	}
+	if n := count(t, b.pool, `SELECT budget_yen - issued_yen FROM campaign_budgets WHERE campaign_id = 'SW-A'`); n != 0 {
+		t.Errorf("SW-A remaining: %d yen, want 0", n)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox`); n != 1 {
+		t.Errorf("outbox rows: %d, want 1", n)
+	}
+	assertRulesHeld(t, b.pool)
+}
+
+// TestResends: one request and five re-sends, first one after another, then all at once; one
+// coupon, counters moved once, and every answer names the same coupon.
+func TestResends(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"sequential", "concurrent"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 6, 0, issuance.Config{})
+			outs := make([]issuance.Outcome, 6)
+			if mode == "sequential" {
+				for i := range outs {
+					outs[i] = issue(t, b.svc, "m0001", "SW-B")
+				}
+			} else {
+				var wg sync.WaitGroup
+				barrier := make(chan struct{})
+				errs := make([]error, 6)
+				for i := range outs {
+					wg.Go(func() {
+						<-barrier
+						outs[i], errs[i] = b.svc.Issue(context.Background(), "m0001", "SW-B")
+					})
+				}
+				close(barrier)
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			issued := 0
+			for _, o := range outs {
+				switch o.Result {
+				case issuance.ResultIssued:
+					issued++
+				case issuance.ResultAlreadyIssued:
+				default:
+					t.Errorf("unexpected result %s", o.Result)
+				}
+				if o.CouponID != outs[0].CouponID || o.CouponID == "" {
+					t.Errorf("coupon ids differ: %q vs %q", o.CouponID, outs[0].CouponID)
+				}
+			}
+			if issued != 1 {
+				t.Errorf("ISSUED answers: %d, want 1", issued)
+			}
+			if n := count(t, b.pool, `SELECT count(*) FROM issued_coupons`); n != 1 {
+				t.Errorf("coupons: %d, want 1", n)
+			}
+			if n := count(t, b.pool, `SELECT issued_yen FROM campaign_budgets WHERE campaign_id = 'SW-B'`); n != 1000 {
+				t.Errorf("SW-B counter: %d yen, want 1000", n)
+			}
+			if n := count(t, b.pool, `SELECT used_yen FROM member_monthly_usage WHERE member_id = 'm0001'`); n != 1000 {
+				t.Errorf("m0001 used: %d yen, want 1000", n)
+			}
+			assertRulesHeld(t, b.pool)
+		})
+	}
+}
+
+// waitForLockWaiters polls pg_locks until n lock requests of the database are waiting.
+func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if count(t, pool, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database OR l.database IS NULL
+			WHERE NOT l.granted AND d.datname = current_database()`) >= n {
+			return
+		}
+		if i > 500 {
+			t.Fatalf("no lock waiter after %d polls", i)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestInFlightDuplicate: the second request arrives while the first has inserted its coupon but
+// not committed. The unique index makes it wait; it then answers by how the first ended.
+func TestInFlightDuplicate(t *testing.T) {
+	t.Parallel()
+	for _, firstEnds := range []string{"commit", "rollback"} {
+		t.Run(firstEnds, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 4, 0, issuance.Config{})
+			ctx := context.Background()
+			first, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Rollback(ctx)
+			var firstID string
+			if err := first.QueryRow(ctx, `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+				VALUES ('SW-C', 'm0001', '2026-09', 1000) RETURNING coupon_id::text`).Scan(&firstID); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan issuance.Outcome, 1)
+			go func() {
+				out, err := b.svc.Issue(ctx, "m0001", "SW-C")
+				if err != nil {
+					t.Error(err)
+				}
+				done <- out
+			}()
+			waitForLockWaiters(t, b.pool, 1)
+			if firstEnds == "commit" {
+				err = first.Commit(ctx)
+			} else {
+				err = first.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := <-done
+			switch {
+			case firstEnds == "commit" && (out.Result != issuance.ResultAlreadyIssued || out.CouponID != firstID):
+				t.Errorf("after the first committed: %+v, want ALREADY_ISSUED with %s", out, firstID)
+			case firstEnds == "rollback" && out.Result != issuance.ResultIssued:
+				t.Errorf("after the first rolled back: %+v, want ISSUED", out)
+			}
+			if n := count(t, b.pool, `SELECT count(*) FROM issued_coupons`); n != 1 {
+				t.Errorf("coupons: %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestStuckLockHolder: another session holds the campaign row for longer than the budget. The
+// request gives up with RETRY_EXHAUSTED inside the budget and writes nothing, and the pool's only
+// connection comes back clean: the next request succeeds, and the per-transaction timeouts did
+// not leak into the session.
+func TestStuckLockHolder(t *testing.T) {
+	t.Parallel()
+	cfg := issuance.Config{Budget: 1200 * time.Millisecond, LockTimeout: 300 * time.Millisecond, StatementTimeout: 800 * time.Millisecond}
+	b := setup(t, 1, 0, cfg)
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, b.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	var defaults [2]string
+	if err := holder.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('statement_timeout')`).
+		Scan(&defaults[0], &defaults[1]); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'SW-A' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	out := issue(t, b.svc, "m0001", "SW-A")
+	elapsed := time.Since(start)
+	if out.Result != issuance.ResultRetryExhausted {
+		t.Fatalf("with the campaign row held: %+v, want RETRY_EXHAUSTED", out)
+	}
+	if out.Attempts < 2 {
+		t.Errorf("attempts: %d, want the lock timeout (55P03) retried", out.Attempts)
+	}
+	if elapsed > cfg.Budget+100*time.Millisecond {
+		t.Errorf("answered after %s, past the %s budget", elapsed, cfg.Budget)
+	}
+	for _, table := range []string{"issued_coupons", "member_monthly_usage", "notification_outbox"} {
+		if n := count(t, b.pool, `SELECT count(*) FROM `+table); n != 0 {
+			t.Errorf("%s: %d rows, want none", table, n)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if out := issue(t, b.svc, "m0001", "SW-A"); out.Result != issuance.ResultIssued {
+		t.Errorf("after the holder let go: %+v, want ISSUED", out)
+	}
+	var after [2]string
+	if err := b.pool.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('statement_timeout')`).
+		Scan(&after[0], &after[1]); err != nil {
+		t.Fatal(err)
+	}
+	if after != defaults {
+		t.Errorf("session settings after the request: %v, want the server defaults %v", after, defaults)
+	}
+}
+
+func TestIsRetryable(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error, depth int) error {
+		for i := range depth {
+			if i%2 == 0 {
+				err = fmt.Errorf("layer %d: %w", i, err)
+			} else {
+				err = errors.Join(errors.New("other"), err)
+			}
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		code string
+		want bool
+	}{
+		{"40001", true}, {"40P01", true}, {"55P03", true},
+		{"23505", false}, {"57014", false}, {"25P02", false},
+	} {
+		for depth := 1; depth <= 3; depth++ {
+			err := wrap(&pgconn.PgError{Code: tc.code}, depth)
+			if got := issuance.IsRetryable(err); got != tc.want {
+				t.Errorf("IsRetryable(%s wrapped %d deep) = %v, want %v", tc.code, depth, got, tc.want)
+			}
+		}
+	}
+	if issuance.IsRetryable(errors.New("plain")) || issuance.IsRetryable(nil) {
+		t.Error("a non-PostgreSQL error is not retryable")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	bad := []issuance.Config{
+		{LockTimeout: 2 * time.Second, StatementTimeout: 2 * time.Second},
+		{Budget: 4 * time.Second},
+		{StatementTimeout: 2600 * time.Millisecond},
+		{MonthlyCapYen: -1},
+	}
+	for _, c := range bad {
+		if err := c.WithDefaults().Validate(); err == nil {
+			t.Errorf("%+v: accepted, want refused", c)
+		}
+	}
+	if err := (issuance.Config{}).WithDefaults().Validate(); err != nil {
+		t.Errorf("defaults refused: %v", err)
+	}
+}
+
+func TestMonthIsTokyo(t *testing.T) {
+	t.Parallel()
+	// 2026-09-30 16:00 UTC is already 1 October in Tokyo.
+	if got := issuance.Month(time.Date(2026, 9, 30, 16, 0, 0, 0, time.UTC)); got != "2026-10" {
+		t.Errorf("Month = %s, want 2026-10", got)
+	}
+}

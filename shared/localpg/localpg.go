@@ -1,0 +1,229 @@
+// Package localpg starts a throwaway PostgreSQL server for the demo and the tests: initdb into a
+// temporary directory, a postgres process listening on a free loopback port, and removal of both
+// on Stop. It needs the PostgreSQL server binaries (Debian: apt-get install postgresql-15).
+//
+// initdb refuses to run as root, so when the caller is root the server runs as an unprivileged
+// user (default "postgres", the account the Debian package creates).
+package localpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultBinDir is where Debian's postgresql-15 package installs the server binaries.
+const DefaultBinDir = "/usr/lib/postgresql/15/bin"
+
+// startTimeout bounds how long Start waits for the server to accept connections, in seconds of
+// wall time; a healthy initdb + start takes about two seconds on the 2-core build machine.
+const startTimeout = 60 * time.Second
+
+// ErrBinariesMissing is returned by Start when initdb or postgres cannot be found.
+var ErrBinariesMissing = errors.New("localpg: PostgreSQL server binaries not found")
+
+// Options configure Start. The zero value is usable.
+type Options struct {
+	// BinDir holds initdb and postgres. Default: $PG_BIN_DIR, else [DefaultBinDir], else the
+	// directory of `pg_config --bindir`.
+	BinDir string
+	// RunAs is the unprivileged account the server runs as when the caller is root.
+	// Default: $LOCALPG_USER, else "postgres".
+	RunAs string
+	// Durable keeps fsync and synchronous_commit on (PostgreSQL's defaults), as the demo does so
+	// that its latency figures mean something. Tests leave it off: a throwaway database needs no
+	// crash safety.
+	Durable bool
+	// Settings are extra server settings passed as -c name=value.
+	Settings map[string]string
+}
+
+// Server is a running throwaway PostgreSQL. Stop it to end the process and delete its files.
+type Server struct {
+	dir  string
+	port int
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// URL is a connection URL for the superuser "postgres" on database "postgres".
+func (s *Server) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+}
+
+// Port is the loopback TCP port the server listens on.
+func (s *Server) Port() int { return s.port }
+
+// Start runs initdb in a new temporary directory and starts postgres on a free loopback port.
+// It returns once the server accepts connections. Errors name what is missing (binaries, the
+// unprivileged user) or include the tail of the server log.
+func Start(ctx context.Context, opt Options) (*Server, error) {
+	bin, err := binDir(opt.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	cred, uid, gid, err := credential(opt.RunAs)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "coupon-localpg-")
+	if err != nil {
+		return nil, fmt.Errorf("localpg: temp dir: %w", err)
+	}
+	s := &Server{dir: dir, done: make(chan error, 1)}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if cred != nil {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, fmt.Errorf("localpg: chown %s: %w", dir, err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
+		"-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("localpg: initdb: %w\n%s", err, out)
+	}
+
+	if s.port, err = freePort(); err != nil {
+		return nil, err
+	}
+	args := []string{"-D", data, "-p", strconv.Itoa(s.port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
+	if !opt.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for k, v := range opt.Settings {
+		args = append(args, "-c", k+"="+v)
+	}
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, fmt.Errorf("localpg: server log: %w", err)
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	// Setpgid keeps a terminal's Ctrl-C away from the server, so Stop decides how it ends;
+	// Pdeathsig ends it at once if this process dies without calling Stop.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("localpg: start postgres: %w", err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	if err := s.waitReady(ctx); err != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
+	}
+	ok = true
+	return s, nil
+}
+
+// Stop shuts the server down (fast shutdown: open sessions are rolled back) and deletes its
+// directory. It is safe to call more than once.
+func (s *Server) Stop() error {
+	if s == nil || s.cmd == nil {
+		return nil
+	}
+	cmd := s.cmd
+	s.cmd = nil
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-s.done
+	}
+	return os.RemoveAll(s.dir)
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, s.URL())
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case werr := <-s.done:
+			return fmt.Errorf("localpg: postgres exited during start-up: %v", werr)
+		case <-ctx.Done():
+			return fmt.Errorf("localpg: postgres not ready after %s: %w", startTimeout, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return "server log:\n" + string(b)
+}
+
+func binDir(dir string) (string, error) {
+	candidates := []string{dir, os.Getenv("PG_BIN_DIR"), DefaultBinDir}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		candidates = append(candidates, strings.TrimSpace(string(out)))
+	}
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(c, "initdb")); err == nil {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("%w (looked in %s and $PG_BIN_DIR): install them with "+
+		"`apt-get install postgresql-15` (Debian/Ubuntu), or set PG_BIN_DIR, or set DATABASE_URL "+
+		"to an existing server", ErrBinariesMissing, DefaultBinDir)
+}
+
+// credential returns the credential to run initdb and postgres with: nil when the caller is not
+// root, else the unprivileged account's.
+func credential(name string) (*syscall.Credential, int, int, error) {
+	if os.Geteuid() != 0 {
+		return nil, -1, -1, nil
+	}
+	if name == "" {
+		name = os.Getenv("LOCALPG_USER")
+	}
+	if name == "" {
+		name = "postgres"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("localpg: running as root, and initdb refuses root: need the "+
+			"unprivileged user %q (created by `apt-get install postgresql-15`, or set LOCALPG_USER): %w", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("localpg: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

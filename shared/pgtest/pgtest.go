@@ -1,0 +1,97 @@
+// Package pgtest gives tests a real PostgreSQL: a fresh, migrated database per test, cloned from
+// a template by pgtestdb (github.com/peterldowns/pgtestdb).
+//
+// Call [Main] from a package's TestMain. With TEST_DATABASE_URL set, the tests use that server
+// (its user must be allowed to create roles and databases); without it, Main starts a throwaway
+// server with [localpg] for the test binary and removes it afterwards, so `go test ./...` needs
+// nothing else than the PostgreSQL binaries.
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", which pgtestdb opens
+	"github.com/peterldowns/pgtestdb"
+
+	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/localpg"
+)
+
+// serverURL is the server under test, set by Main.
+var serverURL string
+
+// Main runs the package's tests against TEST_DATABASE_URL or a throwaway server, and exits.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	serverURL = os.Getenv("TEST_DATABASE_URL")
+	if serverURL == "" {
+		srv, err := localpg.Start(context.Background(), localpg.Options{})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: no TEST_DATABASE_URL and no local server: %v\n", err)
+			return 1
+		}
+		defer srv.Stop()
+		serverURL = srv.URL()
+	}
+	return m.Run()
+}
+
+// URL returns a connection URL for a new migrated database of its own, dropped when t ends
+// (kept if t fails, for inspection).
+func URL(t testing.TB) string {
+	t.Helper()
+	if serverURL == "" {
+		t.Fatal("pgtest: call pgtest.Main from TestMain")
+	}
+	cc, err := pgx.ParseConfig(serverURL)
+	if err != nil {
+		t.Fatalf("pgtest: parse server URL: %v", err)
+	}
+	conf := pgtestdb.Custom(t, pgtestdb.Config{
+		DriverName: "pgx",
+		Host:       cc.Host,
+		Port:       strconv.Itoa(int(cc.Port)),
+		User:       cc.User,
+		Password:   cc.Password,
+		Database:   cc.Database,
+		Options:    "sslmode=disable",
+	}, migrator{})
+	return conf.URL()
+}
+
+// Pool returns a pool of at most maxConns connections on a new migrated database (see [URL]),
+// closed when t ends.
+func Pool(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("pgtest: pool config: %v", err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// migrator applies the project's goose migrations to pgtestdb's template database.
+type migrator struct{}
+
+func (migrator) Hash() (string, error) { return schema.Hash() }
+
+func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
+	_, err := schema.Migrate(ctx, db)
+	return err
+}
