@@ -9,10 +9,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 
 	"cloud.google.com/go/cloudsqlconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/shared/envconf"
 )
 
 // Config says where the database is. Exactly one of DatabaseURL and InstanceConnectionName is used;
@@ -44,10 +45,10 @@ func ConfigFromEnv() (Config, error) {
 		Password:               os.Getenv("DB_PASS"),
 	}
 	var err error
-	if c.IAMAuth, err = envBool("DB_IAM_AUTH"); err != nil {
+	if c.IAMAuth, err = envconf.Bool("DB_IAM_AUTH"); err != nil {
 		return c, err
 	}
-	if c.PrivateIP, err = envBool("DB_PRIVATE_IP"); err != nil {
+	if c.PrivateIP, err = envconf.Bool("DB_PRIVATE_IP"); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -113,16 +114,4 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 		return nil, nil, fmt.Errorf("db: pool: %w", err)
 	}
 	return pool, func() { pool.Close(); d.Close() }, nil
-}
-
-func envBool(name string) (bool, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("db: %s=%q is not a boolean", name, v)
-	}
-	return b, nil
 }

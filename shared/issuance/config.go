@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mops/coupon-api/shared/envconf"
 )
 
 const (
@@ -111,4 +113,21 @@ func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Durati
 	statement = min(c.StatementTimeout, left)
 	lock = min(c.LockTimeout, statement*3/4)
 	return lock, statement
+}
+
+// ConfigFromEnv reads MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT and
+// ISSUE_STATEMENT_TIMEOUT (CONTRACT.md, "Configuration"), defaults for the unset ones, and
+// refuses what [Config.Validate] refuses.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	var errs [4]error
+	c.MonthlyCapYen, errs[0] = envconf.Int("MONTHLY_CAP_YEN", DefaultMonthlyCapYen)
+	c.Budget, errs[1] = envconf.Duration("ISSUE_BUDGET", DefaultBudget)
+	c.LockTimeout, errs[2] = envconf.Duration("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout)
+	c.StatementTimeout, errs[3] = envconf.Duration("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout)
+	if err := errors.Join(errs[:]...); err != nil {
+		return c, fmt.Errorf("issuance: %w", err)
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mops/coupon-api/shared/campaign"
+)
+
+func campaignCmd() *cobra.Command {
+	c := &cobra.Command{Use: "campaign", Short: "Create and show campaigns"}
+	c.AddCommand(campaignCreateCmd(), campaignShowCmd())
+	return c
+}
+
+func campaignCreateCmd() *cobra.Command {
+	var (
+		def          campaign.Campaign
+		starts, ends string
+	)
+	c := &cobra.Command{
+		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T]",
+		Short: "Create a campaign; without --starts/--ends it is always active",
+		Example: `  couponctl campaign create --id SW-A --discount-yen 1000 --budget-yen 100000 \
+    --starts 2026-09-19T00:00:00+09:00 --ends 2026-09-24T00:00:00+09:00`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if def.StartsAt, err = parseTime("--starts", starts); err != nil {
+				return err
+			}
+			if def.EndsAt, err = parseTime("--ends", ends); err != nil {
+				return err
+			}
+			if err := def.Validate(); err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := campaign.Create(cmd.Context(), pool, def); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen\n", def.ID, def.DiscountYen, def.BudgetYen)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&def.ID, "id", "", "campaign id, 1-64 of [A-Za-z0-9_-] (required)")
+	f.IntVar(&def.DiscountYen, "discount-yen", 0, "face value of one coupon in yen (required)")
+	f.IntVar(&def.BudgetYen, "budget-yen", 0, "campaign budget approval in yen: R1's ceiling (required)")
+	f.StringVar(&starts, "starts", "", "first instant coupons are issued, RFC 3339 (2026-09-19T00:00:00+09:00)")
+	f.StringVar(&ends, "ends", "", "instant issuing stops, RFC 3339, exclusive")
+	for _, name := range []string{"id", "discount-yen", "budget-yen"} {
+		_ = c.MarkFlagRequired(name)
+	}
+	return c
+}
+
+func parseTime(flag, v string) (*time.Time, error) {
+	if v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: want RFC 3339 such as 2026-09-19T00:00:00+09:00", flag, v)
+	}
+	return &t, nil
+}
+
+func campaignShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a campaign's budget, issued and remaining yen",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pool, err := openPool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			s, err := campaign.Show(cmd.Context(), pool, args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "campaign   %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\n",
+				s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen())
+			fmt.Fprintf(w, "period     %s .. %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt))
+			return nil
+		},
+	}
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "(open)"
+	}
+	return t.Format(time.RFC3339)
+}

@@ -1,0 +1,82 @@
+// Command couponctl is the local and operator tool of coupon-api: the Silver Week demo, schema
+// migrations, campaigns, serving a function as deployed, and reconciliation. Run
+// `couponctl --help` for the verbs.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/mops/coupon-api/shared/localpg"
+)
+
+// errViolations makes couponctl exit 1 after it has printed which rules broke.
+var errViolations = errors.New("rules broken")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errViolations) {
+			fmt.Fprintln(os.Stderr, "couponctl:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "couponctl",
+		Short: "Local and operator tool of coupon-api (IssueCoupon and RelayOutbox on PostgreSQL)",
+		Long: `couponctl runs the coupon-api Silver Week demo, migrates the schema, manages campaigns,
+serves a function as deployed, and reconciles counters with rows.
+
+Database: DATABASE_URL (a PostgreSQL URL). "demo" starts a throwaway local PostgreSQL when it
+is unset; the other verbs need it.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd())
+	return root
+}
+
+// databaseURL returns DATABASE_URL, or an error that says to set it.
+func databaseURL() (string, error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	return "", errors.New("DATABASE_URL is not set (a PostgreSQL URL such as postgres://user@host:5432/db)")
+}
+
+// openPool opens a pool on DATABASE_URL; the caller closes it.
+func openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	u, err := databaseURL()
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.New(ctx, u)
+}
+
+// databaseOrThrowaway returns DATABASE_URL, or starts a throwaway local PostgreSQL (durable
+// settings, so latencies mean something) and returns its URL with a function that removes it.
+func databaseOrThrowaway(ctx context.Context, cmd *cobra.Command) (string, func(), error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "using DATABASE_URL")
+		return u, func() {}, nil
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "DATABASE_URL not set: starting a throwaway PostgreSQL...")
+	srv, err := localpg.Start(ctx, localpg.Options{Durable: true})
+	if err != nil {
+		return "", nil, err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "throwaway PostgreSQL on 127.0.0.1:%d (removed on exit)\n", srv.Port())
+	return srv.URL(), func() { _ = srv.Stop() }, nil
+}

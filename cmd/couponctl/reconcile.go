@@ -1,0 +1,37 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/reconcile"
+)
+
+func reconcileCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reconcile",
+		Short: "Compare counters with rows and the outbox with coupons; exit 1 on any drift",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
+			if err != nil {
+				return err
+			}
+			pool, err := openPool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			rep, err := reconcile.Check(cmd.Context(), pool, capYen)
+			if err != nil {
+				return err
+			}
+			rep.Write(cmd.OutOrStdout())
+			if len(rep.Violations()) > 0 {
+				return errViolations
+			}
+			return nil
+		},
+	}
+}
