@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/reconcile"
+	"github.com/mops/coupon-api/shared/silverweek"
+)
+
+type demoOptions struct {
+	members int
+	workers int
+	seed    uint64
+	tapGap  time.Duration
+}
+
+func demoCmd() *cobra.Command {
+	var o demoOptions
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Replay the Silver Week traffic through IssueCoupon over HTTP and prove R1-R3 from the tables",
+		Long: `The main job, end to end on this machine:
+
+  1. with no DATABASE_URL, start a throwaway PostgreSQL (removed on exit or Ctrl-C);
+  2. apply the schema migrations and create SW-A (100,000 yen), SW-B and SW-C (300,000 yen),
+     1,000 yen coupons;
+  3. serve IssueCoupon through the functions framework on loopback, as deployed;
+  4. replay the Silver Week traffic over HTTP: every member asks for every campaign twice
+     (a double tap within --tap-gap), shuffled, from --workers concurrent clients;
+  5. print the outcomes, the latency percentiles, and an invariant report counted with SQL
+     from the tables; exit 1 if any rule is broken.
+
+With the defaults (300 members) the right outcome is exactly 600 coupons, every member
+holding two, SW-A issuing exactly 100,000 yen.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd, o) },
+	}
+	f := c.Flags()
+	f.IntVar(&o.members, "members", silverweek.DefaultMembers, "members in the traffic (each asks for each campaign twice)")
+	f.IntVar(&o.workers, "workers", 32, "concurrent HTTP clients")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the shuffle and the tap delays (same seed, same traffic)")
+	f.DurationVar(&o.tapGap, "tap-gap", silverweek.DefaultTapGap, "longest delay of a member's second tap")
+	return c
+}
+
+func runDemo(cmd *cobra.Command, o demoOptions) error {
+	if o.members < 1 || o.workers < 1 {
+		return errors.New("--members and --workers must be at least 1")
+	}
+	ctx := cmd.Context()
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	dbURL, cleanup, err := databaseOrThrowaway(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	if _, err := schema.MigrateURL(ctx, dbURL); err != nil {
+		return err
+	}
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := silverweek.CreateCampaigns(ctx, pool, silverweek.Campaigns); err != nil {
+		return fmt.Errorf("%w (the demo needs a database without the Silver Week campaigns)", err)
+	}
+	fmt.Fprintln(errOut, "migrated; created SW-A (100,000 yen), SW-B and SW-C (300,000 yen each), 1,000 yen coupons")
+
+	baseURL, err := serveFunctions(ctx, dbURL, o.workers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "functions framework serving on %s (IssueCoupon at /IssueCoupon)\n", baseURL)
+
+	reqs := silverweek.Requests(o.members, silverweek.Campaigns, o.tapGap, o.seed)
+	fmt.Fprintf(errOut, "replaying %d requests (%d members x %d campaigns x 2 taps) with %d clients\n",
+		len(reqs), o.members, len(silverweek.Campaigns), o.workers)
+	bar := progressbar.NewOptions(len(reqs), progressbar.OptionSetWriter(errOut),
+		progressbar.OptionSetDescription("IssueCoupon"), progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers}, Timeout: issuance.AppTimeout}
+	stats := silverweek.Run(ctx, reqs, o.workers, httpIssuer(client, baseURL+"/IssueCoupon"),
+		func(int) { _ = bar.Add(1) })
+	_ = bar.Finish()
+	fmt.Fprintln(errOut)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	writeOutcomes(out, stats)
+	rep, err := reconcile.Check(ctx, pool, issuance.DefaultMonthlyCapYen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nInvariant report (SQL on the tables):")
+	rep.Write(out)
+	failures := rep.Violations()
+	if stats.Errors > 0 {
+		failures = append(failures, fmt.Sprintf("%d requests got no result (first: %v)", stats.Errors, stats.FirstErr))
+	}
+	failures = append(failures, scenarioExpectations(ctx, pool, o.members, rep)...)
+
+	// The relay stage.
+
+	if len(failures) > 0 {
+		fmt.Fprintf(out, "\nFAILED (%d):\n", len(failures))
+		for _, f := range failures {
+			fmt.Fprintln(out, "  "+f)
+		}
+		return errViolations
+	}
+	fmt.Fprintln(out, "\nOK: every rule held.")
+	return nil
+}
+
+// serveFunctions serves every registered function through the functions framework on a free
+// loopback port, configured through the environment as Cloud Run configures it, and returns
+// its base URL once it accepts connections. The server lives as long as the process.
+func serveFunctions(ctx context.Context, dbURL string, workers int) (string, error) {
+	poolURL, err := withPoolSize(dbURL, workers)
+	if err != nil {
+		return "", err
+	}
+	os.Setenv("DATABASE_URL", poolURL)
+	os.Unsetenv("FUNCTION_TARGET")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	served := make(chan error, 1)
+	go func() { served <- funcframework.StartHostPort("127.0.0.1", port) }()
+	addr := "127.0.0.1:" + port
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr, nil
+		}
+		select {
+		case err := <-served:
+			return "", fmt.Errorf("functions framework: %w", err)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("functions framework not listening on %s", addr)
+}
+
+// withPoolSize sets pgxpool's pool_max_conns in a database URL or keyword/value string, so that
+// the function has one connection per concurrent client, as that many Cloud Run instances would.
+func withPoolSize(dbURL string, n int) (string, error) {
+	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
+		return fmt.Sprintf("%s pool_max_conns=%d", dbURL, n), nil
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("database URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(n))
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// httpIssuer sends one request to IssueCoupon and returns the result code it answered.
+func httpIssuer(client *http.Client, url string) silverweek.IssueFunc {
+	return func(ctx context.Context, r silverweek.Request) (string, error) {
+		body, _ := json.Marshal(map[string]string{"member_id": r.MemberID, "campaign_id": r.CampaignID})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var answer struct {
+			Result string `json:"result"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Result == "" {
+			return "", fmt.Errorf("HTTP %d without a result: %v", resp.StatusCode, err)
+		}
+		if resp.StatusCode >= 500 && answer.Result != string(issuance.ResultRetryExhausted) {
+			return "", fmt.Errorf("HTTP %d %s", resp.StatusCode, answer.Result)
+		}
+		return answer.Result, nil
+	}
+}
+
+func writeOutcomes(w io.Writer, s silverweek.Stats) {
+	fmt.Fprintln(w, "Outcomes (as answered):")
+	codes := make([]string, 0, len(s.Results))
+	for c := range s.Results {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	for _, c := range codes {
+		fmt.Fprintf(w, "  %-20s %6d\n", c, s.Results[c])
+	}
+	if s.Errors > 0 {
+		fmt.Fprintf(w, "  %-20s %6d\n", "(no result)", s.Errors)
+	}
+	fmt.Fprintf(w, "Latency: p50 %s  p95 %s  p99 %s  max %s; %d requests in %s (%.0f req/s)\n",
+		ms(s.Percentile(50)), ms(s.Percentile(95)), ms(s.Percentile(99)), ms(s.Percentile(100)),
+		len(s.Latencies), s.Wall.Round(time.Millisecond), s.Throughput())
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// scenarioExpectations checks the right outcome of the Silver Week traffic beyond the rules:
+// while SW-B and SW-C alone can give every member two coupons (300 members or fewer), every
+// member must hold exactly two, and with 100 or more members SW-A must be spent to the yen.
+func scenarioExpectations(ctx context.Context, pool *pgxpool.Pool, members int, rep reconcile.Report) []string {
+	var f []string
+	if members > 300 {
+		return nil
+	}
+	if want := int64(2 * members); rep.Coupons != want {
+		f = append(f, fmt.Sprintf("coupons: %d, want %d (two per member)", rep.Coupons, want))
+	}
+	var short int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT member_id FROM issued_coupons
+		GROUP BY member_id HAVING count(*) <> 2) x`).Scan(&short); err != nil {
+		return append(f, err.Error())
+	}
+	if short > 0 {
+		f = append(f, fmt.Sprintf("%d members do not hold exactly two coupons", short))
+	}
+	if members >= 100 {
+		for _, c := range rep.Campaigns {
+			if c.CampaignID == "SW-A" && c.ActualYen != c.BudgetYen {
+				f = append(f, fmt.Sprintf("SW-A issued %d yen, want exactly its %d yen budget", c.ActualYen, c.BudgetYen))
+			}
+		}
+	}
+	return f
+}

@@ -1,0 +1,178 @@
+package issue
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var now = time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo)
+
+// newTestHandler returns a Handler with cfg on a fresh database (and its pool) with campaigns:
+// OPEN (1,000 yen, budget 1,000 yen), BIG (1,500 yen, budget 10,000 yen), FUTURE (not started).
+func newTestHandler(t *testing.T, cfg issuance.Config) (*Handler, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	later := now.Add(24 * time.Hour)
+	for _, c := range []campaign.Campaign{
+		{ID: "OPEN", DiscountYen: 1000, BudgetYen: 1000},
+		{ID: "BIG", DiscountYen: 1500, BudgetYen: 10000},
+		{ID: "FUTURE", DiscountYen: 1000, BudgetYen: 1000, StartsAt: &later},
+	} {
+		if err := campaign.Create(ctx, pool, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Now = func() time.Time { return now }
+	h, err := NewHandler(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, pool
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   map[string]any
+}
+
+func post(t *testing.T, h http.Handler, method, contentType, body string) answer {
+	t.Helper()
+	req := httptest.NewRequest(method, "/", strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	a := answer{status: rec.Code, header: rec.Header()}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("%s %q: Content-Type %q, want JSON", method, body, ct)
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &a.body); err != nil {
+		t.Fatalf("%s %q: body %q is not JSON: %v", method, body, rec.Body.String(), err)
+	}
+	if _, ok := a.body["result"]; !ok {
+		t.Fatalf("%s %q: body %q has no result", method, body, rec.Body.String())
+	}
+	return a
+}
+
+func ask(member, campaignID string) string {
+	b, _ := json.Marshal(map[string]string{"member_id": member, "campaign_id": campaignID})
+	return string(b)
+}
+
+// TestResultTable walks every row of CONTRACT.md's result table through the handler.
+func TestResultTable(t *testing.T) {
+	t.Parallel()
+	h, _ := newTestHandler(t, issuance.Config{})
+	steps := []struct {
+		name, member, campaign string
+		status                 int
+		result                 string
+	}{
+		{"issued", "m1", "OPEN", 201, "ISSUED"},
+		{"double tap", "m1", "OPEN", 200, "ALREADY_ISSUED"},
+		{"budget spent", "m2", "OPEN", 409, "BUDGET_EXCEEDED"},
+		{"over the cap", "m1", "BIG", 409, "MONTHLY_CAP"}, // 1,000 + 1,500 > 2,000 yen
+		{"other member", "m3", "BIG", 201, "ISSUED"},
+		{"not started", "m3", "FUTURE", 409, "CAMPAIGN_NOT_ACTIVE"},
+		{"unknown", "m3", "NOPE", 404, "UNKNOWN_CAMPAIGN"},
+	}
+	var couponID any
+	for _, s := range steps {
+		a := post(t, h, http.MethodPost, "application/json", ask(s.member, s.campaign))
+		if a.status != s.status || a.body["result"] != s.result {
+			t.Fatalf("%s: %d %v, want %d %s", s.name, a.status, a.body, s.status, s.result)
+		}
+		switch s.name {
+		case "issued":
+			couponID = a.body["coupon_id"]
+			if couponID == "" || a.body["amount_yen"] != 1000.0 || a.body["month"] != "2026-09" {
+				t.Errorf("ISSUED body %v: want coupon_id, amount_yen 1000, month 2026-09", a.body)
+			}
+		case "double tap":
+			if a.body["coupon_id"] != couponID {
+				t.Errorf("ALREADY_ISSUED coupon_id %v, want %v", a.body["coupon_id"], couponID)
+			}
+		}
+	}
+}
+
+// TestRetryExhausted: with the campaign row held by another session past the budget, the answer
+// is 503 RETRY_EXHAUSTED with Retry-After.
+func TestRetryExhausted(t *testing.T) {
+	t.Parallel()
+	h, pool := newTestHandler(t, issuance.Config{Budget: 600 * time.Millisecond,
+		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'BIG' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	a := post(t, h, http.MethodPost, "application/json", ask("m1", "BIG"))
+	if a.status != http.StatusServiceUnavailable || a.body["result"] != "RETRY_EXHAUSTED" || a.header.Get("Retry-After") == "" {
+		t.Fatalf("%d %v Retry-After %q, want 503 RETRY_EXHAUSTED with Retry-After", a.status, a.body, a.header.Get("Retry-After"))
+	}
+}
+
+// TestBadInput: every kind of bad request gets its status, INVALID_REQUEST and a message, and
+// writes nothing.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	h, pool := newTestHandler(t, issuance.Config{})
+	long := strings.Repeat("m", 129)
+	cases := []struct {
+		name, method, contentType, body string
+		status                          int
+	}{
+		{"bad JSON", "POST", "application/json", `{"member_id": "m1",`, 400},
+		{"not an object", "POST", "application/json", `["m1", "OPEN"]`, 400},
+		{"empty body", "POST", "application/json", ``, 400},
+		{"unknown field", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","month":"2026-01"}`, 400},
+		{"duplicate key", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","member_id":"m2"}`, 400},
+		{"trailing data", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN"} {}`, 400},
+		{"wrong type", "POST", "application/json", `{"member_id":1,"campaign_id":"OPEN"}`, 400},
+		{"missing field", "POST", "application/json", `{"member_id":"m1"}`, 400},
+		{"member id too long", "POST", "application/json", ask(long, "OPEN"), 400},
+		{"empty member id", "POST", "application/json", ask("", "OPEN"), 400},
+		{"non-ASCII member id", "POST", "application/json", ask("会員1", "OPEN"), 400},
+		{"space in member id", "POST", "application/json", ask("m 1", "OPEN"), 400},
+		{"bad campaign id", "POST", "application/json", ask("m1", "SW A"), 400},
+		{"body over 4 KiB", "POST", "application/json", `{"member_id":"` + strings.Repeat("x", 5000) + `","campaign_id":"OPEN"}`, 413},
+		{"wrong content type", "POST", "text/plain", ask("m1", "OPEN"), 415},
+		{"no content type", "POST", "", ask("m1", "OPEN"), 415},
+		{"wrong method", "GET", "application/json", ``, 405},
+	}
+	for _, c := range cases {
+		a := post(t, h, c.method, c.contentType, c.body)
+		if a.status != c.status || a.body["result"] != "INVALID_REQUEST" || a.body["message"] == "" {
+			t.Errorf("%s: %d %v, want %d INVALID_REQUEST with a message", c.name, a.status, a.body, c.status)
+		}
+		if c.status == 405 && a.header.Get("Allow") != "POST" {
+			t.Errorf("%s: Allow %q, want POST", c.name, a.header.Get("Allow"))
+		}
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM issued_coupons) + (SELECT count(*) FROM member_monthly_usage)`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("rows written by bad requests: %d (%v), want 0", n, err)
+	}
+}
