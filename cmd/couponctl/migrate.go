@@ -3,22 +3,35 @@ package main
 import (
 	"fmt"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/db"
 )
 
 func migrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
-		Short: "Apply the schema/ migrations to DATABASE_URL",
-		Args:  cobra.NoArgs,
+		Short: "Apply the schema/ migrations to DATABASE_URL (or Cloud SQL through the connector)",
+		Long: `Apply the pending schema/ migrations (goose, embedded in the binary), each in its own
+transaction. The database is DATABASE_URL, or Cloud SQL through the Go connector when
+INSTANCE_CONNECTION_NAME is set (with DB_USER, DB_NAME, DB_IAM_AUTH, DB_PRIVATE_IP), as the
+functions connect.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			u, err := databaseURL()
+			cfg, err := db.ConfigFromEnv()
 			if err != nil {
 				return err
 			}
-			applied, err := schema.MigrateURL(cmd.Context(), u)
+			pool, closePool, err := db.Open(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			sqlDB := stdlib.OpenDBFromPool(pool)
+			defer sqlDB.Close()
+			applied, err := schema.Migrate(cmd.Context(), sqlDB)
 			if err != nil {
 				return err
 			}
