@@ -483,3 +483,61 @@ func TestMonthIsTokyo(t *testing.T) {
 		t.Errorf("Month = %s, want 2026-10", got)
 	}
 }
+
+// TestCallerCancels: the caller gives up while the transaction waits for a lock. Issue returns
+// the cancellation, nothing is written, and the pool's only connection carries no transaction
+// into the next request.
+func TestCallerCancels(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, 0, issuance.Config{})
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, b.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'SW-B' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.svc.Issue(callCtx, "m0001", "SW-B")
+		done <- err
+	}()
+	// Watch through the holder's own connection: the pool's only one is busy waiting.
+	for i := 0; ; i++ {
+		var waiting int
+		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the request never waited for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Issue after cancel: %v, want context.Canceled", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := issue(t, b.svc, "m0001", "SW-B"); out.Result != issuance.ResultIssued {
+		t.Errorf("next request: %+v, want ISSUED", out)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM issued_coupons`); n != 1 {
+		t.Errorf("coupons: %d, want 1 (the cancelled request wrote nothing)", n)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
+		t.Errorf("%d sessions idle in a transaction after the cancel", n)
+	}
+}
