@@ -1,24 +1,32 @@
-// Package isolationlab holds the strategies that the design write-up (seeds/000) measured and
-// rejected, written in Go so that the same load and the same SQL checks can show what each one
-// breaks. Nothing here is on a production path: the tests use it to prove that their checks can
-// fail, and `couponctl sim` compares it with the production path in shared/issuance.
 package isolationlab
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ResultSystemError is the Before code's answer after three failed attempts.
+// ResultSystemError is the Before code's answer after three failed attempts: its own kind of
+// RETRY_EXHAUSTED.
 const ResultSystemError = "SYSTEM_ERROR"
+
+// BeforeAttempts is how many transactions the Before code starts per call, without waiting
+// between them (design write-up, "for _ in range(3)").
+const BeforeAttempts = 3
 
 // DefaultPushDelay is the simulated LINE push inside the Before transaction (design write-up:
 // "平均 20 ms、タイムアウト未設定").
 const DefaultPushDelay = 20 * time.Millisecond
+
+// sqlstateSerializationFailure is SQLSTATE 40001 serialization_failure (PostgreSQL 15 docs,
+// Appendix A): REPEATABLE READ and SERIALIZABLE roll the transaction back with it.
+const sqlstateSerializationFailure = "40001"
 
 // BreakSchema turns the production schema into the Before world: no unique index on
 // (campaign_id, member_id) and no CHECK on the budget counter, as the incident's tables were.
@@ -34,7 +42,10 @@ ALTER TABLE campaign_budgets DROP CONSTRAINT issued_within_budget`)
 // checks for an existing coupon and then inserts (two concurrent requests both see none: phantom);
 // it locks the member's existing coupons FOR UPDATE and sums them in Go, which locks nothing for a
 // member with no coupon yet (write skew); it pushes inside the transaction; it retries any error
-// blindly, three times. Run it only on a schema broken by [BreakSchema].
+// blindly, [BeforeAttempts] times. Run it only on a schema broken by [BreakSchema].
+//
+// With Isolation set to REPEATABLE READ and RetrySerializationOnly set, it is the first junior
+// proposal: the same code at REPEATABLE READ, retrying SQLSTATE 40001.
 type Before struct {
 	Pool   *pgxpool.Pool
 	CapYen int
@@ -42,76 +53,48 @@ type Before struct {
 	Month string
 	// Isolation is the transaction's level; empty is READ COMMITTED, as in the incident.
 	Isolation pgx.TxIsoLevel
+	// RetrySerializationOnly retries only SQLSTATE 40001 serialization_failure and returns any
+	// other error; false retries every error blindly, as the incident's `except Exception` did.
+	RetrySerializationOnly bool
 	// Push is the notification sent inside the transaction; nil sleeps [DefaultPushDelay].
 	Push func(ctx context.Context, memberID, couponID string)
 }
 
 // Issue runs the Before code once for (memberID, campaignID) and returns its result code.
 func (b *Before) Issue(ctx context.Context, memberID, campaignID string) (string, error) {
-	for range 3 {
+	out, err := b.IssueOutcome(ctx, memberID, campaignID)
+	return out.Result, err
+}
+
+// IssueOutcome is [Before.Issue] that also says how many transactions it started. Errors: ctx's
+// error, or with RetrySerializationOnly the first error that is not 40001.
+func (b *Before) IssueOutcome(ctx context.Context, memberID, campaignID string) (Outcome, error) {
+	for attempt := 1; attempt <= BeforeAttempts; attempt++ {
 		res, err := b.attempt(ctx, memberID, campaignID)
 		if err == nil {
-			return res, nil
+			return Outcome{Result: res, Attempts: attempt}, nil
 		}
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return Outcome{Attempts: attempt}, ctx.Err()
+		}
+		if b.RetrySerializationOnly && !isSerializationFailure(err) {
+			return Outcome{Attempts: attempt}, fmt.Errorf("isolationlab: before attempt %d: %w", attempt, err)
 		}
 		// except Exception: continue
 	}
-	return ResultSystemError, nil
+	return Outcome{Result: ResultSystemError, Attempts: BeforeAttempts}, nil
 }
 
 func (b *Before) attempt(ctx context.Context, memberID, campaignID string) (string, error) {
 	var res string
 	err := pgx.BeginTxFunc(ctx, b.Pool, pgx.TxOptions{IsoLevel: b.Isolation}, func(tx pgx.Tx) error {
-		var discount, budget, issued int
-		if err := tx.QueryRow(ctx, `SELECT discount_yen, budget_yen, issued_yen FROM campaign_budgets WHERE campaign_id = $1`,
-			campaignID).Scan(&discount, &budget, &issued); err != nil {
-			return err
-		}
-		if issued+discount > budget {
-			res = "BUDGET_EXCEEDED"
-			return nil // the Python returned from inside `with conn.transaction()`, which commits
-		}
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM issued_coupons WHERE campaign_id = $1 AND member_id = $2`,
-			campaignID, memberID).Scan(&one)
-		if err == nil {
-			res = "ALREADY_ISSUED"
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT amount_yen FROM issued_coupons WHERE member_id = $1 AND month = $2 FOR UPDATE`,
-			memberID, b.Month)
-		if err != nil {
-			return err
-		}
-		amounts, err := pgx.CollectRows(rows, pgx.RowTo[int])
-		if err != nil {
-			return err
-		}
-		sum := 0
-		for _, a := range amounts {
-			sum += a
-		}
-		if sum+discount > b.CapYen {
-			res = "MONTHLY_CAP"
-			return nil
-		}
-		var couponID string
-		if err := tx.QueryRow(ctx, `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
-VALUES ($1, $2, $3, $4) RETURNING coupon_id::text`, campaignID, memberID, b.Month, discount).Scan(&couponID); err != nil {
-			return err
-		}
-		b.push(ctx, memberID, couponID)
-		if _, err := tx.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = $1 WHERE campaign_id = $2`,
-			issued+discount, campaignID); err != nil {
-			return err
-		}
-		res = "ISSUED"
-		return nil
+		var err error
+		res, err = readJudgeWrite(ctx, tx, memberID, campaignID, b.Month, b.CapYen,
+			func(couponID string) error {
+				b.push(ctx, memberID, couponID)
+				return nil
+			})
+		return err
 	})
 	return res, err
 }
@@ -121,8 +104,103 @@ func (b *Before) push(ctx context.Context, memberID, couponID string) {
 		b.Push(ctx, memberID, couponID)
 		return
 	}
+	sleep(ctx, DefaultPushDelay)
+}
+
+// readJudgeWrite is the body of the Before transaction, shared by [Before] and [Serializable]:
+// read the counter, judge in Go, check then insert, lock-and-sum in Go, notify, write the counter
+// back. A rejection ends it with its result and no error; the Python returned from inside
+// `with conn.transaction()`, which commits. notify runs after the coupon insert, before the
+// counter write, where the Before code pushed.
+func readJudgeWrite(ctx context.Context, tx pgx.Tx, memberID, campaignID, month string, capYen int,
+	notify func(couponID string) error) (string, error) {
+	var discount, budget, issued int
+	if err := tx.QueryRow(ctx, `SELECT discount_yen, budget_yen, issued_yen FROM campaign_budgets WHERE campaign_id = $1`,
+		campaignID).Scan(&discount, &budget, &issued); err != nil {
+		return "", err
+	}
+	if issued+discount > budget {
+		return "BUDGET_EXCEEDED", nil
+	}
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM issued_coupons WHERE campaign_id = $1 AND member_id = $2`,
+		campaignID, memberID).Scan(&one)
+	if err == nil {
+		return "ALREADY_ISSUED", nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", err
+	}
+	rows, err := tx.Query(ctx, `SELECT amount_yen FROM issued_coupons WHERE member_id = $1 AND month = $2 FOR UPDATE`,
+		memberID, month)
+	if err != nil {
+		return "", err
+	}
+	amounts, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return "", err
+	}
+	sum := 0
+	for _, a := range amounts {
+		sum += a
+	}
+	if sum+discount > capYen {
+		return "MONTHLY_CAP", nil
+	}
+	var couponID string
+	if err := tx.QueryRow(ctx, `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+VALUES ($1, $2, $3, $4) RETURNING coupon_id::text`, campaignID, memberID, month, discount).Scan(&couponID); err != nil {
+		return "", err
+	}
+	if err := notify(couponID); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = $1 WHERE campaign_id = $2`,
+		issued+discount, campaignID); err != nil {
+		return "", err
+	}
+	return "ISSUED", nil
+}
+
+// PushLog is the simulated LINE push: it records the coupon id of every push and waits Delay,
+// as the real call did. The lab counts afterwards, with SQL, the pushes for coupons that do not
+// exist (sent from a transaction that then rolled back). It is safe for concurrent use.
+type PushLog struct {
+	// Delay is how long one push takes; zero sends instantly.
+	Delay time.Duration
+
+	mu  sync.Mutex
+	ids []string
+}
+
+// Push records couponID and waits Delay (or until ctx ends).
+func (l *PushLog) Push(ctx context.Context, _, couponID string) {
+	l.mu.Lock()
+	l.ids = append(l.ids, couponID)
+	l.mu.Unlock()
+	sleep(ctx, l.Delay)
+}
+
+// CouponIDs returns the coupon ids pushed so far, one per push.
+func (l *PushLog) CouponIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.ids...)
+}
+
+func isSerializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateSerializationFailure
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
-	case <-time.After(DefaultPushDelay):
+	case <-t.C:
 	case <-ctx.Done():
 	}
 }

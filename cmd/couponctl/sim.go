@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/shared/silverweek"
+)
+
+func simCmd() *cobra.Command {
+	var (
+		load        = isolationlab.SilverWeek()
+		campaigns   int
+		discountYen int
+		budgets     []int
+		strategies  []string
+		workers     []int
+		runs        int
+		format      string
+		chart       string
+	)
+	names := make([]string, len(isolationlab.Strategies))
+	for i, s := range isolationlab.Strategies {
+		names[i] = s.Name
+	}
+	c := &cobra.Command{
+		Use:   "sim",
+		Short: "The isolation lab: the same load through each strategy, one table of violations, retries and latency",
+		Long: `sim runs the same load through each strategy against a real PostgreSQL, a fresh database per
+strategy x workers x run, and counts with SQL afterwards what broke: coupons issued, R1 overshoot
+per campaign and counter drift (yen), R2 duplicate pairs, R3 members over the cap, pushes for
+coupons that do not exist; then retries, RETRY_EXHAUSTED, throughput and latency.
+
+Strategies:
+  before           the incident's code: read-judge-write in Go at READ COMMITTED, push inside the
+                   transaction (20 ms), blind retries, no unique index
+  repeatable-read  the same code at REPEATABLE READ, retrying SQLSTATE 40001 (junior proposal A)
+  serializable     the same logic at SERIALIZABLE, outbox, 40001 retried with full jitter (proposal B)
+  good             the production path, shared/issuance
+
+Default load: Silver Week (300 members x SW-A 100,000 yen, SW-B and SW-C 300,000 yen x double tap,
+1,800 requests; right answer 600 coupons). Database: DATABASE_URL (its user must be allowed to
+CREATE DATABASE), or a throwaway local PostgreSQL when unset. Progress goes to stderr.`,
+		Example: `  couponctl sim
+  couponctl sim --format markdown --chart docs/isolation-lab.png
+  couponctl sim --strategies repeatable-read,good --members 1 --campaigns 10 --budgets 100000 --workers 20`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains(isolationlab.Formats, format) {
+				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
+			}
+			plan := isolationlab.Plan{Workers: workers, Runs: runs, Load: load, Progress: cmd.ErrOrStderr()}
+			for _, name := range strategies {
+				s, err := isolationlab.StrategyNamed(name)
+				if err != nil {
+					return err
+				}
+				plan.Strategies = append(plan.Strategies, s)
+			}
+			if err := completeLoad(&plan.Load, campaigns, discountYen, budgets); err != nil {
+				return err
+			}
+			if plan.Load.Members < 1 || runs < 1 || len(workers) == 0 || slices.Min(workers) < 1 {
+				return fmt.Errorf("--members, --runs and every --workers must be at least 1")
+			}
+			var err error
+			if plan.Load.CapYen == 0 {
+				if plan.Load.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+					return err
+				}
+			}
+			serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			if plan.Fresh, err = isolationlab.OnServer(serverURL); err != nil {
+				return err
+			}
+			ms, err := isolationlab.Run(cmd.Context(), plan)
+			if err != nil {
+				return err
+			}
+			if err := isolationlab.WriteTable(cmd.OutOrStdout(), format, ms); err != nil {
+				return err
+			}
+			if chart == "" {
+				return nil
+			}
+			f, err := os.Create(chart)
+			if err != nil {
+				return err
+			}
+			if err := isolationlab.WriteChart(f, ms, 30*vg.Centimeter, 22*vg.Centimeter); err != nil {
+				_ = f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "chart written to %s\n", chart)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringSliceVar(&strategies, "strategies", names, "strategies to run, in order")
+	f.IntSliceVar(&workers, "workers", []int{8, 32}, "concurrent workers (and pool connections) per run")
+	f.IntVar(&runs, "runs", 3, "repetitions of each strategy x workers, each on a fresh database")
+	f.IntVar(&load.Members, "members", load.Members, "members; each asks for every campaign twice")
+	f.IntVar(&campaigns, "campaigns", len(load.Campaigns), "campaigns, named SW-A, SW-B, ... (at most 26)")
+	f.IntVar(&discountYen, "discount-yen", silverweek.Campaigns[0].DiscountYen, "face value of every coupon in yen")
+	f.IntSliceVar(&budgets, "budgets", []int{100_000, 300_000, 300_000},
+		"budget approval of each campaign in yen, in order; campaigns past the list take its last value")
+	f.IntVar(&load.CapYen, "cap-yen", 0, "R3 monthly cap in yen (default MONTHLY_CAP_YEN, else 2000)")
+	f.DurationVar(&load.TapGap, "tap-gap", load.TapGap, "the second tap comes up to this long after the first")
+	f.Uint64Var(&load.Seed, "seed", load.Seed, "shuffle seed; each run adds its workers and run number")
+	f.StringVar(&format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", "))
+	f.StringVar(&chart, "chart", "", "also write a PNG chart of violations and retries to this file")
+	return c
+}
+
+// completeLoad sets load's campaigns from the flags: n campaigns SW-A, SW-B, ..., each with
+// discountYen yen coupons and the budget at its place in budgets (the last one repeated).
+func completeLoad(load *isolationlab.Load, n, discountYen int, budgets []int) error {
+	ids, err := isolationlab.CampaignLetters(n)
+	if err != nil {
+		return fmt.Errorf("--campaigns: %w", err)
+	}
+	if len(budgets) == 0 {
+		return fmt.Errorf("--budgets: give at least one budget in yen")
+	}
+	load.Campaigns = make([]silverweek.Campaign, n)
+	for i, id := range ids {
+		b := budgets[min(i, len(budgets)-1)]
+		if discountYen <= 0 || b < discountYen {
+			return fmt.Errorf("campaign %s: budget %d yen and discount %d yen: want 0 < discount <= budget", id, b, discountYen)
+		}
+		load.Campaigns[i] = silverweek.Campaign{ID: id, DiscountYen: discountYen, BudgetYen: b}
+	}
+	return nil
+}
