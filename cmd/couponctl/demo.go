@@ -106,11 +106,12 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers}, Timeout: issuance.AppTimeout}
 	stats := silverweek.Run(ctx, reqs, o.workers, httpIssuer(client, baseURL+"/IssueCoupon"),
 		func(int) { _ = bar.Add(1) })
+	if err := ctx.Err(); err != nil {
+		_ = bar.Exit()
+		return fmt.Errorf("interrupted after %d of %d requests: %w", len(stats.Latencies), len(reqs), err)
+	}
 	_ = bar.Finish()
 	fmt.Fprintln(errOut)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 
 	writeOutcomes(out, stats)
 	rep, err := reconcile.Check(ctx, pool, issuance.DefaultMonthlyCapYen)

@@ -6,6 +6,7 @@ package issue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -86,6 +87,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.svc.Issue(r.Context(), req.MemberID, req.CampaignID)
+	if errors.Is(err, context.Canceled) {
+		h.log.InfoContext(r.Context(), "IssueCoupon: the caller went away; its transaction was rolled back",
+			"member_id", req.MemberID, "campaign_id", req.CampaignID)
+		writeInternalError(w)
+		return
+	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "IssueCoupon: issuance failed",
 			"err", err, "member_id", req.MemberID, "campaign_id", req.CampaignID)
