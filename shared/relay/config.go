@@ -1,0 +1,222 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/mops/coupon-api/shared/envconf"
+)
+
+const (
+	// DefaultBaseURL is the LINE Messaging API's endpoint (LINE_API_BASE_URL overrides it).
+	DefaultBaseURL = "https://api.line.me"
+
+	// LINEPushRateLimit is the push endpoint's rate limit, in requests per second per channel
+	// (LINE Messaging API reference, "Rate limits": 2,000 requests per second for sending
+	// messages). [Config.Validate] refuses a RateLimit above it.
+	LINEPushRateLimit = 2000
+
+	// DefaultBatchSize is how many rows one claim takes, in rows (env RELAY_BATCH_SIZE).
+	DefaultBatchSize = 50
+
+	// DefaultMaxRows is how many rows one run handles at most when the request does not say,
+	// in rows (10 s of pushing at the default rate limit); against the real LINE the run budget
+	// usually ends a run first.
+	DefaultMaxRows = 5000
+
+	// DefaultParallelism is how many pushes of a batch are in flight at once (env
+	// RELAY_PARALLELISM). At LINE's usual ~0.1 s per push, 8 workers send about 80 per second.
+	DefaultParallelism = 8
+
+	// DefaultRateLimit caps one relay's pushes, in pushes per second (env RELAY_RATE_LIMIT): a
+	// quarter of [LINEPushRateLimit], so four overlapping runs stay below LINE's limit.
+	DefaultRateLimit = LINEPushRateLimit / 4
+
+	// DefaultPushTimeout bounds one push's HTTP round trip (env RELAY_PUSH_TIMEOUT). A push
+	// that times out is retried later with the same retry key, so LINE answers 409 if the
+	// first one got through.
+	DefaultPushTimeout = 5 * time.Second
+
+	// DefaultBatchTimeout bounds the pushes of one claimed batch (env RELAY_BATCH_TIMEOUT):
+	// a push still queued or in flight when it ends is cancelled and retried later.
+	DefaultBatchTimeout = 15 * time.Second
+
+	// DefaultMarkTimeout bounds each statement that records a push's outcome (env
+	// RELAY_MARK_TIMEOUT). A mark runs even when the run's caller has gone away: the push
+	// happened and should be recorded.
+	DefaultMarkTimeout = 2 * time.Second
+
+	// DefaultLease is how long a claimed row stays invisible to other runs (env RELAY_LEASE):
+	// longer than a batch and its marks (BatchTimeout + MarkTimeout), so a live run never
+	// loses a row it is pushing; a crashed run's rows come back after it, and are re-sent with
+	// the same retry key.
+	DefaultLease = 30 * time.Second
+
+	// DefaultRunBudget bounds one run (env RELAY_RUN_BUDGET), inside Cloud Scheduler's
+	// one-minute period so consecutive runs rarely overlap. A run stops claiming when less than
+	// BatchTimeout + MarkTimeout is left, so it ends inside its budget. Deploy the function with
+	// a request timeout of at least 60 s.
+	DefaultRunBudget = 50 * time.Second
+
+	// DefaultMaxAttempts is the attempt limit per row (env RELAY_MAX_ATTEMPTS): a row whose
+	// push has failed that many times is parked (dead-lettered).
+	DefaultMaxAttempts = 10
+
+	// DefaultRetryBase and DefaultRetryCap bound the full-jitter wait before attempt n+1, uniform
+	// in [0, min(RetryCap, RetryBase*2^(n-1))) (env RELAY_RETRY_BASE, RELAY_RETRY_CAP;
+	// M. Brooker, "Exponential Backoff And Jitter"). With 10 attempts the waits add up to at
+	// most about 2 hours, inside the 24 hours for which LINE remembers a retry key.
+	DefaultRetryBase = 30 * time.Second
+	DefaultRetryCap  = 30 * time.Minute
+)
+
+// Config tunes a [Relay]. Zero fields take the defaults above, except RetryBase and RetryCap,
+// whose zero ("0s": retry on the next run) is kept by [ConfigFromEnv].
+type Config struct {
+	// ChannelAccessToken authenticates the pushes (env LINE_CHANNEL_ACCESS_TOKEN, mounted from
+	// Secret Manager when deployed). Required.
+	ChannelAccessToken string
+	// BaseURL is the Messaging API endpoint (env LINE_API_BASE_URL). Default [DefaultBaseURL];
+	// tests and the demo point it at a [linestub.Stub].
+	BaseURL string
+	// BatchSize is the rows per claim. Default [DefaultBatchSize].
+	BatchSize int
+	// MaxRows is the rows per run when the caller does not say. Default [DefaultMaxRows].
+	MaxRows int
+	// Parallelism is the pushes in flight at once. Default [DefaultParallelism].
+	Parallelism int
+	// RateLimit is the pushes per second of this relay, at most [LINEPushRateLimit].
+	// Default [DefaultRateLimit].
+	RateLimit float64
+	// PushTimeout bounds one push. Default [DefaultPushTimeout]; at most BatchTimeout.
+	PushTimeout time.Duration
+	// BatchTimeout bounds one batch's pushes. Default [DefaultBatchTimeout].
+	BatchTimeout time.Duration
+	// MarkTimeout bounds one mark statement. Default [DefaultMarkTimeout].
+	MarkTimeout time.Duration
+	// Lease is how long a claim holds a row. Default [DefaultLease]; above BatchTimeout +
+	// MarkTimeout.
+	Lease time.Duration
+	// RunBudget bounds one run. Default [DefaultRunBudget]; above BatchTimeout + MarkTimeout.
+	RunBudget time.Duration
+	// MaxAttempts is the attempt limit per row. Default [DefaultMaxAttempts].
+	MaxAttempts int
+	// RetryBase and RetryCap bound the full-jitter backoff; 0 retries on the next run.
+	// [Config.WithDefaults] leaves them as they are; [ConfigFromEnv] defaults them to
+	// [DefaultRetryBase] and [DefaultRetryCap].
+	RetryBase, RetryCap time.Duration
+	// HTTPClient sends the pushes. Default: a client of its own (never http.DefaultClient),
+	// whose connection pool keeps Parallelism idle connections to LINE.
+	HTTPClient *http.Client
+	// Logger receives one line per failed push or mark. Default: JSON to stderr.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with every zero field but RetryBase and RetryCap set to its default.
+func (c Config) WithDefaults() Config {
+	if c.BaseURL == "" {
+		c.BaseURL = DefaultBaseURL
+	}
+	setDefault(&c.BatchSize, DefaultBatchSize)
+	setDefault(&c.MaxRows, DefaultMaxRows)
+	setDefault(&c.Parallelism, DefaultParallelism)
+	setDefault(&c.RateLimit, DefaultRateLimit)
+	setDefault(&c.PushTimeout, DefaultPushTimeout)
+	setDefault(&c.BatchTimeout, DefaultBatchTimeout)
+	setDefault(&c.MarkTimeout, DefaultMarkTimeout)
+	setDefault(&c.Lease, DefaultLease)
+	setDefault(&c.RunBudget, DefaultRunBudget)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	if c.HTTPClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = c.Parallelism
+		c.HTTPClient = &http.Client{Transport: t}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	return c
+}
+
+func setDefault[T int | float64 | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Validate refuses a configuration the relay cannot keep its promises with: no token, sizes
+// that are not positive, a rate above LINE's, or timeouts out of the order
+// PushTimeout <= BatchTimeout, BatchTimeout + MarkTimeout < Lease and < RunBudget.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	add(c.ChannelAccessToken == "", "channel access token: required (LINE_CHANNEL_ACCESS_TOKEN)")
+	add(c.BatchSize <= 0, "batch size %d rows: must be positive", c.BatchSize)
+	add(c.MaxRows <= 0, "max rows %d: must be positive", c.MaxRows)
+	add(c.Parallelism <= 0, "parallelism %d: must be positive", c.Parallelism)
+	add(c.RateLimit <= 0 || c.RateLimit > LINEPushRateLimit,
+		"rate limit %g pushes/s: must be in (0, %d], LINE's push rate limit", c.RateLimit, LINEPushRateLimit)
+	add(c.MaxAttempts <= 0, "max attempts %d: must be positive", c.MaxAttempts)
+	add(c.RetryBase < 0 || c.RetryCap < c.RetryBase,
+		"retry base %s, cap %s: want 0 <= base <= cap", c.RetryBase, c.RetryCap)
+	add(c.PushTimeout <= 0 || c.PushTimeout > c.BatchTimeout,
+		"push timeout %s: must be positive and at most the batch timeout %s", c.PushTimeout, c.BatchTimeout)
+	add(c.MarkTimeout <= 0, "mark timeout %s: must be positive", c.MarkTimeout)
+	add(c.Lease <= c.BatchTimeout+c.MarkTimeout,
+		"lease %s: must exceed batch timeout + mark timeout (%s), or a live run could lose its rows",
+		c.Lease, c.BatchTimeout+c.MarkTimeout)
+	add(c.RunBudget <= c.BatchTimeout+c.MarkTimeout,
+		"run budget %s: must exceed batch timeout + mark timeout (%s), or no batch fits",
+		c.RunBudget, c.BatchTimeout+c.MarkTimeout)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("relay: invalid config: %w", err)
+	}
+	return nil
+}
+
+// ConfigFromEnv reads LINE_CHANNEL_ACCESS_TOKEN, LINE_API_BASE_URL, RELAY_RETRY_BASE and
+// RELAY_RETRY_CAP (CONTRACT.md, "Configuration") and the tuning variables named on the
+// Default constants, defaults the unset ones, and refuses what [Config.Validate] refuses.
+func ConfigFromEnv() (Config, error) {
+	c := Config{
+		ChannelAccessToken: os.Getenv("LINE_CHANNEL_ACCESS_TOKEN"),
+		BaseURL:            os.Getenv("LINE_API_BASE_URL"),
+	}
+	var errs []error
+	intVar := func(p *int, name string, def int) {
+		var err error
+		*p, err = envconf.Int(name, def)
+		errs = append(errs, err)
+	}
+	durationVar := func(p *time.Duration, name string, def time.Duration) {
+		var err error
+		*p, err = envconf.Duration(name, def)
+		errs = append(errs, err)
+	}
+	var rate int
+	intVar(&c.BatchSize, "RELAY_BATCH_SIZE", DefaultBatchSize)
+	intVar(&c.Parallelism, "RELAY_PARALLELISM", DefaultParallelism)
+	intVar(&rate, "RELAY_RATE_LIMIT", DefaultRateLimit)
+	c.RateLimit = float64(rate)
+	intVar(&c.MaxAttempts, "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts)
+	durationVar(&c.PushTimeout, "RELAY_PUSH_TIMEOUT", DefaultPushTimeout)
+	durationVar(&c.BatchTimeout, "RELAY_BATCH_TIMEOUT", DefaultBatchTimeout)
+	durationVar(&c.MarkTimeout, "RELAY_MARK_TIMEOUT", DefaultMarkTimeout)
+	durationVar(&c.Lease, "RELAY_LEASE", DefaultLease)
+	durationVar(&c.RunBudget, "RELAY_RUN_BUDGET", DefaultRunBudget)
+	durationVar(&c.RetryBase, "RELAY_RETRY_BASE", DefaultRetryBase)
+	durationVar(&c.RetryCap, "RELAY_RETRY_CAP", DefaultRetryCap)
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("relay: %w", err)
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
+}

@@ -1,0 +1,385 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/shared/linestub"
+	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/shared/relay"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	pool    *pgxpool.Pool
+	stub    *linestub.Stub
+	cfg     relay.Config
+	coupons []string // the seeded coupon ids, in claim order
+}
+
+// setup gives a test its own migrated database holding n unsent outbox rows (with their
+// coupons), a LINE stand-in served over real HTTP, and a relay config pointing at it: batches
+// of 10, 4 pushes at once, 300 ms per push, 5 attempts, retry on the next run.
+func setup(t testing.TB, n int) bundle {
+	t.Helper()
+	pool := pgtest.Pool(t, 16)
+	stub := linestub.New()
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+	coupons := seed(t, pool, n)
+	return bundle{pool: pool, stub: stub, coupons: coupons, cfg: relay.Config{
+		ChannelAccessToken: "test-token",
+		BaseURL:            srv.URL,
+		BatchSize:          10,
+		Parallelism:        4,
+		PushTimeout:        300 * time.Millisecond,
+		BatchTimeout:       5 * time.Second,
+		Lease:              10 * time.Second,
+		RunBudget:          30 * time.Second,
+		MaxAttempts:        5,
+		Logger:             slog.New(slog.DiscardHandler),
+	}}
+}
+
+// seed inserts n coupons of campaign T, 1,000 yen each, with their outbox rows due one
+// millisecond apart (so the claim order is the seeding order), and returns their ids.
+func seed(t testing.TB, pool *pgxpool.Pool, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+INSERT INTO campaigns (campaign_id) VALUES ('T') ON CONFLICT DO NOTHING;`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `
+WITH c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  SELECT 'T', 'm' || lpad(g::text, 6, '0'), '2026-11', 1000 FROM generate_series(1, $1) g
+  RETURNING coupon_id, member_id
+), o AS (
+  INSERT INTO notification_outbox (coupon_id, member_id, next_attempt_at)
+  SELECT coupon_id, member_id, now() - interval '1 hour' + substr(member_id, 2)::int * interval '1 ms' FROM c
+  RETURNING coupon_id, member_id
+)
+SELECT coupon_id::text FROM o ORDER BY member_id`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func newRelay(t testing.TB, b bundle) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(b.pool, b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func run(t testing.TB, r *relay.Relay, maxRows int) relay.Result {
+	t.Helper()
+	res, err := r.Run(context.Background(), maxRows)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// TestConcurrentRelaysClaimDisjointBatches runs four relays at once, released from a barrier,
+// each asking for 10 rows per run until the outbox is drained: no run handles more than 10
+// rows, no coupon is claimed or pushed by two runs, what the runs report sent equals the rows
+// marked sent and the pushes LINE accepted, and every row is sent exactly once.
+func TestConcurrentRelaysClaimDisjointBatches(t *testing.T) {
+	t.Parallel()
+	const rows, relays, maxRows = 1000, 4, 10
+	b := setup(t, rows)
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	results := make([][]relay.Result, relays)
+	errs := make([]error, relays)
+	for i := range relays {
+		r := newRelay(t, b) // one Relay per "instance"
+		wg.Go(func() {
+			<-start
+			for {
+				res, err := r.Run(context.Background(), maxRows)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if res.Rows() == 0 {
+					return
+				}
+				results[i] = append(results[i], res)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	sent, runs := 0, 0
+	for i := range relays {
+		if errs[i] != nil {
+			t.Fatalf("relay %d: %v", i, errs[i])
+		}
+		for _, res := range results[i] {
+			runs++
+			if res.Rows() > maxRows {
+				t.Errorf("relay %d: a run handled %d rows, more than the %d asked", i, res.Rows(), maxRows)
+			}
+			if res.RetryLater != 0 || res.Parked != 0 {
+				t.Errorf("relay %d: %+v, want only sent rows", i, res)
+			}
+			sent += res.Sent
+		}
+	}
+	t.Logf("%d runs over %d relays", runs, relays)
+
+	marked := count(t, b.pool, `SELECT count(*) FROM notification_outbox WHERE sent_at IS NOT NULL`)
+	st := b.stub.Stats()
+	if sent != marked || marked != st.Accepted {
+		t.Errorf("runs reported %d sent, table has %d marked sent, LINE accepted %d; want all equal", sent, marked, st.Accepted)
+	}
+	if marked != rows || st.Keys != rows || st.Requests != rows || st.Conflicts != 0 {
+		t.Errorf("marked %d, LINE saw %d keys in %d requests with %d conflicts; want %d, %d, %d, 0",
+			marked, st.Keys, st.Requests, st.Conflicts, rows, rows, rows)
+	}
+	// attempts counts claims: a row claimed by two runs would have 2.
+	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox WHERE attempts <> 1`); n != 0 {
+		t.Errorf("%d rows were claimed other than exactly once", n)
+	}
+	for _, id := range b.coupons {
+		if n := b.stub.AcceptedTimes(id); n != 1 {
+			t.Fatalf("coupon %s accepted by LINE %d times, want 1", id, n)
+		}
+	}
+}
+
+// injectMarkFailure makes the first attempt to mark couponID sent fail inside PostgreSQL, after
+// LINE has accepted its push: the crash window between push and mark. The sequence counts the
+// attempts outside the failing statement's transaction.
+func injectMarkFailure(t *testing.T, pool *pgxpool.Pool, couponID string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
+CREATE SEQUENCE mark_attempts;
+CREATE FUNCTION fail_first_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval('mark_attempts') = 1 THEN
+    RAISE EXCEPTION 'injected: marking coupon %% sent fails', OLD.coupon_id;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER fail_first_mark BEFORE UPDATE OF sent_at ON notification_outbox
+  FOR EACH ROW WHEN (NEW.sent_at IS NOT NULL AND OLD.coupon_id = '%s')
+  EXECUTE FUNCTION fail_first_mark();`, couponID))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type rowState struct {
+	sent, parked bool
+	attempts     int
+	lastError    string
+}
+
+func state(t *testing.T, pool *pgxpool.Pool, couponID string) rowState {
+	t.Helper()
+	var s rowState
+	err := pool.QueryRow(context.Background(), `
+SELECT sent_at IS NOT NULL, parked_at IS NOT NULL, attempts, COALESCE(last_error, '')
+  FROM notification_outbox WHERE coupon_id = $1`, couponID).Scan(&s.sent, &s.parked, &s.attempts, &s.lastError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestBatchSurvivesSlowFailingAndUnmarkedRows runs one batch of 10 in which the 3rd push is
+// slower than the push timeout, the 5th always gets 500, and marking the 7th fails after LINE
+// accepted it; then four more runs.
+func TestBatchSurvivesSlowFailingAndUnmarkedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 10)
+	slow, failing, unmarked := b.coupons[2], b.coupons[4], b.coupons[6]
+	b.stub.Script(slow, linestub.Response{Delay: 10 * b.cfg.PushTimeout})
+	b.stub.Always(failing, linestub.Response{Status: http.StatusInternalServerError, Message: "injected outage"})
+	injectMarkFailure(t, b.pool, unmarked)
+	r := newRelay(t, b)
+
+	// Run 1: the seven others are sent; the slow one timed out without holding them up.
+	first := run(t, r, 0)
+	if want := (relay.Result{Sent: 7, RetryLater: 3}); first != want {
+		t.Errorf("run 1: %+v, want %+v", first, want)
+	}
+	for i, id := range b.coupons {
+		s := state(t, b.pool, id)
+		switch id {
+		case slow:
+			if s.sent || !strings.Contains(s.lastError, "no answer") {
+				t.Errorf("slow row after run 1: %+v, want unsent with a timeout as last error", s)
+			}
+		case failing:
+			if s.sent || !strings.Contains(s.lastError, "HTTP 500") {
+				t.Errorf("failing row after run 1: %+v, want unsent with HTTP 500", s)
+			}
+		case unmarked:
+			if s.sent || !strings.Contains(s.lastError, "marking it sent failed") || b.stub.AcceptedTimes(id) != 1 {
+				t.Errorf("unmarked row after run 1: %+v, accepted %d; want unsent, accepted once",
+					s, b.stub.AcceptedTimes(id))
+			}
+		default:
+			if !s.sent {
+				t.Errorf("row %d not sent in run 1: %+v", i+1, s)
+			}
+		}
+	}
+
+	// Runs 2-5: the slow and the unmarked rows go in run 2; the failing one is parked in run 5.
+	want := []relay.Result{{Sent: 2, RetryLater: 1}, {RetryLater: 1}, {RetryLater: 1}, {Parked: 1}}
+	for i, w := range want {
+		if got := run(t, r, 0); got != w {
+			t.Errorf("run %d: %+v, want %+v", i+2, got, w)
+		}
+	}
+
+	if s := state(t, b.pool, failing); !s.parked || s.attempts != 5 ||
+		!strings.Contains(s.lastError, "attempt limit 5 reached") || !strings.Contains(s.lastError, "HTTP 500") {
+		t.Errorf("failing row: %+v, want parked after 5 attempts with the 500 as last error", s)
+	}
+	// The unmarked row was re-sent with the same retry key; LINE answered 409, counted as sent.
+	var statuses []int
+	for _, p := range b.stub.Pushes() {
+		if p.RetryKey == unmarked {
+			statuses = append(statuses, p.Status)
+		}
+	}
+	if fmt.Sprint(statuses) != fmt.Sprint([]int{200, 409}) || !state(t, b.pool, unmarked).sent {
+		t.Errorf("unmarked row: LINE answered %v and sent=%v; want [200 409] and sent", statuses, state(t, b.pool, unmarked).sent)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox WHERE sent_at IS NOT NULL`); n != 9 {
+		t.Errorf("%d rows sent, want 9", n)
+	}
+	for _, id := range b.coupons {
+		if id != failing && b.stub.AcceptedTimes(id) != 1 {
+			t.Errorf("coupon %s accepted %d times, want 1", id, b.stub.AcceptedTimes(id))
+		}
+	}
+}
+
+// TestRetryAfterIsRespected answers 429 with Retry-After: 120: the row is not tried again
+// before then, even with a zero backoff.
+func TestRetryAfterIsRespected(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	id := b.coupons[0]
+	b.stub.Script(id, linestub.Response{Status: http.StatusTooManyRequests, RetryAfter: "120"})
+	r := newRelay(t, b)
+
+	if got := run(t, r, 0); got != (relay.Result{RetryLater: 1}) {
+		t.Fatalf("run 1: %+v, want one retry later", got)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox
+		WHERE next_attempt_at >= now() + interval '110 seconds' AND last_error LIKE '%HTTP 429%'`); n != 1 {
+		t.Errorf("row not held back by Retry-After: %d rows due in >= 110 s with the 429 kept", n)
+	}
+	if got := run(t, r, 0); got.Rows() != 0 || b.stub.Calls(id) != 1 {
+		t.Errorf("run 2 inside Retry-After: %+v, LINE saw %d calls; want nothing", got, b.stub.Calls(id))
+	}
+
+	// Once Retry-After has passed (moved by SQL, not by waiting), the next run sends it.
+	if _, err := b.pool.Exec(context.Background(), `UPDATE notification_outbox SET next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, r, 0); got != (relay.Result{Sent: 1}) {
+		t.Errorf("run after Retry-After: %+v, want one sent", got)
+	}
+}
+
+// TestRejectedPushIsParkedAndRequeued answers 400 (a member who blocked the account): the row
+// is parked at once with LINE's reason, no run retries it, and an operator's requeue sends it.
+func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	id := b.coupons[0]
+	const reason = "Failed to send messages"
+	b.stub.Script(id, linestub.Response{Status: http.StatusBadRequest, Message: reason})
+	r := newRelay(t, b)
+
+	if got := run(t, r, 0); got != (relay.Result{Parked: 1}) {
+		t.Fatalf("run 1: %+v, want one parked", got)
+	}
+	if s := state(t, b.pool, id); !s.parked || s.attempts != 1 ||
+		!strings.Contains(s.lastError, "HTTP 400") || !strings.Contains(s.lastError, reason) {
+		t.Errorf("row: %+v, want parked after 1 attempt with LINE's reason", s)
+	}
+	if got := run(t, r, 0); got.Rows() != 0 || b.stub.Calls(id) != 1 {
+		t.Errorf("run 2: %+v, LINE saw %d calls; a parked row must not be retried", got, b.stub.Calls(id))
+	}
+
+	ctx := context.Background()
+	st, err := relay.Status(ctx, b.pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Parked != 1 || len(st.ParkedRows) != 1 || st.ParkedRows[0].CouponID != id ||
+		!strings.Contains(st.ParkedRows[0].LastError, reason) {
+		t.Errorf("status: %+v, want the one parked row with its reason", st)
+	}
+	ids, err := relay.Requeue(ctx, b.pool, false, []string{id})
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("Requeue: %v, %v; want the one row", ids, err)
+	}
+	if got := run(t, r, 0); got != (relay.Result{Sent: 1}) {
+		t.Errorf("run after requeue: %+v, want one sent", got)
+	}
+}
+
+// TestMessageNamesCouponAndValue checks the push LINE receives: addressed to the member, in
+// Japanese, naming the campaign and the value, with the coupon id as retry key.
+func TestMessageNamesCouponAndValue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	run(t, newRelay(t, b), 0)
+	pushes := b.stub.Pushes()
+	if len(pushes) != 1 {
+		t.Fatalf("%d pushes, want 1", len(pushes))
+	}
+	p := pushes[0]
+	if p.RetryKey != b.coupons[0] || p.To != "m000001" ||
+		!strings.Contains(p.Text, "「T」") || !strings.Contains(p.Text, "1,000円") {
+		t.Errorf("push %+v: want retry key %s, to m000001, campaign T and 1,000円", p, b.coupons[0])
+	}
+}
