@@ -10,8 +10,8 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/mops/coupon-api/shared/envconf"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/silverweek"
 )
 

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -103,6 +105,7 @@ func barPlot(gs []group, ss []series, title, yLabel string) (*plot.Plot, error) 
 	for i, g := range gs {
 		names[i] = g.name
 	}
+	top := 0.0
 	for si, s := range ss {
 		vals := make(plotter.Values, len(gs))
 		for gi, g := range gs {
@@ -111,6 +114,7 @@ func barPlot(gs []group, ss []series, title, yLabel string) (*plot.Plot, error) 
 				sum += s.value(m)
 			}
 			vals[gi] = sum / float64(len(g.runs))
+			top = max(top, vals[gi])
 		}
 		bars, err := plotter.NewBarChart(vals, barWidth)
 		if err != nil {
@@ -119,9 +123,42 @@ func barPlot(gs []group, ss []series, title, yLabel string) (*plot.Plot, error) 
 		bars.LineStyle.Width = 0
 		bars.Color = palette[si%len(palette)]
 		bars.Offset = barWidth * vg.Length(float64(si)-float64(len(ss)-1)/2)
-		p.Add(bars)
+		labels, err := valueLabels(vals, bars.Offset)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(bars, labels)
 		p.Legend.Add(s.label, bars)
 	}
+	// Room above the highest bar for its label and for the legend.
+	p.Y.Max = max(1, top) * 1.45
 	p.NominalX(names...)
 	return p, nil
+}
+
+// valueLabels writes each non-zero bar's value above it, turned upright so that neighbours do
+// not overlap; a bar that is not there reads as the rule having held.
+func valueLabels(vals plotter.Values, offset vg.Length) (*plotter.Labels, error) {
+	xyl := plotter.XYLabels{XYs: make(plotter.XYs, len(vals)), Labels: make([]string, len(vals))}
+	for i, v := range vals {
+		xyl.XYs[i] = plotter.XY{X: float64(i), Y: v}
+		if v > 0 {
+			xyl.Labels[i] = strconv.FormatFloat(v, 'f', -1, 64)
+			if v != math.Trunc(v) {
+				xyl.Labels[i] = strconv.FormatFloat(v, 'f', 1, 64)
+			}
+		}
+	}
+	l, err := plotter.NewLabels(xyl)
+	if err != nil {
+		return nil, fmt.Errorf("isolationlab: chart labels: %w", err)
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].Font.Size = vg.Points(7)
+		l.TextStyle[i].Rotation = math.Pi / 2
+		l.TextStyle[i].XAlign = draw.XLeft
+		l.TextStyle[i].YAlign = draw.YCenter
+	}
+	l.Offset = vg.Point{X: offset, Y: vg.Points(2)}
+	return l, nil
 }

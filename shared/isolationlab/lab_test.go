@@ -1,0 +1,186 @@
+package isolationlab_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"gonum.org/v1/plot/vg"
+
+	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/shared/silverweek"
+)
+
+// fresh hands each run a new migrated database of t's, dropped when t ends.
+func fresh(t *testing.T) isolationlab.FreshDB {
+	return func(context.Context) (string, func(), error) { return pgtest.URL(t), func() {}, nil }
+}
+
+// smallWeek is the Silver Week load scaled down: 40 members, SW-A with 10 coupons' budget so that
+// it runs out, SW-B and SW-C with room for everyone. Right answer: 80 coupons (two per member).
+func smallWeek() isolationlab.Load {
+	l := isolationlab.SilverWeek()
+	l.Members = 40
+	l.Campaigns = []silverweek.Campaign{
+		{ID: "SW-A", DiscountYen: 1000, BudgetYen: 10_000},
+		{ID: "SW-B", DiscountYen: 1000, BudgetYen: 40_000},
+		{ID: "SW-C", DiscountYen: 1000, BudgetYen: 40_000},
+	}
+	return l
+}
+
+func runOne(t *testing.T, name string, workers, run int, load isolationlab.Load) isolationlab.Measurement {
+	t.Helper()
+	s, err := isolationlab.StrategyNamed(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := isolationlab.RunOne(context.Background(), s, workers, run, load, fresh(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s workers=%d: coupons %d, campaigns %+v, R2 %d, R3 %d, pushes %d (w/o coupon %d), retries %d, exhausted %d, errors %d %s",
+		name, workers, m.Coupons, m.Campaigns, m.DuplicatePairs, m.MembersOverCap, m.Pushes, m.PushesWithoutCoupon,
+		m.Retries, m.Exhausted, m.Errors, m.FirstErr)
+	return m
+}
+
+// TestGoodAndSerializableHoldTheRules: the production path and the SERIALIZABLE proposal break
+// no rule, counted with SQL after the run.
+func TestGoodAndSerializableHoldTheRules(t *testing.T) {
+	for _, name := range []string{"good", "serializable"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m := runOne(t, name, 8, 1, smallWeek())
+			if m.Errors > 0 {
+				t.Fatalf("%d requests got no result, first: %s", m.Errors, m.FirstErr)
+			}
+			if v := m.Violations(); v != 0 {
+				t.Errorf("%d violations, want 0", v)
+			}
+			if name == "good" {
+				if m.Coupons != 80 || m.Exhausted != 0 {
+					t.Errorf("good: %d coupons and %d RETRY_EXHAUSTED, want 80 and 0", m.Coupons, m.Exhausted)
+				}
+				if m.Pushes != m.Coupons {
+					t.Errorf("good: %d outbox rows for %d coupons, want one each", m.Pushes, m.Coupons)
+				}
+			}
+		})
+	}
+}
+
+// TestBeforeBreaksR1AndR2: the incident's code loses updates on the budget counter (R1) and
+// inserts duplicates (R2) under the same load. This proves the checks can fail.
+func TestBeforeBreaksR1AndR2(t *testing.T) {
+	t.Parallel()
+	m := runOne(t, "before", 16, 1, smallWeek())
+	r1 := false
+	for _, c := range m.Campaigns {
+		if c.OvershootYen > 0 || c.CounterYen != c.ActualYen {
+			r1 = true
+		}
+	}
+	if !r1 {
+		t.Errorf("before: no R1 violation seen (overshoot or counter drift): %+v", m.Campaigns)
+	}
+	if m.DuplicatePairs == 0 {
+		t.Errorf("before: no R2 duplicate pair seen")
+	}
+}
+
+// TestRepeatableReadLetsTheWriteSkewThrough: one member asks for ten campaigns at once. At
+// REPEATABLE READ every transaction sums the member's coupons in its own snapshot, finds none,
+// and writes a row of a different campaign: nothing collides, so R3 breaks (write skew). The
+// double taps do collide on the campaign row (40001), so R1 and R2 hold, and the pushes sent
+// before the 40001 are for coupons that never existed. Up to five rounds, each on a fresh
+// database, until the write skew shows.
+func TestRepeatableReadLetsTheWriteSkewThrough(t *testing.T) {
+	t.Parallel()
+	ids, err := isolationlab.CampaignLetters(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := isolationlab.SilverWeek()
+	load.Members = 1
+	load.TapGap = 0
+	load.Campaigns = nil
+	for _, id := range ids {
+		load.Campaigns = append(load.Campaigns, silverweek.Campaign{ID: id, DiscountYen: 1000, BudgetYen: 100_000})
+	}
+	workers := 2 * len(ids) // every request at once, released from the barrier
+	var skew, phantomPushes bool
+	for round := 1; round <= 5 && !(skew && phantomPushes); round++ {
+		m := runOne(t, "repeatable-read", workers, round, load)
+		if m.DuplicatePairs != 0 || m.CounterDriftYen != 0 || m.OvershootYen() != 0 {
+			t.Errorf("round %d: R1/R2 broken at REPEATABLE READ (R2 %d, drift %d yen, overshoot %d yen); want them held by 40001",
+				round, m.DuplicatePairs, m.CounterDriftYen, m.OvershootYen())
+		}
+		skew = skew || m.MembersOverCap > 0
+		phantomPushes = phantomPushes || m.PushesWithoutCoupon > 0
+	}
+	if !skew {
+		t.Errorf("repeatable-read: no member over the cap in five rounds; the write skew was not caught")
+	}
+	if !phantomPushes {
+		t.Errorf("repeatable-read: no push for a rolled-back coupon in five rounds")
+	}
+}
+
+// TestWriteTableAndChart renders two hand-made measurements in every format and as a chart.
+func TestWriteTableAndChart(t *testing.T) {
+	t.Parallel()
+	ms := []isolationlab.Measurement{
+		{Strategy: "before", Workers: 8, Run: 1, Requests: 1800, Coupons: 1500, CounterDriftYen: 900_000,
+			Campaigns: []isolationlab.CampaignFigures{{CampaignID: "SW-A", BudgetYen: 100_000, CounterYen: 100_000,
+				ActualYen: 400_000, OvershootYen: 300_000}},
+			DuplicatePairs: 300, Retries: 0, Exhausted: 2},
+		{Strategy: "good", Workers: 8, Run: 1, Requests: 1800, Coupons: 600, Retries: 18,
+			Campaigns: []isolationlab.CampaignFigures{{CampaignID: "SW-A", BudgetYen: 100_000, CounterYen: 100_000,
+				ActualYen: 100_000}}},
+	}
+	for _, format := range isolationlab.Formats {
+		var buf bytes.Buffer
+		if err := isolationlab.WriteTable(&buf, format, ms); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		out := buf.String()
+		switch format {
+		case "markdown":
+			if lines := strings.Count(out, "\n"); lines != 4 || !strings.Contains(out, "| R1 over SW-A (yen) |") {
+				t.Errorf("markdown: %d lines, want header, rule and two rows:\n%s", lines, out)
+			}
+		case "csv":
+			rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+			if err != nil || len(rows) != 3 || rows[0][4] != "r1_overshoot_yen_SW-A" || rows[1][4] != "300000" {
+				t.Errorf("csv: %v, %v", rows, err)
+			}
+		case "json":
+			var back []isolationlab.Measurement
+			if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back) != 2 || back[0].DuplicatePairs != 300 {
+				t.Errorf("json: %v, %+v", err, back)
+			}
+		case "text":
+			if !strings.Contains(out, "RETRY_EXHAUSTED") || strings.Count(out, "\n") != 3 {
+				t.Errorf("text:\n%s", out)
+			}
+		}
+	}
+	if ms[1].RetriedPct() != 1 {
+		t.Errorf("retried %%: %v, want 1 (18 retries in 1800 requests)", ms[1].RetriedPct())
+	}
+	if err := isolationlab.WriteTable(&bytes.Buffer{}, "yaml", ms); err == nil {
+		t.Errorf("format yaml: no error")
+	}
+	var png bytes.Buffer
+	if err := isolationlab.WriteChart(&png, ms, 20*vg.Centimeter, 15*vg.Centimeter); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(png.Bytes(), []byte("\x89PNG")) {
+		t.Errorf("chart is not a PNG (%d bytes)", png.Len())
+	}
+}
