@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	_ "github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
+	_ "github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
 )
 
 func serveCmd() *cobra.Command {

@@ -1,0 +1,156 @@
+// Package relay is the RelayOutbox Cloud Run function: Cloud Scheduler calls it every minute
+// (and an operator may call it by hand) to deliver the transactional outbox to LINE. It decodes
+// the request, runs one relay pass (shared/relay) and answers how many rows were sent, sent
+// back for a retry, and parked (CONTRACT.md, "RelayOutbox"). It registers itself with the
+// functions framework in init.
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/relay"
+)
+
+func init() {
+	functions.HTTP("RelayOutbox", relayOutbox)
+}
+
+// instance is the per-instance state: the pool and the relay, built on the first request (so
+// LINE_API_BASE_URL and the token are read then) and kept for the instance's life. A failed
+// build is retried by the next request.
+var instance struct {
+	sync.Mutex
+	handler *Handler
+}
+
+func relayOutbox(w http.ResponseWriter, r *http.Request) {
+	h, err := handler(r.Context())
+	if err != nil {
+		slog.Error("RelayOutbox: start-up", "err", err)
+		writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+func handler(ctx context.Context) (*Handler, error) {
+	instance.Lock()
+	defer instance.Unlock()
+	if instance.handler != nil {
+		return instance.handler, nil
+	}
+	cfg, err := relay.ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	dbCfg, err := db.ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	// The pool outlives the request that builds it; it is closed when the instance ends.
+	pool, _, err := db.Open(context.WithoutCancel(ctx), dbCfg)
+	if err != nil {
+		return nil, err
+	}
+	instance.handler, err = NewHandler(pool, cfg)
+	return instance.handler, err
+}
+
+// Handler serves RelayOutbox over one relay.
+type Handler struct {
+	relay *relay.Relay
+	log   *slog.Logger
+}
+
+// NewHandler returns a Handler relaying from pool with cfg (see [relay.New] for its errors).
+func NewHandler(pool *pgxpool.Pool, cfg relay.Config) (*Handler, error) {
+	r, err := relay.New(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{relay: r, log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}, nil
+}
+
+// MaxBodyBytes is the largest request body accepted, in bytes.
+const MaxBodyBytes = 4 << 10
+
+// MaxRowsLimit is the largest max_rows a caller may ask for, in rows: about 100 s of pushing at
+// LINE's 2,000 requests per second, far beyond one run's budget.
+const MaxRowsLimit = 200_000
+
+// ServeHTTP answers one RelayOutbox request: POST with an empty body or {"max_rows": N}
+// (1..[MaxRowsLimit]); without max_rows the relay's own limit applies. It answers 200 with
+// {"sent": n, "retry_later": n, "parked": n}, 400 for a body it does not understand, 405 for a
+// method other than POST, and 500 (detail logged) when the database fails.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Message: "use POST"})
+		return
+	}
+	maxRows, err := decodeMaxRows(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Message: err.Error()})
+		return
+	}
+	res, err := h.relay.Run(r.Context(), maxRows)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "RelayOutbox: run failed", "err", err,
+			"sent", res.Sent, "retry_later", res.RetryLater, "parked", res.Parked)
+		writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
+		return
+	}
+	h.log.InfoContext(r.Context(), "RelayOutbox: run done",
+		"sent", res.Sent, "retry_later", res.RetryLater, "parked", res.Parked)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// decodeMaxRows reads an empty body (0: the relay's default) or one JSON object with at most
+// the integer field max_rows, and nothing after it.
+func decodeMaxRows(body io.Reader) (int, error) {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	var req struct {
+		MaxRows *int `json:"max_rows"`
+	}
+	switch err := dec.Decode(&req); {
+	case errors.Is(err, io.EOF):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("body must be empty or {\"max_rows\": N}: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return 0, errors.New("trailing data after the JSON object")
+	}
+	if req.MaxRows == nil {
+		return 0, nil
+	}
+	if n := *req.MaxRows; n < 1 || n > MaxRowsLimit {
+		return 0, fmt.Errorf("max_rows %d: must be in 1..%d", n, MaxRowsLimit)
+	}
+	return *req.MaxRows, nil
+}
+
+type errorBody struct {
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		slog.Warn("RelayOutbox: write response", "err", err)
+	}
+}

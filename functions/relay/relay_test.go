@@ -1,0 +1,118 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	functionrelay "github.com/mops/coupon-api/functions/relay"
+	"github.com/mops/coupon-api/shared/linestub"
+	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/shared/relay"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestResponseCountsMatchTable calls RelayOutbox over 30 rows of which LINE refuses 5 (400)
+// and fails 5 (500), and compares the answer with the table: sent, retry_later and parked are
+// the rows the table holds as sent, due again and parked.
+func TestResponseCountsMatchTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 8)
+	stub := linestub.New()
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+
+	rows, err := pool.Query(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id) VALUES ('T')),
+c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, 30) g
+  RETURNING coupon_id, member_id
+)
+INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c
+RETURNING coupon_id::text`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	for _, id := range ids[:5] {
+		stub.Always(id, linestub.Response{Status: http.StatusBadRequest})
+	}
+	for _, id := range ids[5:10] {
+		stub.Always(id, linestub.Response{Status: http.StatusInternalServerError})
+	}
+
+	h, err := functionrelay.NewHandler(pool, relay.Config{
+		ChannelAccessToken: "test-token", BaseURL: srv.URL, BatchSize: 7,
+		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"max_rows": 100}`)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var got relay.Result
+	dec := json.NewDecoder(rec.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	var want relay.Result
+	err = pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
+       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND attempts = 1),
+       count(*) FILTER (WHERE parked_at IS NOT NULL)
+  FROM notification_outbox`).Scan(&want.Sent, &want.RetryLater, &want.Parked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want || want != (relay.Result{Sent: 20, RetryLater: 5, Parked: 5}) {
+		t.Errorf("answer %+v, table %+v; want them equal at 20 sent, 5 retry_later, 5 parked", got, want)
+	}
+}
+
+// TestRejectsBadRequests checks the request rules: POST only, an empty body or {"max_rows": N}.
+func TestRejectsBadRequests(t *testing.T) {
+	t.Parallel()
+	h, err := functionrelay.NewHandler(nil, relay.Config{ChannelAccessToken: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, body string
+		want         int
+	}{
+		{http.MethodGet, "", http.StatusMethodNotAllowed},
+		{http.MethodPost, `{"max_rows": 0}`, http.StatusBadRequest},
+		{http.MethodPost, `{"max_rows": "10"}`, http.StatusBadRequest},
+		{http.MethodPost, `{"rows": 10}`, http.StatusBadRequest},
+		{http.MethodPost, `{"max_rows": 10} {}`, http.StatusBadRequest},
+		{http.MethodPost, `[`, http.StatusBadRequest},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(c.method, "/", strings.NewReader(c.body)))
+		if rec.Code != c.want {
+			t.Errorf("%s %q: status %d, want %d", c.method, c.body, rec.Code, c.want)
+		}
+	}
+}
