@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/campaign"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/pgtest"
 	"github.com/mops/coupon-api/shared/reconcile"
 	"github.com/mops/coupon-api/shared/silverweek"
