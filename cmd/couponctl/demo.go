@@ -127,6 +127,11 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	failures = append(failures, scenarioExpectations(ctx, pool, o.members, rep)...)
 
 	// The relay stage.
+	if err := demoRelay(ctx, out, pool, baseURL); errors.Is(err, errViolations) {
+		failures = append(failures, "relay: not every coupon was pushed to LINE exactly once, or rows were lost or parked")
+	} else if err != nil {
+		return err
+	}
 
 	if len(failures) > 0 {
 		fmt.Fprintf(out, "\nFAILED (%d):\n", len(failures))
