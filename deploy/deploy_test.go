@@ -13,6 +13,7 @@ import (
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/relay"
 )
 
 type cloudBuild struct {
@@ -98,13 +99,24 @@ func TestDeployedServices(t *testing.T) {
 		for k, v := range env {
 			t.Setenv(k, v)
 		}
+		// Secrets are mounted as environment variables by --set-secrets=NAME=secret:version.
+		if secrets := argValue(s.Args, "--set-secrets="); secrets != "" {
+			for _, kv := range strings.Split(secrets, ",") {
+				name, _, _ := strings.Cut(kv, "=")
+				t.Setenv(name, "from-secret-manager")
+			}
+		}
 		if _, err := db.ConfigFromEnv(); err != nil {
 			t.Errorf("%s: %v", envFile, err)
 		}
-		if target == "IssueCoupon" {
-			if _, err := issuance.ConfigFromEnv(); err != nil {
-				t.Errorf("%s: %v", envFile, err)
-			}
+		switch target {
+		case "IssueCoupon":
+			_, err = issuance.ConfigFromEnv()
+		case "RelayOutbox":
+			_, err = relay.ConfigFromEnv()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", envFile, err)
 		}
 	}
 	if deployed != 2 {

@@ -3,12 +3,11 @@ package isolationlab
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mops/coupon-api/shared/backoff"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -59,13 +58,6 @@ func (s *Serializable) Issue(ctx context.Context, memberID, campaignID string) (
 		case attempt == SerializableAttempts:
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 		}
-		sleep(ctx, fullJitter(attempt))
+		sleep(ctx, backoff.FullJitter(issuance.BackoffBase, issuance.BackoffCap, attempt))
 	}
-}
-
-// fullJitter is the wait before retry n (n >= 1): uniform in
-// [0, min(issuance.BackoffCap, issuance.BackoffBase*2^(n-1))), the production path's bounds
-// (M. Brooker, "Exponential Backoff And Jitter").
-func fullJitter(n int) time.Duration {
-	return rand.N(min(issuance.BackoffCap, issuance.BackoffBase<<(n-1)))
 }

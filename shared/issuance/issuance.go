@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 	_ "time/tzdata" // Asia/Tokyo must load on images without a zoneinfo database
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/shared/backoff"
 )
 
 // Result is the outcome code callers branch on (CONTRACT.md, IssueCoupon).
@@ -114,7 +115,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 		case attempt == MaxAttempts:
 			return exhausted(attempt)
 		}
-		wait := fullJitter(attempt)
+		wait := backoff.FullJitter(BackoffBase, BackoffCap, attempt)
 		if time.Until(deadline)-wait < minAttemptTime {
 			return exhausted(attempt)
 		}
@@ -195,12 +196,6 @@ func whyNotInserted(ctx context.Context, tx pgx.Tx, r request) error {
 	default:
 		return &rejection{Outcome{Result: ResultCampaignNotActive}}
 	}
-}
-
-// fullJitter is the wait before retry n (n >= 1): uniform in [0, min(BackoffCap, BackoffBase*2^(n-1))).
-func fullJitter(n int) time.Duration {
-	ceiling := min(BackoffCap, BackoffBase<<(n-1))
-	return rand.N(ceiling)
 }
 
 // pgInterval formats d as a PostgreSQL duration setting in whole milliseconds, at least 1 ms

@@ -125,7 +125,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("localpg: start postgres: %w", err)
 	}
-	go func() { s.done <- s.cmd.Wait() }()
+	cmd := s.cmd // Stop clears s.cmd; the waiter keeps its own reference
+	go func() { s.done <- cmd.Wait() }()
 	if err := s.waitReady(ctx); err != nil {
 		_ = s.cmd.Process.Kill()
 		<-s.done

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
+
+	"github.com/mops/coupon-api/shared/backoff"
 )
 
 // Result counts what one run did with the rows it claimed, in rows. Every claimed row is in
@@ -204,7 +205,7 @@ func (r *Relay) handle(ctx, batchCtx context.Context, run uuid.UUID, row claimed
 			fmt.Sprintf("attempt limit %d reached: %v", r.cfg.MaxAttempts, err))
 		return outcomeParked
 	}
-	wait := fullJitter(r.cfg.RetryBase, r.cfg.RetryCap, row.attempts)
+	wait := backoff.FullJitter(r.cfg.RetryBase, r.cfg.RetryCap, row.attempts)
 	var pe *PushError
 	if errors.As(err, &pe) {
 		wait = max(wait, pe.RetryAfter)
@@ -219,17 +220,4 @@ func (r *Relay) mark(ctx context.Context, log *slog.Logger, sql string, args ...
 	if _, err := r.pool.Exec(ctx, sql, args...); err != nil {
 		log.ErrorContext(ctx, "relay: mark failed; the row returns when its lease ends", "err", err)
 	}
-}
-
-// fullJitter is the wait after failed attempt n (n >= 1): uniform in
-// [0, min(capWait, base*2^(n-1))), and 0 when base is 0 (retry on the next run).
-func fullJitter(base, capWait time.Duration, n int) time.Duration {
-	ceiling := capWait
-	if shift := n - 1; shift < 62 && base <= capWait>>shift {
-		ceiling = base << shift
-	}
-	if ceiling <= 0 {
-		return 0
-	}
-	return rand.N(ceiling)
 }
