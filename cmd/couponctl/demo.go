@@ -38,7 +38,7 @@ func demoCmd() *cobra.Command {
 	var o demoOptions
 	c := &cobra.Command{
 		Use:   "demo",
-		Short: "Replay the Silver Week traffic through IssueCoupon over HTTP and prove R1-R3 from the tables",
+		Short: "Replay the Silver Week traffic through IssueCoupon, relay the outbox to a LINE stand-in, prove the rules from the tables",
 		Long: `The main job, end to end on this machine:
 
   1. with no DATABASE_URL, start a throwaway PostgreSQL (removed on exit or Ctrl-C);
@@ -48,7 +48,11 @@ func demoCmd() *cobra.Command {
   4. replay the Silver Week traffic over HTTP: every member asks for every campaign twice
      (a double tap within --tap-gap), shuffled, from --workers concurrent clients;
   5. print the outcomes, the latency percentiles, and an invariant report counted with SQL
-     from the tables; exit 1 if any rule is broken.
+     from the tables;
+  6. drain the outbox through RelayOutbox (served beside IssueCoupon) into a local LINE
+     stand-in that fails a few first pushes on purpose, and report pushes per coupon (by
+     X-Line-Retry-Key), rows lost and rows parked;
+  7. exit 1 if any rule is broken or any coupon was not pushed exactly once.
 
 With the defaults (300 members) the right outcome is exactly 600 coupons, every member
 holding two, SW-A issuing exactly 100,000 yen.`,
@@ -96,7 +100,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(errOut, "functions framework serving on %s (IssueCoupon at /IssueCoupon)\n", baseURL)
+	fmt.Fprintf(errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox)\n", baseURL)
 
 	reqs := silverweek.Requests(o.members, silverweek.Campaigns, o.tapGap, o.seed)
 	fmt.Fprintf(errOut, "replaying %d requests (%d members x %d campaigns x 2 taps) with %d clients\n",

@@ -37,10 +37,11 @@ func rootCmd() *cobra.Command {
 		Use:   "couponctl",
 		Short: "Local and operator tool of coupon-api (IssueCoupon and RelayOutbox on PostgreSQL)",
 		Long: `couponctl runs the coupon-api Silver Week demo, migrates the schema, manages campaigns,
-serves a function as deployed, and reconciles counters with rows.
+serves a function as deployed, reconciles counters with rows, shows and requeues the
+notification outbox, and runs the isolation lab.
 
-Database: DATABASE_URL (a PostgreSQL URL). "demo" starts a throwaway local PostgreSQL when it
-is unset; the other verbs need it.`,
+Database: DATABASE_URL (a PostgreSQL URL). "demo" and "sim" start a throwaway local PostgreSQL
+when it is unset; the other verbs need it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -17,9 +17,9 @@ func serveCmd() *cobra.Command {
 		Short: "Serve FUNCTION_TARGET on PORT through the functions framework, as deployed",
 		Long: `Serve a function through the functions framework, as Cloud Run does.
 
-FUNCTION_TARGET names the function (IssueCoupon); unset, every function is served at
-/<Name>. PORT defaults to 8080. The function reads its own configuration (DATABASE_URL,
-MONTHLY_CAP_YEN, ISSUE_BUDGET, ...) on its first request.`,
+FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox); unset, every function is
+served at /<Name>. PORT defaults to 8080. The function reads its own configuration (DATABASE_URL,
+MONTHLY_CAP_YEN, ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN, RELAY_RETRY_BASE, ...) on its first request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			port := os.Getenv("PORT")
