@@ -20,11 +20,7 @@ INSTANCE_CONNECTION_NAME is set (with DB_USER, DB_NAME, DB_IAM_AUTH, DB_PRIVATE_
 functions connect.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := db.ConfigFromEnv()
-			if err != nil {
-				return err
-			}
-			pool, closePool, err := db.Open(cmd.Context(), cfg)
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -10,58 +10,41 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/lazy"
 )
 
 func init() {
 	functions.HTTP("IssueCoupon", issueCoupon)
 }
 
-// instance is the per-instance state: the pool and the service, built on the first request and
-// kept for the instance's life (golang-samples: never per request). A failed build is retried
-// by the next request.
-var instance struct {
-	sync.Mutex
-	handler *Handler
-}
+// instance is the per-instance state: the pool and the service, built on the first request
+// and kept for the instance's life. The pool is never closed: it ends with the instance.
+var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
+	cfg, err := issuance.ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	pool, _, err := db.OpenFromEnv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewHandler(pool, cfg)
+})
 
 func issueCoupon(w http.ResponseWriter, r *http.Request) {
-	h, err := handler(r.Context())
+	h, err := instance.Get(r.Context())
 	if err != nil {
 		slog.Error("IssueCoupon: start-up", "err", err)
 		writeInternalError(w)
 		return
 	}
 	h.ServeHTTP(w, r)
-}
-
-func handler(ctx context.Context) (*Handler, error) {
-	instance.Lock()
-	defer instance.Unlock()
-	if instance.handler != nil {
-		return instance.handler, nil
-	}
-	cfg, err := issuance.ConfigFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	dbCfg, err := db.ConfigFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	// The pool outlives the request that builds it; it is closed when the instance ends.
-	pool, _, err := db.Open(context.WithoutCancel(ctx), dbCfg)
-	if err != nil {
-		return nil, err
-	}
-	instance.handler, err = NewHandler(pool, cfg)
-	return instance.handler, err
 }
 
 // Handler serves IssueCoupon over one issuance service.

@@ -14,12 +14,12 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/relay"
 )
 
@@ -28,44 +28,27 @@ func init() {
 }
 
 // instance is the per-instance state: the pool and the relay, built on the first request (so
-// LINE_API_BASE_URL and the token are read then) and kept for the instance's life. A failed
-// build is retried by the next request.
-var instance struct {
-	sync.Mutex
-	handler *Handler
-}
+// LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
+var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
+	cfg, err := relay.ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	pool, _, err := db.OpenFromEnv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewHandler(pool, cfg)
+})
 
 func relayOutbox(w http.ResponseWriter, r *http.Request) {
-	h, err := handler(r.Context())
+	h, err := instance.Get(r.Context())
 	if err != nil {
 		slog.Error("RelayOutbox: start-up", "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
 		return
 	}
 	h.ServeHTTP(w, r)
-}
-
-func handler(ctx context.Context) (*Handler, error) {
-	instance.Lock()
-	defer instance.Unlock()
-	if instance.handler != nil {
-		return instance.handler, nil
-	}
-	cfg, err := relay.ConfigFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	dbCfg, err := db.ConfigFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	// The pool outlives the request that builds it; it is closed when the instance ends.
-	pool, _, err := db.Open(context.WithoutCancel(ctx), dbCfg)
-	if err != nil {
-		return nil, err
-	}
-	instance.handler, err = NewHandler(pool, cfg)
-	return instance.handler, err
 }
 
 // Handler serves RelayOutbox over one relay.

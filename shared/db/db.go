@@ -115,3 +115,12 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 	}
 	return pool, func() { pool.Close(); d.Close() }, nil
 }
+
+// OpenFromEnv is [ConfigFromEnv] then [Open].
+func OpenFromEnv(ctx context.Context) (*pgxpool.Pool, func(), error) {
+	c, err := ConfigFromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	return Open(ctx, c)
+}

@@ -1,0 +1,39 @@
+// Package lazy holds a Cloud Run function's per-instance state: built on the first request that
+// needs it, kept for the instance's life, and built again by a later request if building failed
+// (golang-samples: the pool and the connector are made once per instance, never per request).
+package lazy
+
+import (
+	"context"
+	"sync"
+)
+
+// Value is a T built on first use by its build function. It is safe for concurrent use.
+type Value[T any] struct {
+	build func(context.Context) (T, error)
+	mu    sync.Mutex
+	v     T
+	built bool
+}
+
+// New returns a Value that build makes on first use. build receives the first caller's
+// context without its cancellation: what it builds outlives that request.
+func New[T any](build func(context.Context) (T, error)) *Value[T] {
+	return &Value[T]{build: build}
+}
+
+// Get returns the value, building it first if no earlier call did so successfully. Callers
+// wait for a build under way. Errors: build's, and the next call builds again.
+func (l *Value[T]) Get(ctx context.Context) (T, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.built {
+		return l.v, nil
+	}
+	v, err := l.build(context.WithoutCancel(ctx))
+	if err != nil {
+		return v, err
+	}
+	l.v, l.built = v, true
+	return v, nil
+}
