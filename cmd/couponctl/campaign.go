@@ -7,12 +7,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 func campaignCmd() *cobra.Command {
-	c := &cobra.Command{Use: "campaign", Short: "Create and show campaigns"}
-	c.AddCommand(campaignCreateCmd(), campaignShowCmd())
-	return c
+	return groupCmd("campaign", "Create and show campaigns", campaignCreateCmd(), campaignShowCmd())
 }
 
 func campaignCreateCmd() *cobra.Command {
@@ -46,6 +46,13 @@ func campaignCreateCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen\n", def.ID, def.DiscountYen, def.BudgetYen)
+			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
+			if err != nil {
+				return err
+			}
+			for _, w := range def.Warnings(capYen, time.Now()) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			return nil
 		},
 	}
@@ -100,5 +107,5 @@ func fmtTime(t *time.Time) string {
 	if t == nil {
 		return "(open)"
 	}
-	return t.Format(time.RFC3339)
+	return t.In(issuance.Tokyo).Format(time.RFC3339)
 }

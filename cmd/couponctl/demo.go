@@ -14,12 +14,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -71,6 +73,9 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	if o.members < 1 || o.workers < 1 {
 		return errors.New("--members and --workers must be at least 1")
 	}
+	if o.tapGap < 0 {
+		return fmt.Errorf("--tap-gap %s: must not be negative", o.tapGap)
+	}
 	ctx := cmd.Context()
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	dbURL, cleanup, err := databaseOrThrowaway(ctx, cmd)
@@ -105,17 +110,14 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	reqs := silverweek.Requests(o.members, silverweek.Campaigns, o.tapGap, o.seed)
 	fmt.Fprintf(errOut, "replaying %d requests (%d members x %d campaigns x 2 taps) with %d clients\n",
 		len(reqs), o.members, len(silverweek.Campaigns), o.workers)
-	bar := progressbar.NewOptions(len(reqs), progressbar.OptionSetWriter(errOut),
-		progressbar.OptionSetDescription("IssueCoupon"), progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond))
+	step, endProgress := newProgress(errOut, len(reqs), "IssueCoupon")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers}, Timeout: issuance.AppTimeout}
 	stats := silverweek.Run(ctx, reqs, o.workers, httpIssuer(client, baseURL+"/IssueCoupon"),
-		func(int) { _ = bar.Add(1) })
+		step)
+	endProgress(ctx.Err() == nil)
 	if err := ctx.Err(); err != nil {
-		_ = bar.Exit()
 		return fmt.Errorf("interrupted after %d of %d requests: %w", len(stats.Latencies), len(reqs), err)
 	}
-	_ = bar.Finish()
-	fmt.Fprintln(errOut)
 
 	writeOutcomes(out, stats)
 	rep, err := reconcile.Check(ctx, pool, issuance.DefaultMonthlyCapYen)
@@ -146,6 +148,32 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 	fmt.Fprintln(out, "\nOK: every rule held.")
 	return nil
+}
+
+// newProgress reports progress through total steps: a bar on a terminal, a plain line per 10%
+// elsewhere (a log file or a pipe would otherwise collect every redrawn frame). It returns the
+// callback for each step done and a function to call at the end.
+func newProgress(w io.Writer, total int, what string) (step func(done int), end func(completed bool)) {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond))
+		return func(int) { _ = bar.Add(1) }, func(completed bool) {
+			if completed {
+				_ = bar.Finish()
+			} else {
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	every := max(1, total/10)
+	var mu sync.Mutex
+	return func(done int) {
+		if done%every == 0 || done == total {
+			mu.Lock()
+			fmt.Fprintf(w, "%s: %d/%d\n", what, done, total)
+			mu.Unlock()
+		}
+	}, func(bool) {}
 }
 
 // serveFunctions serves every registered function through the functions framework on a free

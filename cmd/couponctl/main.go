@@ -49,6 +49,22 @@ when it is unset; the other verbs need it.`,
 	return root
 }
 
+// groupCmd is a verb made of sub-verbs, such as "campaign create". Alone or with an unknown
+// sub-verb it prints its help and fails, so that a typo never exits 0.
+func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_ = cmd.Help()
+			return fmt.Errorf("%s needs a verb (see above)", cmd.CommandPath())
+		},
+	}
+	c.AddCommand(subs...)
+	return c
+}
+
 // databaseURL returns DATABASE_URL, or an error that says to set it.
 func databaseURL() (string, error) {
 	if u := os.Getenv("DATABASE_URL"); u != "" {

@@ -14,12 +14,8 @@ import (
 )
 
 func outboxCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "outbox",
-		Short: "See the notification outbox and requeue its dead letters (parked rows)",
-	}
-	c.AddCommand(outboxStatusCmd(), outboxRequeueCmd())
-	return c
+	return groupCmd("outbox", "See the notification outbox and requeue its dead letters (parked rows)",
+		outboxStatusCmd(), outboxRequeueCmd())
 }
 
 func outboxStatusCmd() *cobra.Command {
@@ -29,6 +25,9 @@ func outboxStatusCmd() *cobra.Command {
 		Short: "Count outbox rows by state and list the parked ones with their reasons",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return fmt.Errorf("--limit %d: list at least 1 parked row", limit)
+			}
 			pool, err := openPool(cmd.Context())
 			if err != nil {
 				return err

@@ -37,6 +37,15 @@ var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	return NewHandler(pool, cfg)
 })
 
+// Preflight builds the instance's state now instead of on the first request: it reads and
+// validates the configuration from the environment and makes the pool (which connects lazily).
+// Deployable mains call it before serving, so that a configuration the function refuses stops
+// the instance at start-up rather than answering 500 to every request.
+func Preflight(ctx context.Context) error {
+	_, err := instance.Get(ctx)
+	return err
+}
+
 func issueCoupon(w http.ResponseWriter, r *http.Request) {
 	h, err := instance.Get(r.Context())
 	if err != nil {

@@ -50,7 +50,9 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 // decodeObject walks the tokens of {"member_id": "...", "campaign_id": "..."}: encoding/json
 // alone would accept duplicate keys (keeping the last) and ignore trailing data.
 func decodeObject(dec *json.Decoder, req *request) error {
-	if tok, err := dec.Token(); err != nil {
+	if tok, err := dec.Token(); err == io.EOF {
+		return errors.New(`body is empty: want {"member_id": "...", "campaign_id": "..."}`)
+	} else if err != nil {
 		return fmt.Errorf("body is not JSON: %w", err)
 	} else if tok != json.Delim('{') {
 		return errors.New("body must be a JSON object")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,13 +47,34 @@ func (c Campaign) Validate() error {
 	if c.DiscountYen <= 0 {
 		return fmt.Errorf("campaign %s: discount must be a positive number of yen, got %d", c.ID, c.DiscountYen)
 	}
+	if c.DiscountYen > math.MaxInt32 || c.BudgetYen > math.MaxInt32 {
+		return fmt.Errorf("campaign %s: amounts must be at most %d yen (PostgreSQL integer)", c.ID, math.MaxInt32)
+	}
 	if c.BudgetYen < c.DiscountYen {
 		return fmt.Errorf("campaign %s: budget %d yen is below one coupon of %d yen", c.ID, c.BudgetYen, c.DiscountYen)
 	}
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
-		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID, c.StartsAt, c.EndsAt)
+		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID,
+			c.StartsAt.Format(time.RFC3339), c.EndsAt.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// Warnings lists what is legal about c but probably not meant, given R3's cap capYen: a coupon
+// above the cap (every request would be MONTHLY_CAP), a budget that leaves yen no coupon can use,
+// a period that has already ended at now.
+func (c Campaign) Warnings(capYen int, now time.Time) []string {
+	var w []string
+	if c.DiscountYen > capYen {
+		w = append(w, fmt.Sprintf("a %d yen coupon is above the %d yen monthly cap: every request will be MONTHLY_CAP", c.DiscountYen, capYen))
+	}
+	if rest := c.BudgetYen % c.DiscountYen; rest != 0 {
+		w = append(w, fmt.Sprintf("the budget leaves %d yen that no %d yen coupon can use", rest, c.DiscountYen))
+	}
+	if c.EndsAt != nil && !c.EndsAt.After(now) {
+		w = append(w, "the campaign has already ended: every request will be CAMPAIGN_NOT_ACTIVE")
+	}
+	return w
 }
 
 // Create inserts c in one transaction. Errors: a validation error, [ErrExists], or the database's.

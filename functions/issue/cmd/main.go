@@ -3,15 +3,19 @@
 package main
 
 import (
+	"context"
 	"log"
 	"os"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 
-	_ "github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
+	"github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
 )
 
 func main() {
+	if err := issue.Preflight(context.Background()); err != nil {
+		log.Fatalf("IssueCoupon: refusing to start: %v", err)
+	}
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"

@@ -4,15 +4,19 @@
 package main
 
 import (
+	"context"
 	"log"
 	"os"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 
-	_ "github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
+	"github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
 )
 
 func main() {
+	if err := relay.Preflight(context.Background()); err != nil {
+		log.Fatalf("RelayOutbox: refusing to start: %v", err)
+	}
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
