@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	functionrelay "github.com/mops/coupon-api/functions/relay"
 	"github.com/mops/coupon-api/shared/linestub"
 	"github.com/mops/coupon-api/shared/pgtest"
@@ -41,16 +43,9 @@ RETURNING coupon_id::text`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, id := range ids[:5] {
 		stub.Always(id, linestub.Response{Status: http.StatusBadRequest})
