@@ -30,6 +30,14 @@ const DefaultBinDir = "/usr/lib/postgresql/15/bin"
 // wall time; a healthy initdb + start takes about two seconds on the 2-core build machine.
 const startTimeout = 60 * time.Second
 
+// dirPrefix names the temporary directories of this package's servers.
+const dirPrefix = "coupon-localpg-"
+
+// staleAfter is how old a server directory without a live postmaster must be before
+// [removeStale] deletes it: far longer than an initdb takes, so a server still starting is never
+// taken for a stale one.
+const staleAfter = 10 * time.Minute
+
 // ErrBinariesMissing is returned by Start when initdb or postgres cannot be found.
 var ErrBinariesMissing = errors.New("localpg: PostgreSQL server binaries not found")
 
@@ -77,7 +85,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "coupon-localpg-")
+	removeStale()
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("localpg: temp dir: %w", err)
 	}
@@ -227,4 +236,25 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// removeStale deletes the directories of earlier servers whose owner died without calling Stop
+// (killed by SIGKILL or a broken pipe): the postgres process itself ended with its parent
+// (Pdeathsig), but its files stayed. A directory is stale when it is older than [staleAfter]
+// and its postmaster.pid names no live process.
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range dirs {
+		info, err := os.Stat(d)
+		if err != nil || time.Since(info.ModTime()) < staleAfter {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
+			first, _, _ := strings.Cut(string(b), "\n")
+			if pid, err := strconv.Atoi(first); err == nil && syscall.Kill(pid, 0) != syscall.ESRCH {
+				continue // alive (or not ours to signal): in use
+			}
+		}
+		_ = os.RemoveAll(d)
+	}
 }
