@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"cloud.google.com/go/cloudsqlconn"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/envconf"
@@ -123,4 +124,11 @@ func OpenFromEnv(ctx context.Context) (*pgxpool.Pool, func(), error) {
 		return nil, nil, err
 	}
 	return Open(ctx, c)
+}
+
+// Querier is what read-and-report code needs from a connection: a *pgx.Conn, a *pgxpool.Pool
+// or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

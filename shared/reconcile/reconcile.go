@@ -11,13 +11,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Querier is what Check needs: a *pgx.Conn, a *pgxpool.Pool or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+	"github.com/mops/coupon-api/shared/db"
+)
 
 // Campaign is one campaign's R1 figures, in yen.
 type Campaign struct {
@@ -48,7 +44,7 @@ type Report struct {
 }
 
 // Check reads the tables through q and returns the report. capYen is R3's cap in yen.
-func Check(ctx context.Context, q Querier, capYen int) (Report, error) {
+func Check(ctx context.Context, q db.Querier, capYen int) (Report, error) {
 	r := Report{CapYen: capYen}
 	rows, err := q.Query(ctx, sqlCampaigns)
 	if err != nil {

@@ -6,13 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Querier is what [Status] and [Requeue] need: a *pgx.Conn, a *pgxpool.Pool or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+	"github.com/mops/coupon-api/shared/db"
+)
 
 // OutboxStatus counts the outbox rows by state, in rows, and lists the dead letters.
 type OutboxStatus struct {
@@ -50,7 +46,7 @@ SELECT coupon_id::text, member_id, attempts, parked_at, COALESCE(last_error, '')
  ORDER BY parked_at, coupon_id LIMIT $1`
 
 // Status reads the outbox through q, listing at most limit parked rows.
-func Status(ctx context.Context, q Querier, limit int) (OutboxStatus, error) {
+func Status(ctx context.Context, q db.Querier, limit int) (OutboxStatus, error) {
 	var s OutboxStatus
 	if err := q.QueryRow(ctx, sqlOutboxStatus).Scan(&s.Sent, &s.Due, &s.Waiting, &s.InFlight, &s.Parked); err != nil {
 		return s, fmt.Errorf("relay: outbox status: %w", err)
@@ -77,7 +73,7 @@ RETURNING coupon_id::text`
 // true, else the parked ones among couponIDs (UUIDs; rows that are not parked are left alone).
 // It returns the coupon ids requeued. Errors: a malformed UUID (SQLSTATE 22P02) or any database
 // error; nothing is requeued then.
-func Requeue(ctx context.Context, q Querier, all bool, couponIDs []string) ([]string, error) {
+func Requeue(ctx context.Context, q db.Querier, all bool, couponIDs []string) ([]string, error) {
 	rows, err := q.Query(ctx, sqlOutboxRequeue, all, couponIDs)
 	if err != nil {
 		return nil, fmt.Errorf("relay: requeue: %w", err)
