@@ -13,7 +13,7 @@ import (
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 type cloudBuild struct {
@@ -113,7 +113,7 @@ func TestDeployedServices(t *testing.T) {
 		case "IssueCoupon":
 			_, err = issuance.ConfigFromEnv()
 		case "RelayOutbox":
-			_, err = relay.ConfigFromEnv()
+			_, err = outbox.ConfigFromEnv()
 		}
 		if err != nil {
 			t.Errorf("%s: %v", envFile, err)

@@ -26,7 +26,7 @@ import (
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/reconcile"
-	"github.com/mops/coupon-api/shared/silverweek"
+	"github.com/mops/coupon-api/internal/silverweek"
 )
 
 type demoOptions struct {

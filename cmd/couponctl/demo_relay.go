@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/shared/linestub"
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 // demoRelayMaxRuns bounds the demo's drain loop, in RelayOutbox calls: one run takes up to
-// relay.DefaultMaxRows rows, and the injected failures need a second run (and a third, for a
+// outbox.DefaultMaxRows rows, and the injected failures need a second run (and a third, for a
 // 429 whose Retry-After has not passed yet).
 const demoRelayMaxRuns = 20
 
@@ -72,14 +72,14 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 		l.Addr(), len(victims))
 	client := &http.Client{Timeout: 2 * time.Minute}
 	started := time.Now()
-	var total relay.Result
+	var total outbox.Result
 	for run := 1; ; run++ {
 		res, err := postRelay(ctx, client, functionsBaseURL+"/RelayOutbox")
 		if err != nil {
 			return fmt.Errorf("relay run %d: %w", run, err)
 		}
 		total.Sent += res.Sent
-		st, err := relay.Status(ctx, pool, 0)
+		st, err := outbox.Status(ctx, pool, 0)
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 	}
 	elapsed := time.Since(started)
 
-	st, err := relay.Status(ctx, pool, 0)
+	st, err := outbox.Status(ctx, pool, 0)
 	if err != nil {
 		return err
 	}
@@ -149,8 +149,8 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 
 // postRelay calls RelayOutbox once with an empty body, as Cloud Scheduler does, and returns its
 // counts.
-func postRelay(ctx context.Context, client *http.Client, url string) (relay.Result, error) {
-	var res relay.Result
+func postRelay(ctx context.Context, client *http.Client, url string) (outbox.Result, error) {
+	var res outbox.Result
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return res, err

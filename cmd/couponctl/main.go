@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/shared/localpg"
+	"github.com/mops/coupon-api/internal/localpg"
 )
 
 // errViolations makes couponctl exit 1 after it has printed which rules broke.

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func outboxCmd() *cobra.Command {
@@ -33,7 +33,7 @@ func outboxStatusCmd() *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			s, err := relay.Status(cmd.Context(), pool, limit)
+			s, err := outbox.Status(cmd.Context(), pool, limit)
 			if err != nil {
 				return err
 			}
@@ -80,7 +80,7 @@ cannot deliver a coupon twice.`,
 				return err
 			}
 			defer pool.Close()
-			ids, err := relay.Requeue(cmd.Context(), pool, all, args)
+			ids, err := outbox.Requeue(cmd.Context(), pool, all, args)
 			if err != nil {
 				return err
 			}

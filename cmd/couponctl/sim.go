@@ -10,9 +10,9 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/mops/coupon-api/shared/envconf"
-	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/silverweek"
+	"github.com/mops/coupon-api/internal/silverweek"
 )
 
 func simCmd() *cobra.Command {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

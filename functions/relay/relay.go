@@ -1,6 +1,6 @@
 // Package relay is the RelayOutbox Cloud Run function: Cloud Scheduler calls it every minute
 // (and an operator may call it by hand) to deliver the transactional outbox to LINE. It decodes
-// the request, runs one relay pass (shared/relay) and answers how many rows were sent, sent
+// the request, runs one relay pass (shared/outbox) and answers how many rows were sent, sent
 // back for a retry, and parked (CONTRACT.md, "RelayOutbox"). It registers itself with the
 // functions framework in init.
 package relay
@@ -20,7 +20,7 @@ import (
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/lazy"
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func init() {
@@ -30,7 +30,7 @@ func init() {
 // instance is the per-instance state: the pool and the relay, built on the first request (so
 // LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
 var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
-	cfg, err := relay.ConfigFromEnv()
+	cfg, err := outbox.ConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -62,13 +62,13 @@ func relayOutbox(w http.ResponseWriter, r *http.Request) {
 
 // Handler serves RelayOutbox over one relay.
 type Handler struct {
-	relay *relay.Relay
+	relay *outbox.Relay
 	log   *slog.Logger
 }
 
-// NewHandler returns a Handler relaying from pool with cfg (see [relay.New] for its errors).
-func NewHandler(pool *pgxpool.Pool, cfg relay.Config) (*Handler, error) {
-	r, err := relay.New(pool, cfg)
+// NewHandler returns a Handler relaying from pool with cfg (see [outbox.New] for its errors).
+func NewHandler(pool *pgxpool.Pool, cfg outbox.Config) (*Handler, error) {
+	r, err := outbox.New(pool, cfg)
 	if err != nil {
 		return nil, err
 	}

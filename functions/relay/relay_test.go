@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	functionrelay "github.com/mops/coupon-api/functions/relay"
-	"github.com/mops/coupon-api/shared/linestub"
-	"github.com/mops/coupon-api/shared/pgtest"
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/functions/relay"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -54,7 +54,7 @@ RETURNING coupon_id::text`)
 		stub.Always(id, linestub.Response{Status: http.StatusInternalServerError})
 	}
 
-	h, err := functionrelay.NewHandler(pool, relay.Config{
+	h, err := relay.NewHandler(pool, outbox.Config{
 		ChannelAccessToken: "test-token", BaseURL: srv.URL, BatchSize: 7,
 		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
 	})
@@ -66,13 +66,13 @@ RETURNING coupon_id::text`)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	var got relay.Result
+	var got outbox.Result
 	dec := json.NewDecoder(rec.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	var want relay.Result
+	var want outbox.Result
 	err = pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND attempts = 1),
@@ -81,7 +81,7 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want || want != (relay.Result{Sent: 20, RetryLater: 5, Parked: 5}) {
+	if got != want || want != (outbox.Result{Sent: 20, RetryLater: 5, Parked: 5}) {
 		t.Errorf("answer %+v, table %+v; want them equal at 20 sent, 5 retry_later, 5 parked", got, want)
 	}
 }
@@ -89,7 +89,7 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
 // TestRejectsBadRequests checks the request rules: POST only, an empty body or {"max_rows": N}.
 func TestRejectsBadRequests(t *testing.T) {
 	t.Parallel()
-	h, err := functionrelay.NewHandler(nil, relay.Config{ChannelAccessToken: "t"})
+	h, err := relay.NewHandler(nil, outbox.Config{ChannelAccessToken: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 -- +goose Up
--- Relay bookkeeping on the transactional outbox (functions/relay, shared/relay). The contract's
+-- Relay bookkeeping on the transactional outbox (functions/relay, shared/outbox). The contract's
 -- columns (coupon_id, member_id, created_at, sent_at) keep their names and meaning; a row is
 -- delivered when sent_at is set, dead-lettered when parked_at is set, and due otherwise.
 --

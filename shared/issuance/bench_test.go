@@ -8,7 +8,7 @@ import (
 
 	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/internal/pgtest"
 )
 
 // BenchmarkIssueHotCampaign issues coupons to new members of one campaign from

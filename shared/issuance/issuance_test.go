@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/campaign"
-	"github.com/mops/coupon-api/shared/isolationlab"
+	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/reconcile"
-	"github.com/mops/coupon-api/shared/silverweek"
+	"github.com/mops/coupon-api/internal/silverweek"
 )
 
 // silverWeekDay is a fixed clock inside Silver Week 2026, 10:00 JST on 20 September.

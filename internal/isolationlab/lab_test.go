@@ -10,9 +10,9 @@ import (
 
 	"gonum.org/v1/plot/vg"
 
-	"github.com/mops/coupon-api/shared/isolationlab"
-	"github.com/mops/coupon-api/shared/pgtest"
-	"github.com/mops/coupon-api/shared/silverweek"
+	"github.com/mops/coupon-api/internal/isolationlab"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/silverweek"
 )
 
 // fresh hands each run a new migrated database of t's, dropped when t ends.

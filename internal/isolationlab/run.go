@@ -15,7 +15,7 @@ import (
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/reconcile"
-	"github.com/mops/coupon-api/shared/silverweek"
+	"github.com/mops/coupon-api/internal/silverweek"
 )
 
 // Load is the traffic of one run: members x campaigns x two taps, shuffled

@@ -1,4 +1,4 @@
-// Package relay delivers the transactional outbox (notification_outbox) to LINE: each issued
+// Package outbox relays the transactional outbox (notification_outbox) to LINE: each issued
 // coupon becomes one LINE Messaging API push message, effectively exactly once.
 //
 // Exactly once in effect is at-least-once delivery plus an idempotency key: every push carries
@@ -22,4 +22,4 @@
 // run re-sends it with the same retry key, LINE answers 409, and the row is marked sent.
 //
 // [Status] and [Requeue] are the operator's view of the outbox and its dead letters.
-package relay
+package outbox

@@ -3,7 +3,7 @@ package isolationlab_test
 import (
 	"testing"
 
-	"github.com/mops/coupon-api/shared/pgtest"
+	"github.com/mops/coupon-api/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,12 +1,12 @@
-package relay_test
+package outbox_test
 
 import (
 	"context"
 	"net/http/httptest"
 	"testing"
 
-	"github.com/mops/coupon-api/shared/linestub"
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 // BenchmarkRelay drains 2,000 outbox rows into the LINE stand-in over loopback HTTP per
@@ -14,15 +14,15 @@ import (
 // stand-in answers at once, so this is the relay's own ceiling (claims, pushes through the
 // SDK, one mark per row), not LINE's latency.
 //
-//	go test -run '^$' -bench Relay -benchtime 5x ./shared/relay
+//	go test -run '^$' -bench Relay -benchtime 5x ./shared/outbox
 func BenchmarkRelay(b *testing.B) {
 	const rows = 2000
 	for _, c := range []struct {
 		name string
-		cfg  relay.Config
+		cfg  outbox.Config
 	}{
-		{"defaults", relay.Config{}}, // 50 per batch, 8 in flight, 500 pushes/s
-		{"line-limit", relay.Config{RateLimit: relay.LINEPushRateLimit, Parallelism: 16}}, // LINE's 2,000/s
+		{"defaults", outbox.Config{}}, // 50 per batch, 8 in flight, 500 pushes/s
+		{"line-limit", outbox.Config{RateLimit: outbox.LINEPushRateLimit, Parallelism: 16}}, // LINE's 2,000/s
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			bb := setup(b, rows)
@@ -37,7 +37,7 @@ func BenchmarkRelay(b *testing.B) {
 				srv := httptest.NewServer(linestub.New()) // fresh retry keys: every push a 200
 				cfg := c.cfg
 				cfg.ChannelAccessToken, cfg.BaseURL, cfg.Logger = "bench-token", srv.URL, bb.cfg.Logger
-				r, err := relay.New(bb.pool, cfg)
+				r, err := outbox.New(bb.pool, cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/shared/linestub"
+	"github.com/mops/coupon-api/internal/linestub"
 )
 
 func push(t *testing.T, url, key string) *http.Response {

@@ -21,7 +21,7 @@ import (
 	"github.com/peterldowns/pgtestdb"
 
 	"github.com/mops/coupon-api/schema"
-	"github.com/mops/coupon-api/shared/localpg"
+	"github.com/mops/coupon-api/internal/localpg"
 )
 
 // serverURL is the server under test, set by Main.

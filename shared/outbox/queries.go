@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 // sqlRunStart is the database's clock at the start of a run: a run claims only rows that were
 // due then ($4 of [sqlOutboxClaim]), so a row it sends back with a zero wait is retried by the

@@ -1,4 +1,4 @@
-package relay_test
+package outbox_test
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/shared/linestub"
-	"github.com/mops/coupon-api/shared/pgtest"
-	"github.com/mops/coupon-api/shared/relay"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type bundle struct {
 	pool    *pgxpool.Pool
 	stub    *linestub.Stub
-	cfg     relay.Config
+	cfg     outbox.Config
 	coupons []string // the seeded coupon ids, in claim order
 }
 
@@ -38,7 +38,7 @@ func setup(t testing.TB, n int) bundle {
 	srv := httptest.NewServer(stub)
 	t.Cleanup(srv.Close)
 	coupons := seed(t, pool, n)
-	return bundle{pool: pool, stub: stub, coupons: coupons, cfg: relay.Config{
+	return bundle{pool: pool, stub: stub, coupons: coupons, cfg: outbox.Config{
 		ChannelAccessToken: "test-token",
 		BaseURL:            srv.URL,
 		BatchSize:          10,
@@ -92,16 +92,16 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-func newRelay(t testing.TB, b bundle) *relay.Relay {
+func newRelay(t testing.TB, b bundle) *outbox.Relay {
 	t.Helper()
-	r, err := relay.New(b.pool, b.cfg)
+	r, err := outbox.New(b.pool, b.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-func run(t testing.TB, r *relay.Relay, maxRows int) relay.Result {
+func run(t testing.TB, r *outbox.Relay, maxRows int) outbox.Result {
 	t.Helper()
 	res, err := r.Run(context.Background(), maxRows)
 	if err != nil {
@@ -121,7 +121,7 @@ func TestConcurrentRelaysClaimDisjointBatches(t *testing.T) {
 
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	results := make([][]relay.Result, relays)
+	results := make([][]outbox.Result, relays)
 	errs := make([]error, relays)
 	for i := range relays {
 		r := newRelay(t, b) // one Relay per "instance"
@@ -235,7 +235,7 @@ func TestBatchSurvivesSlowFailingAndUnmarkedRows(t *testing.T) {
 
 	// Run 1: the seven others are sent; the slow one timed out without holding them up.
 	first := run(t, r, 0)
-	if want := (relay.Result{Sent: 7, RetryLater: 3}); first != want {
+	if want := (outbox.Result{Sent: 7, RetryLater: 3}); first != want {
 		t.Errorf("run 1: %+v, want %+v", first, want)
 	}
 	for i, id := range b.coupons {
@@ -262,7 +262,7 @@ func TestBatchSurvivesSlowFailingAndUnmarkedRows(t *testing.T) {
 	}
 
 	// Runs 2-5: the slow and the unmarked rows go in run 2; the failing one is parked in run 5.
-	want := []relay.Result{{Sent: 2, RetryLater: 1}, {RetryLater: 1}, {RetryLater: 1}, {Parked: 1}}
+	want := []outbox.Result{{Sent: 2, RetryLater: 1}, {RetryLater: 1}, {RetryLater: 1}, {Parked: 1}}
 	for i, w := range want {
 		if got := run(t, r, 0); got != w {
 			t.Errorf("run %d: %+v, want %+v", i+2, got, w)
@@ -302,7 +302,7 @@ func TestRetryAfterIsRespected(t *testing.T) {
 	b.stub.Script(id, linestub.Response{Status: http.StatusTooManyRequests, RetryAfter: "120"})
 	r := newRelay(t, b)
 
-	if got := run(t, r, 0); got != (relay.Result{RetryLater: 1}) {
+	if got := run(t, r, 0); got != (outbox.Result{RetryLater: 1}) {
 		t.Fatalf("run 1: %+v, want one retry later", got)
 	}
 	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox
@@ -317,7 +317,7 @@ func TestRetryAfterIsRespected(t *testing.T) {
 	if _, err := b.pool.Exec(context.Background(), `UPDATE notification_outbox SET next_attempt_at = now()`); err != nil {
 		t.Fatal(err)
 	}
-	if got := run(t, r, 0); got != (relay.Result{Sent: 1}) {
+	if got := run(t, r, 0); got != (outbox.Result{Sent: 1}) {
 		t.Errorf("run after Retry-After: %+v, want one sent", got)
 	}
 }
@@ -332,7 +332,7 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 	b.stub.Script(id, linestub.Response{Status: http.StatusBadRequest, Message: reason})
 	r := newRelay(t, b)
 
-	if got := run(t, r, 0); got != (relay.Result{Parked: 1}) {
+	if got := run(t, r, 0); got != (outbox.Result{Parked: 1}) {
 		t.Fatalf("run 1: %+v, want one parked", got)
 	}
 	if s := state(t, b.pool, id); !s.parked || s.attempts != 1 ||
@@ -344,7 +344,7 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	st, err := relay.Status(ctx, b.pool, 10)
+	st, err := outbox.Status(ctx, b.pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,11 +352,11 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 		!strings.Contains(st.ParkedRows[0].LastError, reason) {
 		t.Errorf("status: %+v, want the one parked row with its reason", st)
 	}
-	ids, err := relay.Requeue(ctx, b.pool, false, []string{id})
+	ids, err := outbox.Requeue(ctx, b.pool, false, []string{id})
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("Requeue: %v, %v; want the one row", ids, err)
 	}
-	if got := run(t, r, 0); got != (relay.Result{Sent: 1}) {
+	if got := run(t, r, 0); got != (outbox.Result{Sent: 1}) {
 		t.Errorf("run after requeue: %+v, want one sent", got)
 	}
 }
