@@ -6,6 +6,7 @@ require (
 	cloud.google.com/go/cloudsqlconn v1.26.0
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/google/uuid v1.6.0
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/line/line-bot-sdk-go/v8 v8.14.0
 	github.com/peterldowns/pgtestdb v0.1.1

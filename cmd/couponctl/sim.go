@@ -9,10 +9,10 @@ import (
 	"github.com/spf13/cobra"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/internal/isolationlab"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/internal/silverweek"
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 func simCmd() *cobra.Command {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -8,7 +8,7 @@ import (
 	"mime"
 	"net/http"
 
-	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/ids"
 )
 
 // MaxBodyBytes is the largest request body accepted, in bytes (CONTRACT.md: 4 KiB).
@@ -39,7 +39,7 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 		return req, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", MaxBodyBytes)
 	}
 	if err == nil {
-		err = issuance.Validate(req.MemberID, req.CampaignID)
+		err = ids.Request(req.MemberID, req.CampaignID)
 	}
 	if err != nil {
 		return req, http.StatusBadRequest, err

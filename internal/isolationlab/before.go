@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,10 +24,6 @@ const BeforeAttempts = 3
 // DefaultPushDelay is the simulated LINE push inside the Before transaction (design write-up:
 // "平均 20 ms、タイムアウト未設定").
 const DefaultPushDelay = 20 * time.Millisecond
-
-// sqlstateSerializationFailure is SQLSTATE 40001 serialization_failure (PostgreSQL 15 docs,
-// Appendix A): REPEATABLE READ and SERIALIZABLE roll the transaction back with it.
-const sqlstateSerializationFailure = "40001"
 
 // BreakSchema turns the production schema into the Before world: no unique index on
 // (campaign_id, member_id) and no CHECK on the budget counter, as the incident's tables were.
@@ -190,7 +187,7 @@ func (l *PushLog) CouponIDs() []string {
 
 func isSerializationFailure(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == sqlstateSerializationFailure
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.SerializationFailure
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -20,8 +20,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", which pgtestdb opens
 	"github.com/peterldowns/pgtestdb"
 
-	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/schema"
 )
 
 // serverURL is the server under test, set by Main.

@@ -9,10 +9,11 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/ids"
 )
 
 // ErrNotFound is returned by [Show] for a campaign id that does not exist.
@@ -41,7 +42,7 @@ func (s Status) RemainingYen() int { return s.BudgetYen - s.IssuedYen }
 
 // Validate checks c before it reaches the database's own constraints.
 func (c Campaign) Validate() error {
-	if err := issuance.Validate("x", c.ID); err != nil {
+	if err := ids.Campaign(c.ID); err != nil {
 		return fmt.Errorf("campaign id %q: %w", c.ID, err)
 	}
 	if c.DiscountYen <= 0 {
@@ -94,7 +95,7 @@ VALUES ($1, $2, $3, $4, $5)`, c.ID, c.DiscountYen, c.BudgetYen, c.StartsAt, c.En
 		return err
 	})
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 		return fmt.Errorf("%w: %s", ErrExists, c.ID)
 	}
 	if err != nil {

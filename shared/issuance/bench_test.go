@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/internal/pgtest"
 )
 
 // BenchmarkIssueHotCampaign issues coupons to new members of one campaign from

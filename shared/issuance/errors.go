@@ -5,21 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// SQLSTATEs that say PostgreSQL rolled the transaction back and nothing was written
-// (PostgreSQL 15 docs, Appendix A "PostgreSQL Error Codes").
-const (
-	sqlstateSerializationFailure = "40001" // serialization_failure
-	sqlstateDeadlockDetected     = "40P01" // deadlock_detected
-	sqlstateLockNotAvailable     = "55P03" // lock_not_available: lock_timeout expired
-	sqlstateQueryCanceled        = "57014" // query_canceled: statement_timeout expired
-)
-
-// ErrInvalidRequest is returned (wrapped) by [Service.Issue] for a member or campaign id that
-// breaks the formats of CONTRACT.md.
-var ErrInvalidRequest = errors.New("invalid request")
 
 // IsRetryable reports whether err, at any depth of wrapping (fmt.Errorf %w, errors.Join), is a
 // PostgreSQL error after which the whole transaction may be run again: 40001
@@ -31,7 +19,7 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case sqlstateSerializationFailure, sqlstateDeadlockDetected, sqlstateLockNotAvailable:
+	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected, pgerrcode.LockNotAvailable:
 		return true
 	}
 	return false
@@ -41,7 +29,7 @@ func IsRetryable(err error) bool {
 // call's context deadline. Such an attempt wrote nothing, but there is no time left to retry it.
 func isTimeout(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled {
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.QueryCanceled {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/backoff"
+	"github.com/mops/coupon-api/shared/ids"
 )
 
 // Result is the outcome code callers branch on (CONTRACT.md, IssueCoupon).
@@ -77,10 +78,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 // [MaxAttempts] in all and never past the budget; then the result is RETRY_EXHAUSTED, as it is
 // when statement_timeout or the budget's deadline ends an attempt.
 //
-// Errors: a wrapped [ErrInvalidRequest] for malformed ids, ctx's error when the caller gives up,
+// Errors: a wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up,
 // and any other database error unretried (the caller answers 500).
 func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outcome, error) {
-	if err := Validate(memberID, campaignID); err != nil {
+	if err := ids.Request(memberID, campaignID); err != nil {
 		return Outcome{}, err
 	}
 	deadline := time.Now().Add(s.cfg.Budget)

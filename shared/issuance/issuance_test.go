@@ -8,16 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/internal/isolationlab"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/shared/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
+	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 // silverWeekDay is a fixed clock inside Silver Week 2026, 10:00 JST on 20 September.
@@ -443,8 +444,8 @@ func TestIsRetryable(t *testing.T) {
 		code string
 		want bool
 	}{
-		{"40001", true}, {"40P01", true}, {"55P03", true},
-		{"23505", false}, {"57014", false}, {"25P02", false},
+		{pgerrcode.SerializationFailure, true}, {pgerrcode.DeadlockDetected, true}, {pgerrcode.LockNotAvailable, true},
+		{pgerrcode.UniqueViolation, false}, {pgerrcode.QueryCanceled, false}, {pgerrcode.InFailedSQLTransaction, false},
 	} {
 		for depth := 1; depth <= 3; depth++ {
 			err := wrap(&pgconn.PgError{Code: tc.code}, depth)
