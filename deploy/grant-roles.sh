@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Step 5 of docs/deploy.md: grant the database group roles to the IAM database users
+# (docs/api.md, "Database roles"): coupon_issue to IssueCoupon's user, coupon_relay to
+# RelayOutbox's, coupon_admin to the deploy build's (couponctl's operator verbs). The roles
+# themselves, and what each may read and write, are created by the schema migrations; this
+# script only grants them, as the migrations' own user (coupon-deploy, impersonated), through
+# the Cloud SQL Auth Proxy and psql. Idempotent: granting a role twice changes nothing.
+set -euo pipefail
+usage="Usage: deploy/grant-roles.sh --project ID [--region R] [--instance NAME] [--dry-run]
+
+Needs cloud-sql-proxy (v2) and psql on PATH, and roles/iam.serviceAccountTokenCreator on
+coupon-deploy for the operator who runs it."
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+parse_common_flags "$@"
+
+readonly PROXY_PORT=5439
+grants="GRANT coupon_issue TO \"$(db_user "$SA_ISSUE")\";
+GRANT coupon_relay TO \"$(db_user "$SA_RELAY")\";
+GRANT coupon_admin TO \"$(db_user "$SA_DEPLOY")\";"
+
+if [ "$DRY_RUN" = false ]; then
+  for tool in cloud-sql-proxy psql; do
+    command -v "$tool" >/dev/null || die "$tool not found on PATH (docs/deploy.md, prerequisites)"
+  done
+fi
+run cloud-sql-proxy --auto-iam-authn --port="$PROXY_PORT" \
+  --impersonate-service-account="$(sa_email "$SA_DEPLOY")" "$(connection_name)" &
+proxy=$!
+trap 'kill "$proxy" 2>/dev/null || true' EXIT
+run sleep 3
+run psql "host=127.0.0.1 port=$PROXY_PORT dbname=$DATABASE user=$(db_user "$SA_DEPLOY") sslmode=disable" \
+  -v ON_ERROR_STOP=1 -c "$grants"
