@@ -121,3 +121,28 @@ SELECT campaign_id, discount_yen, budget_yen, issued_yen, starts_at, ends_at
 	}
 	return s, nil
 }
+
+// List reads every campaign in id order, with its issued total. A campaign whose budget is
+// spread over several rows of campaign_budgets (budget stripes) is one Status with the rows'
+// sums. Errors: the database's.
+func List(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]Status, error) {
+	rows, err := db.Query(ctx, `
+SELECT campaign_id, min(discount_yen), sum(budget_yen)::bigint, sum(issued_yen)::bigint, min(starts_at), max(ends_at)
+  FROM campaign_budgets GROUP BY campaign_id ORDER BY campaign_id`)
+	if err != nil {
+		return nil, fmt.Errorf("campaign: list: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
+		var s Status
+		var budget, issued int64
+		err := row.Scan(&s.ID, &s.DiscountYen, &budget, &issued, &s.StartsAt, &s.EndsAt)
+		s.BudgetYen, s.IssuedYen = int(budget), int(issued)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("campaign: list: %w", err)
+	}
+	return list, nil
+}
