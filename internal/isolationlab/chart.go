@@ -201,14 +201,16 @@ func valueLabels(vals plotter.Values, offset vg.Length, yen bool, c color.Color)
 	return l, nil
 }
 
-// formatValue is a bar's label: whole numbers as they are (yen with thousands separators),
-// others with one decimal.
+// formatValue is a bar's label: yen rounded to the yen with thousands separators, other whole
+// numbers as they are, others with one decimal (one significant digit below 0.1).
 func formatValue(v float64, yen bool) string {
-	if v != math.Trunc(v) {
+	switch {
+	case yen:
+		return thousands(int64(math.Round(v)))
+	case v != 0 && math.Abs(v) < 0.1:
+		return strconv.FormatFloat(v, 'g', 1, 64) // 0.02, not a "0.0" that reads as none
+	case v != math.Trunc(v):
 		return strconv.FormatFloat(v, 'f', 1, 64)
-	}
-	if yen {
-		return thousands(int64(v))
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)
 }
