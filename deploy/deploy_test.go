@@ -33,8 +33,9 @@ type step struct {
 }
 
 type cloudBuild struct {
-	Substitutions map[string]string `yaml:"substitutions"`
-	Steps         []step            `yaml:"steps"`
+	ServiceAccount string            `yaml:"serviceAccount"`
+	Substitutions  map[string]string `yaml:"substitutions"`
+	Steps          []step            `yaml:"steps"`
 }
 
 // builtinSubstitutions are the ones Cloud Build provides itself (Cloud Build docs,
@@ -61,6 +62,11 @@ func loadCloudBuild(t *testing.T) cloudBuild {
 func TestCloudBuildSteps(t *testing.T) {
 	cb := loadCloudBuild(t)
 	ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+	for _, m := range ref.FindAllStringSubmatch(cb.ServiceAccount, -1) {
+		if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
+			t.Errorf("serviceAccount: $%s is not a built-in substitution", m[1])
+		}
+	}
 	seen := map[string]bool{}
 	for _, s := range cb.Steps {
 		if s.ID == "" || s.Name == "" || seen[s.ID] {
@@ -104,7 +110,7 @@ func script(t *testing.T, name string, args ...string) (string, error) {
 	t.Helper()
 	bin := t.TempDir()
 	marker := filepath.Join(bin, "called")
-	for _, tool := range []string{"gcloud", "cloud-sql-proxy", "psql"} {
+	for _, tool := range []string{"gcloud", "cloud-sql-proxy", "psql", "pg_isready"} {
 		fake := fmt.Sprintf("#!/bin/sh\necho \"%s $*\" >> %s\nexit 1\n", tool, marker)
 		if err := os.WriteFile(filepath.Join(bin, tool), []byte(fake), 0o755); err != nil {
 			t.Fatal(err)
@@ -335,7 +341,7 @@ func TestDeployedServices(t *testing.T) {
 }
 
 // TestMigrationIdentity: the migrate step logs in as the IAM database user of the account the
-// build runs as (deploy/build.sh's --service-account), and deploy/setup.sh creates that user.
+// build runs as (cloudbuild.yaml's serviceAccount), and deploy/setup.sh creates that user.
 func TestMigrationIdentity(t *testing.T) {
 	cb := loadCloudBuild(t)
 	i := slices.IndexFunc(cb.Steps, func(s step) bool { return s.ID == "migrate" })
@@ -348,13 +354,9 @@ func TestMigrationIdentity(t *testing.T) {
 			user = substitute(cb, v)
 		}
 	}
-	out, err := script(t, "build.sh", "--project", testProject, "--dry-run")
-	if err != nil {
-		t.Fatalf("build.sh: %v\n%s", err, out)
-	}
-	runsAs := regexp.MustCompile(`--service-account=projects/[^/]+/serviceAccounts/(\S+)`).FindStringSubmatch(out)
-	if runsAs == nil || user+".gserviceaccount.com" != runsAs[1] {
-		t.Errorf("migrate logs in as %q, but the build runs as %v", user, runsAs)
+	runsAs := substitute(cb, cb.ServiceAccount)
+	if want := "projects/" + testProject + "/serviceAccounts/" + user + ".gserviceaccount.com"; user == "" || runsAs != want {
+		t.Errorf("migrate logs in as %q, but the build runs as %q", user, runsAs)
 	}
 	setup, err := script(t, "setup.sh", "--project", testProject, "--dry-run")
 	if err != nil {
@@ -362,6 +364,26 @@ func TestMigrationIdentity(t *testing.T) {
 	}
 	if !strings.Contains(setup, "gcloud sql users create "+user+" ") {
 		t.Errorf("setup.sh does not create the IAM database user %s", user)
+	}
+}
+
+// TestGrantRoles: the database group roles go to the IAM users of the functions and of the
+// migrations, as the migrations' own user.
+func TestGrantRoles(t *testing.T) {
+	out, err := script(t, "grant-roles.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("grant-roles.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`GRANT coupon_issue TO "coupon-issue@` + testProject + `.iam"`,
+		`GRANT coupon_relay TO "coupon-relay@` + testProject + `.iam"`,
+		`GRANT coupon_admin TO "coupon-deploy@` + testProject + `.iam"`,
+		"+ cloud-sql-proxy --auto-iam-authn",
+		"user=coupon-deploy@" + testProject + ".iam",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("grant-roles.sh --dry-run lacks %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -8,7 +8,7 @@
 set -euo pipefail
 usage="Usage: deploy/grant-roles.sh --project ID [--region R] [--instance NAME] [--dry-run]
 
-Needs cloud-sql-proxy (v2) and psql on PATH, and roles/iam.serviceAccountTokenCreator on
+Needs cloud-sql-proxy (v2), psql and pg_isready on PATH, and roles/iam.serviceAccountTokenCreator on
 coupon-deploy for the operator who runs it."
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -20,14 +20,22 @@ GRANT coupon_relay TO \"$(db_user "$SA_RELAY")\";
 GRANT coupon_admin TO \"$(db_user "$SA_DEPLOY")\";"
 
 if [ "$DRY_RUN" = false ]; then
-  for tool in cloud-sql-proxy psql; do
+  for tool in cloud-sql-proxy psql pg_isready; do
     command -v "$tool" >/dev/null || die "$tool not found on PATH (docs/deploy.md, prerequisites)"
   done
 fi
-run cloud-sql-proxy --auto-iam-authn --port="$PROXY_PORT" \
-  --impersonate-service-account="$(sa_email "$SA_DEPLOY")" "$(connection_name)" &
-proxy=$!
-trap 'kill "$proxy" 2>/dev/null || true' EXIT
-run sleep 3
+proxy=(cloud-sql-proxy --auto-iam-authn --port="$PROXY_PORT"
+  --impersonate-service-account="$(sa_email "$SA_DEPLOY")" "$(connection_name)")
+if [ "$DRY_RUN" = true ]; then
+  run "${proxy[@]}"
+else
+  run "${proxy[@]}" &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null || true' EXIT
+  for _ in $(seq 30); do
+    pg_isready -q -h 127.0.0.1 -p "$PROXY_PORT" && break
+    sleep 1
+  done
+fi
 run psql "host=127.0.0.1 port=$PROXY_PORT dbname=$DATABASE user=$(db_user "$SA_DEPLOY") sslmode=disable" \
   -v ON_ERROR_STOP=1 -c "$grants"
