@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -37,11 +38,11 @@ func campaignCreateCmd() *cobra.Command {
 			if err := def.Validate(); err != nil {
 				return err
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			if err := campaign.Create(cmd.Context(), pool, def); err != nil {
 				return err
 			}
@@ -85,11 +86,11 @@ func campaignShowCmd() *cobra.Command {
 		Short: "Show a campaign's budget, issued and remaining yen",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			s, err := campaign.Show(cmd.Context(), pool, args[0])
 			if err != nil {
 				return err

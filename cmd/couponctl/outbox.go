@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -28,11 +29,11 @@ func outboxStatusCmd() *cobra.Command {
 			if limit < 1 {
 				return fmt.Errorf("--limit %d: list at least 1 parked row", limit)
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			s, err := outbox.Status(cmd.Context(), pool, limit)
 			if err != nil {
 				return err
@@ -75,11 +76,11 @@ cannot deliver a coupon twice.`,
 					return fmt.Errorf("coupon id %q: not a UUID", id)
 				}
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			ids, err := outbox.Requeue(cmd.Context(), pool, all, args)
 			if err != nil {
 				return err

@@ -27,8 +27,9 @@ func init() {
 	functions.HTTP("RelayOutbox", relayOutbox)
 }
 
-// instance is the per-instance state: the pool and the relay, built on the first request (so
-// LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
+// instance is the per-instance state: the pool and the relay, built once at start-up by
+// [Preflight] (or by the first request where no main called it, as in a bare functions-framework
+// run; LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
 var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	cfg, err := outbox.ConfigFromEnv()
 	if err != nil {

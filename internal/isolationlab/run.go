@@ -25,7 +25,7 @@ type Load struct {
 	Campaigns []silverweek.Campaign
 	// CapYen is R3's monthly cap in yen.
 	CapYen int
-	// TapGap bounds the delay of each second tap, in seconds; zero sends both taps at once.
+	// TapGap bounds the delay of each second tap (a duration); zero sends both taps at once.
 	TapGap time.Duration
 	// Seed picks the shuffle; each run adds its workers and run number to it.
 	Seed uint64

@@ -37,7 +37,7 @@ var Campaigns = []Campaign{
 // requests, of which exactly 600 issue under the 2,000 yen cap.
 const DefaultMembers = 300
 
-// DefaultTapGap bounds the delay of the second tap after the first, in seconds: the incident's
+// DefaultTapGap bounds the delay of the second tap after the first (50 ms): the incident's
 // duplicates arrived "within tens of milliseconds".
 const DefaultTapGap = 50 * time.Millisecond
 
