@@ -167,7 +167,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		a := post(t, h, c.method, c.contentType, c.body)
-		if a.status != c.status || a.body["result"] != "INVALID_REQUEST" || a.body["message"] == "" {
+		if msg, _ := a.body["message"].(string); a.status != c.status || a.body["result"] != "INVALID_REQUEST" || msg == "" {
 			t.Errorf("%s: %d %v, want %d INVALID_REQUEST with a message", c.name, a.status, a.body, c.status)
 		}
 		if c.status == 405 && a.header.Get("Allow") != "POST" {

@@ -168,11 +168,11 @@ func Run(ctx context.Context, reqs []Request, workers int, issue IssueFunc, prog
 }
 
 // CreateCampaigns creates the scenario's campaigns, always active.
-func CreateCampaigns(ctx context.Context, db interface {
+func CreateCampaigns(ctx context.Context, conn interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, campaigns []Campaign) error {
 	for _, c := range campaigns {
-		if err := campaign.Create(ctx, db, campaign.Campaign{ID: c.ID, DiscountYen: c.DiscountYen, BudgetYen: c.BudgetYen}); err != nil {
+		if err := campaign.Create(ctx, conn, campaign.Campaign{ID: c.ID, DiscountYen: c.DiscountYen, BudgetYen: c.BudgetYen}); err != nil {
 			return err
 		}
 	}
@@ -214,8 +214,8 @@ func Verify(ctx context.Context, q db.Querier, members, capYen int) ([]string, e
 const MaxResends = 20
 
 // Resending wraps issue as the app behaves on RETRY_EXHAUSTED ("nothing was written; safe to
-// re-send", docs/api.md): it re-sends after a full-jitter wait (10 ms base, 1 s cap, the
-// Retry-After of the answer), at most [MaxResends] times, and counts the re-sends in resends.
+// re-send", docs/api.md): it re-sends after a full-jitter wait (10 ms base, capped at 1 s, the
+// Retry-After IssueCoupon sends), at most [MaxResends] times, and counts the re-sends in resends.
 func Resending(issue IssueFunc, resends *atomic.Int64) IssueFunc {
 	return func(ctx context.Context, r Request) (string, error) {
 		for n := 1; ; n++ {
