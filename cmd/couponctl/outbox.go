@@ -65,9 +65,10 @@ func outboxRequeueCmd() *cobra.Command {
 		Short: "Put parked and skipped rows back for the next relay run, with a fresh attempt count",
 		Long: `Put parked (dead-lettered) and skipped outbox rows back for the next RelayOutbox run. Their
 attempt count starts again; last_error is kept. Requeue after fixing the cause: a member who
-unblocked the account, an expired channel token, or (for a skipped row) a member who has since
-linked a LINE account (couponctl line link); a skipped row whose member is still unlinked is
-left as it is.
+unblocked the account, a LINE outage that outlasted the attempts, or (for a skipped row) a
+member who has since linked a LINE account (couponctl line link); a skipped row whose member is
+still unlinked is left as it is. (A refused channel token parks nothing: the relay gives the
+rows back and stops until the token is renewed.)
 
 The push is re-sent with the same X-Line-Retry-Key, and LINE answers 409 instead of delivering
 again, but only for 24 hours after the key's first use (LINE Messaging API, "Retry failed API
