@@ -46,7 +46,7 @@ PostgreSQL when it is unset.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd())
+	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd(), lineCmd())
 	return root
 }
 

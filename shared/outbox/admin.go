@@ -13,6 +13,7 @@ import (
 // OutboxStatus counts the outbox rows by state, in rows, and lists the dead letters.
 type OutboxStatus struct {
 	Sent     int64 // delivered (sent_at set)
+	Skipped  int64 // closed without a push: the member has no LINE account linked (skipped_at set)
 	Due      int64 // waiting for the next run
 	Waiting  int64 // backing off after a failed push (next_attempt_at in the future)
 	InFlight int64 // claimed by a run whose lease has not ended
@@ -32,11 +33,13 @@ type ParkedRow struct {
 
 const sqlOutboxStatus = `
 SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
-       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()),
-       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND next_attempt_at > now()
-                          AND claimed_by IS NULL),
-       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND next_attempt_at > now()
-                          AND claimed_by IS NOT NULL),
+       count(*) FILTER (WHERE skipped_at IS NOT NULL),
+       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
+                          AND next_attempt_at <= now()),
+       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
+                          AND next_attempt_at > now() AND claimed_by IS NULL),
+       count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
+                          AND next_attempt_at > now() AND claimed_by IS NOT NULL),
        count(*) FILTER (WHERE parked_at IS NOT NULL)
   FROM notification_outbox`
 
@@ -48,7 +51,7 @@ SELECT coupon_id::text, member_id, attempts, parked_at, COALESCE(last_error, '')
 // Status reads the outbox through q, listing at most limit parked rows.
 func Status(ctx context.Context, q db.Querier, limit int) (OutboxStatus, error) {
 	var s OutboxStatus
-	if err := q.QueryRow(ctx, sqlOutboxStatus).Scan(&s.Sent, &s.Due, &s.Waiting, &s.InFlight, &s.Parked); err != nil {
+	if err := q.QueryRow(ctx, sqlOutboxStatus).Scan(&s.Sent, &s.Skipped, &s.Due, &s.Waiting, &s.InFlight, &s.Parked); err != nil {
 		return s, fmt.Errorf("relay: outbox status: %w", err)
 	}
 	rows, err := q.Query(ctx, sqlOutboxParkedList, limit)
@@ -62,25 +65,80 @@ func Status(ctx context.Context, q db.Querier, limit int) (OutboxStatus, error) 
 	return s, nil
 }
 
-// sqlOutboxRequeue un-parks dead letters: all of them when $1, else those in $2. The attempt
-// count starts again, last_error is kept for history, and the next run takes them.
-const sqlOutboxRequeue = `
-UPDATE notification_outbox SET parked_at = NULL, attempts = 0, next_attempt_at = now()
- WHERE parked_at IS NOT NULL AND ($1 OR coupon_id = ANY($2::uuid[]))
-RETURNING coupon_id::text`
+// RequeueResult is what [Requeue] did with each parked or skipped row it was given.
+type RequeueResult struct {
+	// Requeued rows go to the next run with a fresh attempt count.
+	Requeued []string
+	// KeyExpired rows were left parked: first pushed more than [RetryKeyWindow] ago, so LINE no
+	// longer knows their retry key and a re-send may deliver the coupon twice. Requeue with
+	// force sends them anyway, as a new push.
+	KeyExpired []string
+	// Unlinked rows were left skipped: their member still has no LINE account linked.
+	Unlinked []string
+}
 
-// Requeue puts parked rows back into the outbox for the next run: every parked row when all is
-// true, else the parked ones among couponIDs (UUIDs; rows that are not parked are left alone).
-// It returns the coupon ids requeued. Errors: a malformed UUID (SQLSTATE 22P02) or any database
-// error; nothing is requeued then.
-func Requeue(ctx context.Context, q db.Querier, all bool, couponIDs []string) ([]string, error) {
-	rows, err := q.Query(ctx, sqlOutboxRequeue, all, couponIDs)
+// sqlOutboxRequeue reopens closed rows: all parked and skipped rows when $1, else those in $2.
+// A row is reopened when its member has a LINE account linked and its first push is inside the
+// retry-key window $3, or when $4 (force) says to send it anyway; forcing clears first_pushed_at,
+// since the push will be new to LINE. The attempt count starts again, last_error is kept for
+// history. It returns each row it looked at with whether it was reopened and why not.
+const sqlOutboxRequeue = `
+WITH target AS MATERIALIZED (
+  SELECT o.coupon_id,
+         COALESCE(o.first_pushed_at < now() - $3::interval, false) AS key_expired,
+         EXISTS (SELECT 1 FROM member_line_accounts l WHERE l.member_id = o.member_id) AS linked
+    FROM notification_outbox o
+   WHERE (o.parked_at IS NOT NULL OR o.skipped_at IS NOT NULL) AND ($1 OR o.coupon_id = ANY($2::uuid[]))
+     FOR UPDATE OF o
+), reopened AS (
+  UPDATE notification_outbox o
+     SET parked_at = NULL, skipped_at = NULL, attempts = 0, next_attempt_at = now(),
+         first_pushed_at = CASE WHEN $4 THEN NULL ELSE o.first_pushed_at END
+    FROM target t
+   WHERE o.coupon_id = t.coupon_id AND t.linked AND (NOT t.key_expired OR $4)
+  RETURNING o.coupon_id
+)
+SELECT t.coupon_id::text, r.coupon_id IS NOT NULL, t.key_expired, t.linked
+  FROM target t LEFT JOIN reopened r USING (coupon_id)
+ ORDER BY t.coupon_id`
+
+// Requeue puts parked and skipped rows back into the outbox for the next run: every one when
+// all is true, else those among couponIDs (UUIDs; rows that are neither are left alone). A row
+// first pushed more than [RetryKeyWindow] ago is refused unless force (see
+// [RequeueResult.KeyExpired]); a row whose member has no LINE account linked is left as it is.
+// Errors: a malformed UUID (SQLSTATE 22P02) or any database error; nothing is requeued then.
+func Requeue(ctx context.Context, q db.Querier, all bool, couponIDs []string, force bool) (RequeueResult, error) {
+	var res RequeueResult
+	rows, err := q.Query(ctx, sqlOutboxRequeue, all, couponIDs, RetryKeyWindow, force)
 	if err != nil {
-		return nil, fmt.Errorf("relay: requeue: %w", err)
+		return res, fmt.Errorf("relay: requeue: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var id string
+	var requeued, keyExpired, linked bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &requeued, &keyExpired, &linked}, func() error {
+		switch {
+		case requeued:
+			res.Requeued = append(res.Requeued, id)
+		case !linked:
+			res.Unlinked = append(res.Unlinked, id)
+		case keyExpired:
+			res.KeyExpired = append(res.KeyExpired, id)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("relay: requeue: %w", err)
+		return RequeueResult{}, fmt.Errorf("relay: requeue: %w", err)
 	}
-	return ids, nil
+	return res, nil
+}
+
+// Prune deletes at most batch sent and skipped rows closed more than olderThan ago, oldest
+// first, and returns how many it deleted; call it again while it returns batch. Open and parked
+// rows are never deleted. Errors: any database error.
+func Prune(ctx context.Context, q db.Querier, olderThan time.Duration, batch int) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, sqlOutboxPrune, olderThan, batch).Scan(&n); err != nil {
+		return 0, fmt.Errorf("relay: prune: %w", err)
+	}
+	return n, nil
 }
