@@ -23,10 +23,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 type demoOptions struct {

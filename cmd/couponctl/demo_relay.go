@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -102,7 +103,7 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 		}
 		total.Sent += res.Sent
 		total.Skipped += res.Skipped
-		st, err := outbox.Status(ctx, pool, 0)
+		st, err := outboxadmin.ReadStatus(ctx, pool, 0)
 		if err != nil {
 			return err
 		}
@@ -122,7 +123,7 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 	}
 	elapsed := time.Since(started)
 
-	st, err := outbox.Status(ctx, pool, 0)
+	st, err := outboxadmin.ReadStatus(ctx, pool, 0)
 	if err != nil {
 		return err
 	}

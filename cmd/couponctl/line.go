@@ -5,9 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
-	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func lineCmd() *cobra.Command {
@@ -29,7 +29,7 @@ member stay skipped until "couponctl outbox requeue" reopens them.`,
 			if err := ids.Member(member); err != nil {
 				return err
 			}
-			if err := outbox.CheckLINEUserID(lineUser); err != nil {
+			if err := outboxadmin.CheckLINEUserID(lineUser); err != nil {
 				return err
 			}
 			pool, closePool, err := db.OpenFromEnv(cmd.Context())
@@ -37,7 +37,7 @@ member stay skipped until "couponctl outbox requeue" reopens them.`,
 				return err
 			}
 			defer closePool()
-			if err := outbox.Link(cmd.Context(), pool, member, lineUser); err != nil {
+			if err := outboxadmin.Link(cmd.Context(), pool, member, lineUser); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "linked %s to LINE user %s\n", member, lineUser)
@@ -63,7 +63,7 @@ func lineUnlinkCmd() *cobra.Command {
 				return err
 			}
 			defer closePool()
-			had, err := outbox.Unlink(cmd.Context(), pool, member)
+			had, err := outboxadmin.Unlink(cmd.Context(), pool, member)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/outbox"
 )
@@ -34,7 +35,7 @@ func outboxStatusCmd() *cobra.Command {
 				return err
 			}
 			defer closePool()
-			s, err := outbox.Status(cmd.Context(), pool, limit)
+			s, err := outboxadmin.ReadStatus(cmd.Context(), pool, limit)
 			if err != nil {
 				return err
 			}
@@ -90,7 +91,7 @@ as a new push.`,
 				return err
 			}
 			defer closePool()
-			res, err := outbox.Requeue(cmd.Context(), pool, all, args, force)
+			res, err := outboxadmin.Requeue(cmd.Context(), pool, all, args, force)
 			if err != nil {
 				return err
 			}

@@ -3,10 +3,10 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 func reconcileCmd() *cobra.Command {

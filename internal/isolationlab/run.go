@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 // Load is the traffic of one run: members x campaigns x two taps, shuffled

@@ -15,10 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/backoff"
-	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/db"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 // Campaign is one campaign of the scenario, amounts in yen.

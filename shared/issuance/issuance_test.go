@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
-	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 // silverWeekDay is a fixed clock inside Silver Week 2026, 10:00 JST on 20 September.

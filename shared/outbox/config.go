@@ -107,7 +107,7 @@ type Config struct {
 	// Secret Manager when deployed). Required.
 	ChannelAccessToken string
 	// BaseURL is the Messaging API endpoint (env LINE_API_BASE_URL). Default [DefaultBaseURL];
-	// tests and the demo point it at a [linestub.Stub].
+	// tests and the demo point it at the LINE stand-in (internal/linestub).
 	BaseURL string
 	// BatchSize is the rows per claim. Default [DefaultBatchSize].
 	BatchSize int
@@ -215,7 +215,7 @@ func (c Config) Validate() error {
 		"run budget %s: must exceed batch timeout + 2 x mark timeout (%s: a claim and a batch), or no batch fits",
 		c.RunBudget, c.BatchTimeout+2*c.MarkTimeout)
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("relay: invalid config: %w", err)
+		return fmt.Errorf("outbox: invalid config: %w", err)
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ func ConfigFromEnv() (Config, error) {
 	durationVar(&c.RetryCap, "RELAY_RETRY_CAP", DefaultRetryCap)
 	durationVar(&c.Retention, "RELAY_RETENTION", DefaultRetention)
 	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("relay: %w", err)
+		return c, fmt.Errorf("outbox: %w", err)
 	}
 	c = c.WithDefaults()
 	return c, c.Validate()

@@ -26,6 +26,6 @@
 // A crash after a push and before its mark leaves the row claimed; when the lease ends, another
 // run re-sends it with the same retry key, LINE answers 409, and the row is marked sent.
 //
-// [Status], [Requeue], [Prune], [Link] and [Unlink] are the operator's view of the outbox, its
-// dead letters, its retention and the members' LINE accounts.
+// [Prune] deletes closed rows past the retention (each run calls it). The operator's view of the
+// outbox, its dead letters and the members' LINE accounts is couponctl's (internal/outboxadmin).
 package outbox

@@ -10,17 +10,17 @@ import (
 // ErrPushRejected is matched (errors.Is) by a [*PushError] whose push LINE refused for good: a
 // 4xx other than 401, 403, 409 and 429, such as 400 for a member who blocked the account. Its
 // row is parked at once; sending it again would get the same answer.
-var ErrPushRejected = errors.New("relay: push rejected by LINE")
+var ErrPushRejected = errors.New("outbox: push rejected by LINE")
 
 // ErrTokenRefused is matched (errors.Is) by a [*PushError] for 401 or 403: LINE refused the
 // channel access token (expired, revoked, or without the right), not the message. [Relay.Run]
 // returns it when it ends a run for that reason; the rows are given back unharmed.
-var ErrTokenRefused = errors.New("relay: LINE refused the channel access token")
+var ErrTokenRefused = errors.New("outbox: LINE refused the channel access token")
 
 // ErrLINEUnavailable is returned by [Relay.Run] when it ended the run early because LINE kept
 // failing (a streak of timeouts, connection errors or 5xx opened the circuit breaker); the rows
 // it had not pushed are given back unharmed.
-var ErrLINEUnavailable = errors.New("relay: LINE unavailable, run ended early")
+var ErrLINEUnavailable = errors.New("outbox: LINE unavailable, run ended early")
 
 // PushError is a push that LINE did not accept: an HTTP status other than 2xx and 409, or no
 // answer at all (timeout, connection error).
@@ -73,11 +73,4 @@ func (e *PushError) Retryable() bool {
 // circuit breaker.
 func (e *PushError) Outage() bool {
 	return e.Status == 0 || e.Status >= 500
-}
-
-// IsRetryable reports whether err, at any depth of wrapping, is a [*PushError] that may succeed
-// later. Any other error is not.
-func IsRetryable(err error) bool {
-	var pe *PushError
-	return errors.As(err, &pe) && pe.Retryable()
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -57,14 +58,14 @@ func TestUnlinkedMembersAreSkipped(t *testing.T) {
 		t.Errorf("run 2: %+v, want nothing: skipped rows are not retried", got)
 	}
 	ctx := context.Background()
-	if st, err := outbox.Status(ctx, b.pool, 10); err != nil || st.Skipped != 3 || st.Sent != 7 || st.Parked != 0 {
+	if st, err := outboxadmin.ReadStatus(ctx, b.pool, 10); err != nil || st.Skipped != 3 || st.Sent != 7 || st.Parked != 0 {
 		t.Errorf("status %+v, %v; want 7 sent, 3 skipped, 0 parked", st, err)
 	}
 
-	if err := outbox.Link(ctx, b.pool, "m000005", lineUser("m000005")); err != nil {
+	if err := outboxadmin.Link(ctx, b.pool, "m000005", lineUser("m000005")); err != nil {
 		t.Fatal(err)
 	}
-	rq, err := outbox.Requeue(ctx, b.pool, true, nil, false)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, true, nil, false)
 	if err != nil || len(rq.Requeued) != 1 || len(rq.Unlinked) != 2 {
 		t.Fatalf("requeue --all: %+v, %v; want 1 requeued, 2 still unlinked", rq, err)
 	}
@@ -195,11 +196,11 @@ func TestExpiredRetryKeyIsNotResent(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	rq, err := outbox.Requeue(ctx, b.pool, false, []string{old}, false)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, false, []string{old}, false)
 	if err != nil || len(rq.Requeued) != 0 || len(rq.KeyExpired) != 1 || !state(t, b.pool, old).parked {
 		t.Fatalf("requeue without force: %+v, %v; want refused as key expired, still parked", rq, err)
 	}
-	if rq, err = outbox.Requeue(ctx, b.pool, false, []string{old}, true); err != nil || len(rq.Requeued) != 1 {
+	if rq, err = outboxadmin.Requeue(ctx, b.pool, false, []string{old}, true); err != nil || len(rq.Requeued) != 1 {
 		t.Fatalf("requeue --force: %+v, %v; want requeued", rq, err)
 	}
 	if got := run(t, r, 0); got != (outbox.Result{Sent: 1}) || b.stub.Calls(old) != 1 {

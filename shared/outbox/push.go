@@ -35,7 +35,7 @@ func (r *Relay) push(ctx context.Context, row claimed) (sent bool, err error) {
 	api, err := messaging_api.NewMessagingApiAPI(r.cfg.ChannelAccessToken,
 		messaging_api.WithEndpoint(r.cfg.BaseURL), messaging_api.WithHTTPClient(r.cfg.HTTPClient))
 	if err != nil {
-		return false, fmt.Errorf("relay: LINE client: %w", err)
+		return false, fmt.Errorf("outbox: LINE client: %w", err)
 	}
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{

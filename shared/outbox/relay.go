@@ -126,7 +126,7 @@ func (r *Relay) Run(ctx context.Context, maxRows int) (Result, error) {
 	if err := r.withTimeout(ctx, func(ctx context.Context) error {
 		return r.pool.QueryRow(ctx, sqlRunStart).Scan(&start)
 	}); err != nil {
-		return res, fmt.Errorf("relay: run start: %w", err)
+		return res, fmt.Errorf("outbox: run start: %w", err)
 	}
 	var stop error
 	for res.Rows() < maxRows && time.Until(deadline) > r.cfg.BatchTimeout+2*r.cfg.MarkTimeout {
@@ -179,7 +179,7 @@ func (r *Relay) claim(ctx context.Context, run uuid.UUID, start time.Time, n int
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("relay: claim: %w", err)
+		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
 	return batch, nil
 }
@@ -195,9 +195,9 @@ func (r *Relay) prune(ctx context.Context) {
 	})
 	switch {
 	case err != nil:
-		r.cfg.Logger.WarnContext(ctx, "relay: prune failed; the next run tries again", "err", err)
+		r.cfg.Logger.WarnContext(ctx, "outbox: prune failed; the next run tries again", "err", err)
 	case n > 0:
-		r.cfg.Logger.InfoContext(ctx, "relay: pruned closed outbox rows", "rows", n, "retention", r.cfg.Retention.String())
+		r.cfg.Logger.InfoContext(ctx, "outbox: pruned closed outbox rows", "rows", n, "retention", r.cfg.Retention.String())
 	}
 }
 
@@ -286,7 +286,7 @@ func (r *Relay) deliver(ctx context.Context, run *runState, rows []claimed) Resu
 		}
 	}
 	if released > 0 {
-		r.cfg.Logger.InfoContext(ctx, "relay: rows given back unpushed", "rows", released)
+		r.cfg.Logger.InfoContext(ctx, "outbox: rows given back unpushed", "rows", released)
 	}
 	return res
 }
@@ -321,7 +321,7 @@ func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row cla
 	case err == nil:
 		if _, markErr := r.pool.Exec(markCtx, sqlOutboxMarkSent, row.couponID); markErr != nil {
 			// LINE has the push; the next run re-sends it with the same retry key and gets 409.
-			log.WarnContext(markCtx, "relay: pushed but not marked sent; releasing for a re-send", "err", markErr)
+			log.WarnContext(markCtx, "outbox: pushed but not marked sent; releasing for a re-send", "err", markErr)
 			r.mark(markCtx, log, sqlOutboxMarkRetry, row.couponID, run.id, time.Duration(0),
 				"pushed, but marking it sent failed: "+markErr.Error(), 1)
 			return outcomeRetryLater
@@ -330,7 +330,7 @@ func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row cla
 	case errors.Is(err, ErrTokenRefused):
 		stop := fmt.Errorf("%w (renew LINE_CHANNEL_ACCESS_TOKEN): %w", ErrTokenRefused, err)
 		if run.tokenRefused.CompareAndSwap(nil, &stop) {
-			log.ErrorContext(markCtx, "relay: LINE refused the channel access token; run ended, rows given back unharmed",
+			log.ErrorContext(markCtx, "outbox: LINE refused the channel access token; run ended, rows given back unharmed",
 				"err", err)
 		}
 		return r.release(markCtx, log, run, row)
@@ -338,7 +338,7 @@ func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row cla
 		return r.release(markCtx, log, run, row)
 	}
 
-	log.WarnContext(markCtx, "relay: push failed", "err", err)
+	log.WarnContext(markCtx, "outbox: push failed", "err", err)
 	switch {
 	case errors.Is(err, ErrPushRejected):
 		r.mark(markCtx, log, sqlOutboxMarkParked, row.couponID, run.id, err.Error(), 1)
@@ -367,6 +367,6 @@ func (r *Relay) release(ctx context.Context, log *slog.Logger, run *runState, ro
 // when it ends.
 func (r *Relay) mark(ctx context.Context, log *slog.Logger, sql string, args ...any) {
 	if _, err := r.pool.Exec(ctx, sql, args...); err != nil {
-		log.ErrorContext(ctx, "relay: mark failed; the row returns when its lease ends", "err", err)
+		log.ErrorContext(ctx, "outbox: mark failed; the row returns when its lease ends", "err", err)
 	}
 }

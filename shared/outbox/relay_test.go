@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/outbox"
 )
@@ -363,7 +364,7 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	st, err := outbox.Status(ctx, b.pool, 10)
+	st, err := outboxadmin.ReadStatus(ctx, b.pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +372,7 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 		!strings.Contains(st.ParkedRows[0].LastError, reason) {
 		t.Errorf("status: %+v, want the one parked row with its reason", st)
 	}
-	rq, err := outbox.Requeue(ctx, b.pool, false, []string{id}, false)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, false, []string{id}, false)
 	if err != nil || len(rq.Requeued) != 1 {
 		t.Fatalf("Requeue: %+v, %v; want the one row", rq, err)
 	}

@@ -1,4 +1,4 @@
-package outbox
+package outboxadmin
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func Link(ctx context.Context, q db.Querier, memberID, lineUserID string) error 
 	}
 	var one int
 	if err := q.QueryRow(ctx, sqlLink, memberID, lineUserID).Scan(&one); err != nil {
-		return fmt.Errorf("relay: link %s: %w", memberID, err)
+		return fmt.Errorf("outboxadmin: link %s: %w", memberID, err)
 	}
 	return nil
 }
@@ -53,7 +53,7 @@ SELECT count(*) > 0 FROM d`
 func Unlink(ctx context.Context, q db.Querier, memberID string) (bool, error) {
 	var had bool
 	if err := q.QueryRow(ctx, sqlUnlink, memberID).Scan(&had); err != nil {
-		return false, fmt.Errorf("relay: unlink %s: %w", memberID, err)
+		return false, fmt.Errorf("outboxadmin: unlink %s: %w", memberID, err)
 	}
 	return had, nil
 }

@@ -1,4 +1,4 @@
-package outbox
+package outboxadmin
 
 import (
 	"context"
@@ -8,17 +8,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
-// OutboxStatus counts the outbox rows by state, in rows, and lists the dead letters.
-type OutboxStatus struct {
+// Status counts the outbox rows by state, in rows, and lists the dead letters.
+type Status struct {
 	Sent     int64 // delivered (sent_at set)
 	Skipped  int64 // closed without a push: the member has no LINE account linked (skipped_at set)
 	Due      int64 // waiting for the next run
 	Waiting  int64 // backing off after a failed push (next_attempt_at in the future)
 	InFlight int64 // claimed by a run whose lease has not ended
 	Parked   int64 // dead letters (parked_at set)
-	// ParkedRows are the dead letters, oldest first, at most the limit given to [Status].
+	// ParkedRows are the dead letters, oldest first, at most the limit given to [ReadStatus].
 	ParkedRows []ParkedRow
 }
 
@@ -31,7 +32,7 @@ type ParkedRow struct {
 	LastError string
 }
 
-const sqlOutboxStatus = `
+const sqlStatus = `
 SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE skipped_at IS NOT NULL),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
@@ -49,18 +50,18 @@ SELECT coupon_id::text, member_id, attempts, parked_at, COALESCE(last_error, '')
  ORDER BY parked_at, coupon_id LIMIT $1`
 
 // Status reads the outbox through q, listing at most limit parked rows.
-func Status(ctx context.Context, q db.Querier, limit int) (OutboxStatus, error) {
-	var s OutboxStatus
-	if err := q.QueryRow(ctx, sqlOutboxStatus).Scan(&s.Sent, &s.Skipped, &s.Due, &s.Waiting, &s.InFlight, &s.Parked); err != nil {
-		return s, fmt.Errorf("relay: outbox status: %w", err)
+func ReadStatus(ctx context.Context, q db.Querier, limit int) (Status, error) {
+	var s Status
+	if err := q.QueryRow(ctx, sqlStatus).Scan(&s.Sent, &s.Skipped, &s.Due, &s.Waiting, &s.InFlight, &s.Parked); err != nil {
+		return s, fmt.Errorf("outboxadmin: outbox status: %w", err)
 	}
 	rows, err := q.Query(ctx, sqlOutboxParkedList, limit)
 	if err != nil {
-		return s, fmt.Errorf("relay: parked rows: %w", err)
+		return s, fmt.Errorf("outboxadmin: parked rows: %w", err)
 	}
 	s.ParkedRows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ParkedRow])
 	if err != nil {
-		return s, fmt.Errorf("relay: parked rows: %w", err)
+		return s, fmt.Errorf("outboxadmin: parked rows: %w", err)
 	}
 	return s, nil
 }
@@ -69,7 +70,7 @@ func Status(ctx context.Context, q db.Querier, limit int) (OutboxStatus, error) 
 type RequeueResult struct {
 	// Requeued rows go to the next run with a fresh attempt count.
 	Requeued []string
-	// KeyExpired rows were left parked: first pushed more than [RetryKeyWindow] ago, so LINE no
+	// KeyExpired rows were left parked: first pushed more than [outbox.RetryKeyWindow] ago, so LINE no
 	// longer knows their retry key and a re-send may deliver the coupon twice. Requeue with
 	// force sends them anyway, as a new push.
 	KeyExpired []string
@@ -104,14 +105,14 @@ SELECT t.coupon_id::text, r.coupon_id IS NOT NULL, t.key_expired, t.linked
 
 // Requeue puts parked and skipped rows back into the outbox for the next run: every one when
 // all is true, else those among couponIDs (UUIDs; rows that are neither are left alone). A row
-// first pushed more than [RetryKeyWindow] ago is refused unless force (see
+// first pushed more than [outbox.RetryKeyWindow] ago is refused unless force (see
 // [RequeueResult.KeyExpired]); a row whose member has no LINE account linked is left as it is.
 // Errors: a malformed UUID (SQLSTATE 22P02) or any database error; nothing is requeued then.
 func Requeue(ctx context.Context, q db.Querier, all bool, couponIDs []string, force bool) (RequeueResult, error) {
 	var res RequeueResult
-	rows, err := q.Query(ctx, sqlOutboxRequeue, all, couponIDs, RetryKeyWindow, force)
+	rows, err := q.Query(ctx, sqlOutboxRequeue, all, couponIDs, outbox.RetryKeyWindow, force)
 	if err != nil {
-		return res, fmt.Errorf("relay: requeue: %w", err)
+		return res, fmt.Errorf("outboxadmin: requeue: %w", err)
 	}
 	var id string
 	var requeued, keyExpired, linked bool
@@ -127,18 +128,7 @@ func Requeue(ctx context.Context, q db.Querier, all bool, couponIDs []string, fo
 		return nil
 	})
 	if err != nil {
-		return RequeueResult{}, fmt.Errorf("relay: requeue: %w", err)
+		return RequeueResult{}, fmt.Errorf("outboxadmin: requeue: %w", err)
 	}
 	return res, nil
-}
-
-// Prune deletes at most batch sent and skipped rows closed more than olderThan ago, oldest
-// first, and returns how many it deleted; call it again while it returns batch. Open and parked
-// rows are never deleted. Errors: any database error.
-func Prune(ctx context.Context, q db.Querier, olderThan time.Duration, batch int) (int64, error) {
-	var n int64
-	if err := q.QueryRow(ctx, sqlOutboxPrune, olderThan, batch).Scan(&n); err != nil {
-		return 0, fmt.Errorf("relay: prune: %w", err)
-	}
-	return n, nil
 }
