@@ -8,7 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -21,10 +22,15 @@ func campaignCreateCmd() *cobra.Command {
 	var (
 		def          campaign.Campaign
 		starts, ends string
+		expectedRPS  int
 	)
 	c := &cobra.Command{
-		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T]",
+		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T] [--stripes K | --expected-rps N]",
 		Short: "Create a campaign; without --starts/--ends it is always active",
+		Long: `Create a campaign: its definition and its budget, split over K budget stripe rows
+(whole coupons each, as even as possible). One stripe suits an ordinary campaign; a first-come
+campaign expected to take many requests per second gets one stripe per ` + fmt.Sprint(campaign.StripeRateTPS) + ` requests/s
+(--expected-rps), at most ` + fmt.Sprint(campaign.MaxStripes) + ` (docs/hot-campaigns.md).`,
 		Example: `  couponctl campaign create --id SW-A --discount-yen 1000 --budget-yen 100000
   couponctl campaign create --id WEEK --discount-yen 500 --budget-yen 50000 \
     --starts "$(date --iso-8601=seconds)" --ends "$(date -d '+7 days' --iso-8601=seconds)"`,
@@ -37,18 +43,29 @@ func campaignCreateCmd() *cobra.Command {
 			if def.EndsAt, err = parseTime("--ends", ends); err != nil {
 				return err
 			}
+			switch {
+			case expectedRPS < 0:
+				return fmt.Errorf("--expected-rps %d: must not be negative", expectedRPS)
+			case expectedRPS > 0 && cmd.Flags().Changed("stripes"):
+				return fmt.Errorf("give --stripes or --expected-rps, not both")
+			case expectedRPS > 0:
+				def.Stripes = campaign.StripesFor(expectedRPS)
+			case cmd.Flags().Changed("stripes") && def.Stripes < 1:
+				return fmt.Errorf("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
+			}
 			if err := def.Validate(); err != nil {
 				return err
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			if err := campaign.Create(cmd.Context(), pool, def); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen\n", def.ID, def.DiscountYen, def.BudgetYen)
+			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen in %d budget stripe(s)\n",
+				def.ID, def.DiscountYen, def.BudgetYen, max(def.Stripes, 1))
 			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
 			if err != nil {
 				return err
@@ -65,6 +82,8 @@ func campaignCreateCmd() *cobra.Command {
 	f.IntVar(&def.BudgetYen, "budget-yen", 0, "campaign budget approval in yen: R1's ceiling (required)")
 	f.StringVar(&starts, "starts", "", "first instant coupons are issued, RFC 3339 (2026-09-19T00:00:00+09:00)")
 	f.StringVar(&ends, "ends", "", "instant issuing stops, RFC 3339, exclusive")
+	f.IntVar(&def.Stripes, "stripes", 1, fmt.Sprintf("budget stripe rows the budget is split over, 1-%d", campaign.MaxStripes))
+	f.IntVar(&expectedRPS, "expected-rps", 0, fmt.Sprintf("peak requests/s expected: sets --stripes to one per %d/s", campaign.StripeRateTPS))
 	for _, name := range []string{"id", "discount-yen", "budget-yen"} {
 		_ = c.MarkFlagRequired(name)
 	}
@@ -88,18 +107,18 @@ func campaignShowCmd() *cobra.Command {
 		Short: "Show a campaign's budget, issued and remaining yen",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			s, err := campaign.Show(cmd.Context(), pool, args[0])
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "campaign   %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\n",
-				s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen())
+			fmt.Fprintf(w, "campaign   %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\nstripes    %d\n",
+				s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen(), s.Stripes)
 			fmt.Fprintf(w, "period     %s .. %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt))
 			return nil
 		},
@@ -112,11 +131,11 @@ func campaignListCmd() *cobra.Command {
 		Short: "List every campaign: budget, issued, remaining (yen), period (Asia/Tokyo) and whether it is active now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			list, err := campaign.List(cmd.Context(), pool)
 			if err != nil {
 				return err

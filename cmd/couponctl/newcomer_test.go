@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/internal/campaign"
 )
 
-// couponctl runs the command line with args and returns its stdout, stderr and error.
-func couponctl(t *testing.T, args ...string) (string, string, error) {
+// runCLI runs the command line with args and returns its stdout, stderr and error.
+func runCLI(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	root := rootCmd()
@@ -29,7 +29,7 @@ func couponctl(t *testing.T, args ...string) (string, string, error) {
 func TestDemoAsksBeforeWritingIntoDatabaseURL(t *testing.T) {
 	// Port 1 on loopback: nothing listens, so a demo that tried to connect would fail otherwise.
 	t.Setenv("DATABASE_URL", "postgres://someone:secret@127.0.0.1:1/production")
-	_, stderr, err := couponctl(t, "demo", "--members", "1")
+	_, stderr, err := runCLI(t, "demo", "--members", "1")
 	if err == nil || !strings.Contains(err.Error(), "--yes") || !strings.Contains(err.Error(), "write") {
 		t.Fatalf("demo with DATABASE_URL and no --yes: %v; want a refusal that names --yes", err)
 	}
@@ -51,7 +51,7 @@ func TestSimChecksChartFirst(t *testing.T) {
 		{filepath.Join(t.TempDir(), "lab.gif"), "extension names the format"},
 		{filepath.Join(t.TempDir(), "lab"), "extension names the format"},
 	} {
-		_, stderr, err := couponctl(t, append(small, "--chart", c.chart)...)
+		_, stderr, err := runCLI(t, append(small, "--chart", c.chart)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--chart %s: %v, want an error with %q", c.chart, err, c.want)
 		}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/apispec"
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/shared/campaign"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
