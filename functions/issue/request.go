@@ -11,7 +11,7 @@ import (
 	"github.com/mops/coupon-api/shared/ids"
 )
 
-// MaxBodyBytes is the largest request body accepted, in bytes (CONTRACT.md: 4 KiB).
+// MaxBodyBytes is the largest request body accepted, in bytes (docs/api.md: 4 KiB).
 const MaxBodyBytes = 4 << 10
 
 // request is the body of IssueCoupon.

@@ -1,11 +1,11 @@
 -- +goose Up
--- One lock row per invariant (design write-up 000, "不変条件ごとに「ロックを取る行」を1つ決める").
+-- One lock row per invariant (docs/design.md, "One lock row per invariant").
 -- Every rule a constraint can state is stated here: the constraints are the last line of defence
 -- behind the issuance transaction in shared/issuance.
 
 -- campaigns is the static definition that coupons reference. Nothing updates it after creation, so
 -- the KEY SHARE lock that each coupon insert's foreign-key check takes never waits on the hot budget
--- counter (perf/hot-row.md: a foreign key onto the counter row cost up to 5x at 32 clients).
+-- counter (docs/hot-row.md: a foreign key onto the counter row cost up to 5x at 32 clients).
 CREATE TABLE campaigns (
   campaign_id text PRIMARY KEY
     CONSTRAINT campaign_id_format CHECK (campaign_id ~ '^[A-Za-z0-9_-]{1,64}$'),

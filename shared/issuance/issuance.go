@@ -14,7 +14,7 @@ import (
 	"github.com/mops/coupon-api/shared/ids"
 )
 
-// Result is the outcome code callers branch on (CONTRACT.md, IssueCoupon).
+// Result is the outcome code callers branch on (docs/api.md, "IssueCoupon").
 type Result string
 
 // The results of one call. Only ResultIssued wrote anything.
