@@ -11,6 +11,7 @@ import (
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -105,7 +106,12 @@ func campaignShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a campaign's budget, issued and remaining yen",
-		Args:  cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("%s needs one campaign id, e.g. %s SW-A", cmd.CommandPath(), cmd.CommandPath())
+			}
+			return ids.Campaign(args[0])
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {

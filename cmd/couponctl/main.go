@@ -43,8 +43,9 @@ Database: every verb connects as the functions do: DATABASE_URL (a PostgreSQL UR
 SQL through the Go connector when INSTANCE_CONNECTION_NAME is set (with DB_USER, DB_NAME,
 DB_IAM_AUTH, DB_PRIVATE_IP). "demo" and "sim" use DATABASE_URL, or start a throwaway local
 PostgreSQL when it is unset.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceErrors:     true,
 	}
 	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd(), lineCmd())
 	return root

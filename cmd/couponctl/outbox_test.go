@@ -38,7 +38,7 @@ func TestRequeueRefusesExpiredRetryKey(t *testing.T) {
 	defer pool.Close()
 	var id string
 	err = pool.QueryRow(ctx, `
-WITH k AS (INSERT INTO campaigns (campaign_id) VALUES ('T')),
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
 c AS (INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('T', 'm1', '2026-11', 1000)
       RETURNING coupon_id)
 INSERT INTO notification_outbox (coupon_id, member_id, attempts, parked_at, first_pushed_at, last_error)

@@ -35,7 +35,7 @@ func TestOpenAPI(t *testing.T) {
 	// Four coupons: LINE accepts the first, fails the second (500: retry later), refuses the
 	// third (400: parked). Members m1..m3 are linked to LINE users; m4 is not, so it is skipped.
 	rows, err := pool.Query(ctx, `
-WITH k AS (INSERT INTO campaigns (campaign_id) VALUES ('T')),
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
 c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
   SELECT 'T', 'm' || g, to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000 FROM generate_series(1, 4) g

@@ -33,7 +33,7 @@ func TestResponseCountsMatchTable(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	rows, err := pool.Query(ctx, `
-WITH k AS (INSERT INTO campaigns (campaign_id) VALUES ('T')),
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
 c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
   SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, 30) g

@@ -133,7 +133,8 @@ func Create(ctx context.Context, db interface {
 		return err
 	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO campaigns (campaign_id) VALUES ($1)`, c.ID); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ($1, $2, $3)`,
+			c.ID, c.DiscountYen, c.BudgetYen); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `

@@ -8,7 +8,9 @@ package issuance
 // PostgreSQL 15 docs, 20.11.1 "Statement Behavior".
 const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
-// sqlCouponInsert is R2. The unique constraint one_coupon_per_member judges: a concurrent insert
+// sqlCouponInsert is R2. The partial unique index one_coupon_per_member judges, inferred from its
+// columns and predicate (PostgreSQL 15 docs, INSERT "ON CONFLICT Clause": a partial unique index
+// is inferred when the conflict target's WHERE implies its predicate): a concurrent insert
 // of the same (campaign, member) waits for the first to end, then inserts nothing if it committed
 // or goes ahead if it rolled back. The campaign CTE yields no row for an unknown or inactive
 // campaign; it reads (without locking) stripe 0, which every campaign has, for the discount and
@@ -25,17 +27,19 @@ WITH campaign AS (
 ), coupon AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at)
   SELECT campaign_id, $2, $3, discount_yen, $4 FROM campaign
-  ON CONFLICT ON CONSTRAINT one_coupon_per_member DO NOTHING
+  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
   RETURNING coupon_id, amount_yen
 )
 SELECT coupon.coupon_id::text, coupon.amount_yen, campaign.stripes FROM coupon, campaign`
 
-// sqlCouponWhyNot explains an insert that wrote nothing: the existing coupon of this member, and
+// sqlCouponWhyNot explains an insert that wrote nothing: the member's live coupon (legacy
+// duplicates aside, there is at most one, by R2), and
 // whether the campaign exists. READ COMMITTED takes a new snapshot per statement, so a coupon that
 // a concurrent transaction committed while the insert waited is visible here.
 // $1 campaign_id, $2 member_id.
 const sqlCouponWhyNot = `
-SELECT (SELECT coupon_id::text FROM issued_coupons WHERE campaign_id = $1 AND member_id = $2),
+SELECT (SELECT coupon_id::text FROM issued_coupons
+         WHERE campaign_id = $1 AND member_id = $2 AND NOT legacy_duplicate),
        EXISTS (SELECT 1 FROM campaign_budgets WHERE campaign_id = $1)`
 
 // sqlUsageEnsure creates the member x month row that R3 serializes on, if missing: a row that

@@ -61,7 +61,7 @@ func seed(t testing.TB, pool *pgxpool.Pool, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `
-INSERT INTO campaigns (campaign_id) VALUES ('T') ON CONFLICT DO NOTHING;`)
+INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000) ON CONFLICT DO NOTHING;`)
 	if err != nil {
 		t.Fatal(err)
 	}

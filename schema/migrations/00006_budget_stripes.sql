@@ -5,6 +5,7 @@
 -- its own CHECK (issued_within_budget), so no stripe, and therefore no campaign, can overshoot.
 -- A campaign's figures are the sums over its stripes; a campaign without stripes is stripe 0 alone.
 -- discount_yen, starts_at and ends_at are the campaign's and are written alike on every stripe.
+SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 ALTER TABLE campaign_budgets
   ADD COLUMN stripe smallint NOT NULL DEFAULT 0
     CONSTRAINT stripe_in_range CHECK (stripe BETWEEN 0 AND 63);

@@ -7,6 +7,7 @@
 -- LINE, which answers 400 to it. The members system fills the table (operators and tests:
 -- `couponctl line link`). A member without a row is app-only: their coupons are skipped, not
 -- pushed.
+SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 CREATE TABLE member_line_accounts (
   member_id    text PRIMARY KEY
     CONSTRAINT member_id_format CHECK (member_id ~ '^[!-~]{1,128}$'),
