@@ -12,7 +12,12 @@ func reconcileCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "reconcile",
 		Short: "Compare counters with rows and the outbox with coupons; exit 1 on any drift",
-		Args:  cobra.NoArgs,
+		Long: `Compare counters with rows and the outbox with coupons, print the report, and exit 1 on
+any drift. The drift (yen and rows, by kind) is also exported as the metrics
+coupon.reconcile.drift.amount and coupon.reconcile.drift.rows when the OTEL_* environment names an
+exporter (OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT); run it on a schedule and alert on
+them (docs/operations.md).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
 			if err != nil {
@@ -28,6 +33,9 @@ func reconcileCmd() *cobra.Command {
 				return err
 			}
 			rep.Write(cmd.OutOrStdout())
+			if err := recordDrift(cmd, rep); err != nil {
+				return err
+			}
 			if len(rep.Violations()) > 0 {
 				return errViolations
 			}

@@ -20,7 +20,8 @@ const sqlRunStart = `SELECT now()`
 // on its newest version (13.2.1 "Read Committed Isolation Level"), so a just-claimed row, whose
 // next_attempt_at is now in the future, is not taken twice.
 //
-// The message names the coupon's campaign and value, so the claim returns them.
+// The message names the coupon's campaign and value, so the claim returns them, and the push
+// span links to the issuing request's trace (trace_parent).
 const sqlOutboxClaim = `
 WITH due AS MATERIALIZED (
   SELECT coupon_id FROM notification_outbox
@@ -33,7 +34,7 @@ UPDATE notification_outbox o
    SET attempts = o.attempts + 1, next_attempt_at = now() + $3::interval, claimed_by = $2
   FROM due JOIN issued_coupons i USING (coupon_id)
  WHERE o.coupon_id = due.coupon_id
-RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_yen`
+RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_yen, o.trace_parent`
 
 // sqlOutboxMarkSent records a push LINE accepted (200, or 409 for a retry key it had already
 // accepted). It does not ask for the claim: a push that happened is true whoever holds the row.

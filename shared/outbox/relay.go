@@ -53,6 +53,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.HTTPClient = instrumentClient(cfg.HTTPClient)
 	return &Relay{
 		pool:    pool,
 		cfg:     cfg,
@@ -66,6 +67,7 @@ type claimed struct {
 	attempts           int
 	campaignID         string
 	amountYen          int
+	traceParent        *string // the issuing request's W3C traceparent, for the push span's link
 }
 
 // Run delivers at most maxRows rows due at its start (0 means [Config.MaxRows]) and returns
@@ -120,7 +122,7 @@ func (r *Relay) claim(ctx context.Context, run uuid.UUID, start time.Time, n int
 		return nil, fmt.Errorf("relay: claim: %w", err)
 	}
 	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (c claimed, err error) {
-		err = row.Scan(&c.couponID, &c.memberID, &c.attempts, &c.campaignID, &c.amountYen)
+		err = row.Scan(&c.couponID, &c.memberID, &c.attempts, &c.campaignID, &c.amountYen, &c.traceParent)
 		return c, err
 	})
 	if err != nil {
@@ -176,7 +178,7 @@ func (r *Relay) handle(ctx, batchCtx context.Context, run uuid.UUID, row claimed
 	if err != nil {
 		err = &PushError{Err: fmt.Errorf("rate limiter: %w", err)}
 	} else {
-		err = r.push(pushCtx, row)
+		err = r.tracedPush(pushCtx, row)
 	}
 	cancel()
 
