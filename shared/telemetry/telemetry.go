@@ -82,9 +82,26 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 		return nil, err
 	}
 
+	reader, err := autoexport.NewMetricReader(ctx, metricFallback()...)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: metrics exporter: %w", err)
+	}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	if reader != nil && !autoexport.IsNoneMetricReader(reader) {
+		mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
+	}
+	for _, r := range o.metricReaders {
+		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
+	}
+
+	// The meter provider is global before the span processor is made, so that the SDK's own
+	// metrics (OTEL_GO_X_OBSERVABILITY: spans dropped on a full queue) go to it.
+	mp := sdkmetric.NewMeterProvider(mpOpts...)
+	otel.SetMeterProvider(mp)
+
 	spanExporter, err := autoexport.NewSpanExporter(ctx, spanFallback()...)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: traces exporter: %w", err)
+		return nil, errors.Join(fmt.Errorf("telemetry: traces exporter: %w", err), mp.Shutdown(ctx))
 	}
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter) {
@@ -95,22 +112,8 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
 	}
 
-	reader, err := autoexport.NewMetricReader(ctx, metricFallback()...)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("telemetry: metrics exporter: %w", err), shutdownExporter(ctx, spanExporter))
-	}
-	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
-	if reader != nil && !autoexport.IsNoneMetricReader(reader) {
-		mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
-	}
-	for _, r := range o.metricReaders {
-		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
-	}
-
 	tp := sdktrace.NewTracerProvider(tpOpts...)
-	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	otel.SetTracerProvider(tp)
-	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(Propagator())
 	logger := NewLogger(o.logWriter, ProjectID(res))
 	slog.SetDefault(logger)
@@ -156,14 +159,6 @@ func metricFallback() []autoexport.MetricOption {
 // OTEL_EXPORTER_OTLP_<signal>_ENDPOINT is set.
 func otlpEndpointSet(signal string) bool {
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
-}
-
-// shutdownExporter stops a span exporter that was made but will not be used.
-func shutdownExporter(ctx context.Context, e sdktrace.SpanExporter) error {
-	if e == nil {
-		return nil
-	}
-	return e.Shutdown(ctx)
 }
 
 // newResource describes this process: service.name (OTEL_SERVICE_NAME, else K_SERVICE, else
