@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -59,17 +60,15 @@ func (t *demoTelemetry) report(ctx context.Context, w io.Writer) error {
 		return nil
 	}
 	spans := t.spans.GetSpans()
-	var slowest *tracetest.SpanStub
-	for i := range spans {
-		s := &spans[i]
-		if s.Name == issuance.SpanName && (slowest == nil || dur(*s) > dur(*slowest)) {
-			slowest = s
-		}
-	}
+	slowest, slowestIssued := slowestIssuances(spans)
 	if slowest != nil {
-		fmt.Fprintf(w, "\nTelemetry: the slowest issuance's trace %s (span tree, offset from the request's start, duration):\n",
+		fmt.Fprintf(w, "\nTelemetry: the slowest issuance, trace %s (offset from the request's start, duration, span):\n",
 			slowest.SpanContext.TraceID())
 		writeSpanTree(w, spans, slowest)
+	}
+	if slowestIssued != nil && slowestIssued != slowest {
+		fmt.Fprintf(w, "\nTelemetry: the slowest ISSUED issuance, trace %s, and its LINE push:\n", slowestIssued.SpanContext.TraceID())
+		writeSpanTree(w, spans, slowestIssued)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := t.metrics.Collect(ctx, &rm); err != nil {
@@ -80,11 +79,38 @@ func (t *demoTelemetry) report(ctx context.Context, w io.Writer) error {
 		if sm.Scope.Name != telemetry.ScopeName {
 			continue
 		}
+		sort.Slice(sm.Metrics, func(i, j int) bool { return sm.Metrics[i].Name < sm.Metrics[j].Name })
 		for _, m := range sm.Metrics {
 			writeMetric(w, m)
 		}
 	}
 	return nil
+}
+
+// slowestIssuances returns the longest issuance span, and the longest that issued a coupon.
+func slowestIssuances(spans tracetest.SpanStubs) (slowest, slowestIssued *tracetest.SpanStub) {
+	for i := range spans {
+		s := &spans[i]
+		if s.Name != issuance.SpanName {
+			continue
+		}
+		if slowest == nil || dur(*s) > dur(*slowest) {
+			slowest = s
+		}
+		if resultOf(*s) == string(issuance.ResultIssued) && (slowestIssued == nil || dur(*s) > dur(*slowestIssued)) {
+			slowestIssued = s
+		}
+	}
+	return slowest, slowestIssued
+}
+
+func resultOf(s tracetest.SpanStub) string {
+	for _, a := range s.Attributes {
+		if a.Key == telemetry.AttrResult {
+			return a.Value.AsString()
+		}
+	}
+	return ""
 }
 
 func dur(s tracetest.SpanStub) time.Duration { return s.EndTime.Sub(s.StartTime) }
@@ -141,6 +167,8 @@ func spanLabel(s tracetest.SpanStub) string {
 			if len(label) > 90 {
 				label = label[:87] + "..."
 			}
+		case otelpgx.PrepareStmtNameKey: // pgx prepares a statement on its first use on a connection
+			label = "(prepare) " + label
 		case telemetry.AttrResult, telemetry.AttrAttempts, outbox.AttrLINEStatus, semconv.HTTPResponseStatusCodeKey:
 			label += fmt.Sprintf(" %s=%s", a.Key, a.Value.Emit())
 		}
@@ -164,9 +192,16 @@ func attrString(attrs []attribute.KeyValue) string {
 // writeMetric prints one metric's points: sums and gauges by attribute set, histograms as
 // count and mean.
 func writeMetric(w io.Writer, m metricdata.Metrics) {
+	var lines []string
 	line := func(attrs attribute.Set, value string) {
-		fmt.Fprintf(w, "  %-36s %-48s %s\n", m.Name, attrString(attrs.ToSlice()), value)
+		lines = append(lines, fmt.Sprintf("  %-34s %-52s %s\n", m.Name, attrString(attrs.ToSlice()), value))
 	}
+	defer func() {
+		sort.Strings(lines)
+		for _, l := range lines {
+			fmt.Fprint(w, l)
+		}
+	}()
 	switch d := m.Data.(type) {
 	case metricdata.Sum[int64]:
 		for _, p := range d.DataPoints {
