@@ -34,8 +34,8 @@ type demoOptions struct {
 	workers int
 	seed    uint64
 	tapGap  time.Duration
-	// telemetry records spans and metrics in memory and prints them after the report.
-	telemetry bool
+	// telemetry is show, export or off (see demoTelemetryModes).
+	telemetry string
 }
 
 func demoCmd() *cobra.Command {
@@ -57,8 +57,8 @@ func demoCmd() *cobra.Command {
      stand-in that fails a few first pushes on purpose, and report pushes per coupon (by
      X-Line-Retry-Key), rows lost and rows parked;
   7. print the span tree of the slowest issuance (each statement's time) and the push that
-     links to it, and the metric totals (--telemetry; spans are also exported as the OTEL_*
-     environment says, e.g. OTEL_EXPORTER_OTLP_ENDPOINT);
+     links to it, and the metric totals (--telemetry=show; spans and metrics are also exported
+     as the OTEL_* environment says, e.g. OTEL_EXPORTER_OTLP_ENDPOINT);
   8. exit 1 if any rule is broken or any coupon was not pushed exactly once.
 
 With the defaults (300 members) the right outcome is exactly 600 coupons, every member
@@ -71,7 +71,8 @@ holding two, SW-A issuing exactly 100,000 yen.`,
 	f.IntVar(&o.workers, "workers", 32, "concurrent HTTP clients")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the shuffle and the tap delays (same seed, same traffic)")
 	f.DurationVar(&o.tapGap, "tap-gap", silverweek.DefaultTapGap, "longest delay of a member's second tap")
-	f.BoolVar(&o.telemetry, "telemetry", true, "record traces and metrics and print them after the report (false: none, to measure the overhead)")
+	f.StringVar(&o.telemetry, "telemetry", telemetryShow, "show: record traces and metrics in memory and print them after the report, and export them as OTEL_* says; "+
+		"export: only export as OTEL_* says, as deployed; off: no telemetry (to measure its overhead)")
 	return c
 }
 

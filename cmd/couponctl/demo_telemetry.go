@@ -30,19 +30,31 @@ type demoTelemetry struct {
 	shutdown func(context.Context) error
 }
 
-// startDemoTelemetry sets up telemetry for the demo's process, with an in-memory span exporter
-// and a manual metric reader; nil when on is false (the demo then runs without telemetry, for
-// comparison).
-func startDemoTelemetry(cmd *cobra.Command, on bool) (*demoTelemetry, error) {
-	if !on {
+// The demo's --telemetry modes.
+const (
+	telemetryShow   = "show"   // in memory, printed after the report, and exported as OTEL_* says
+	telemetryExport = "export" // only exported as OTEL_* says, as a deployed function does
+	telemetryOff    = "off"    // none: the baseline of the overhead measurement
+)
+
+// startDemoTelemetry sets up telemetry for the demo's process as mode says; nil for off.
+func startDemoTelemetry(cmd *cobra.Command, mode string) (*demoTelemetry, error) {
+	// The demo's report is its output; one log line per request would drown it.
+	opts := []telemetry.Option{telemetry.WithLogWriter(io.Discard)}
+	t := &demoTelemetry{}
+	switch mode {
+	case telemetryOff:
 		return nil, nil
+	case telemetryShow:
+		t.spans, t.metrics = tracetest.NewInMemoryExporter(), sdkmetric.NewManualReader()
+		opts = append(opts, telemetry.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(t.spans)),
+			telemetry.WithMetricReader(t.metrics))
+	case telemetryExport:
+	default:
+		return nil, fmt.Errorf("--telemetry %q: want %s, %s or %s", mode, telemetryShow, telemetryExport, telemetryOff)
 	}
-	t := &demoTelemetry{spans: tracetest.NewInMemoryExporter(), metrics: sdkmetric.NewManualReader()}
 	var err error
-	t.shutdown, err = telemetry.Setup(cmd.Context(),
-		telemetry.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(t.spans)),
-		telemetry.WithMetricReader(t.metrics),
-		telemetry.WithLogWriter(io.Discard)) // the demo's report is its output; one line per request would drown it
+	t.shutdown, err = telemetry.Setup(cmd.Context(), opts...)
 	return t, err
 }
 
@@ -56,7 +68,7 @@ func (t *demoTelemetry) close(cmd *cobra.Command) {
 // report prints the span tree of the slowest issuance, with the push that links to it, and the
 // metric totals.
 func (t *demoTelemetry) report(ctx context.Context, w io.Writer) error {
-	if t == nil {
+	if t == nil || t.spans == nil {
 		return nil
 	}
 	spans := t.spans.GetSpans()
