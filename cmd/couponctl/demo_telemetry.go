@@ -182,7 +182,7 @@ func spanLabel(s tracetest.SpanStub) string {
 		case otelpgx.PrepareStmtNameKey: // pgx prepares a statement on its first use on a connection
 			label = "(prepare) " + label
 		case telemetry.AttrResult, telemetry.AttrAttempts, outbox.AttrLINEStatus, semconv.HTTPResponseStatusCodeKey:
-			label += fmt.Sprintf(" %s=%s", a.Key, a.Value.Emit())
+			label += fmt.Sprintf(" %s=%s", a.Key, a.Value.String())
 		}
 	}
 	for _, e := range s.Events {
@@ -196,7 +196,7 @@ func spanLabel(s tracetest.SpanStub) string {
 func attrString(attrs []attribute.KeyValue) string {
 	parts := make([]string, len(attrs))
 	for i, a := range attrs {
-		parts[i] = fmt.Sprintf("%s=%s", a.Key, a.Value.Emit())
+		parts[i] = fmt.Sprintf("%s=%s", a.Key, a.Value.String())
 	}
 	return strings.Join(parts, " ")
 }

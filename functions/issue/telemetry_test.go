@@ -468,8 +468,8 @@ func assertNoClearMember(t *testing.T, tr *traced, member string) {
 	t.Helper()
 	check := func(where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			if strings.Contains(kv.Value.Emit(), member) {
-				t.Errorf("member id in clear in %s attribute %s=%s", where, kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), member) {
+				t.Errorf("member id in clear in %s attribute %s=%s", where, kv.Key, kv.Value.String())
 			}
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 
+	//lint:ignore SA1019 the W3C propagator cannot read X-Cloud-Trace-Context, which the contract requires
 	gcppropagator "github.com/GoogleCloudPlatform/opentelemetry-operations-go/propagator"
 	"go.opentelemetry.io/contrib/detectors/gcp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -130,6 +131,7 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 // The later propagator wins, so traceparent takes precedence when both are present.
 func Propagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(
+		//lint:ignore SA1019 see the import: deprecated in favour of traceparent, still sent by callers
 		gcppropagator.CloudTraceOneWayPropagator{},
 		propagation.TraceContext{},
 	)
