@@ -79,6 +79,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	req, status, err := decodeRequest(w, r)
 	if err != nil {
+		h.log.InfoContext(r.Context(), "IssueCoupon", "result", resultInvalidRequest, "status", status, "reason", err.Error())
 		writeJSON(w, status, response{Result: resultInvalidRequest, Message: err.Error()})
 		return
 	}

@@ -24,6 +24,7 @@ func Instrument(h http.Handler) http.Handler {
 // logRequest writes the request's one log line, joined to its trace by the context: INFO with
 // the result, attempts, duration_ms, campaign and the member's keyed hash (never the id), INFO
 // "cancelled" for a caller that went away, ERROR with the error for a failure (answered 500).
+// A request that could not be decoded logs INVALID_REQUEST with its status instead (ServeHTTP).
 func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outcome, err error, start time.Time) {
 	attrs := []any{
 		"campaign", req.CampaignID,

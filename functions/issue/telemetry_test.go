@@ -559,3 +559,19 @@ func logLines(t *testing.T, s string) []map[string]any {
 	}
 	return out
 }
+
+// TestTelemetryInvalidRequestLogsOneLine: a request that cannot be decoded also logs its one
+// line, with INVALID_REQUEST, the status and the trace.
+func TestTelemetryInvalidRequestLogsOneLine(t *testing.T) {
+	tr := newTraced(t, issuance.Config{})
+	req := httptest.NewRequest(http.MethodPost, "/IssueCoupon", strings.NewReader(`{"member_id": "m1"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", callerTraceparnt)
+	rec := httptest.NewRecorder()
+	tr.h.ServeHTTP(rec, req)
+	lines := logLines(t, tr.logs.String())
+	if rec.Code != http.StatusBadRequest || len(lines) != 1 || lines[0]["result"] != resultInvalidRequest ||
+		lines[0]["status"] != 400.0 || lines[0][telemetry.LogKeyTrace] != "projects/"+testProject+"/traces/"+callerTraceID {
+		t.Errorf("answer %d, log lines %v: want 400 and one INVALID_REQUEST line with status and trace", rec.Code, lines)
+	}
+}

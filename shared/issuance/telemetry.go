@@ -103,7 +103,8 @@ func sqlState(err error) string {
 	return ""
 }
 
-// errorType names a failure without a SQLSTATE, for error.type.
+// errorType names a failure without a SQLSTATE, for error.type: "timeout", "cancelled", or the
+// semantic conventions' "_OTHER" (a lost connection, a network error).
 func errorType(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -111,7 +112,7 @@ func errorType(err error) string {
 	case errors.Is(err, context.Canceled):
 		return "cancelled"
 	default:
-		return "connection"
+		return "_OTHER"
 	}
 }
 

@@ -116,7 +116,7 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(Propagator())
-	logger := NewLogger(o.logWriter, ProjectID(res))
+	logger := NewLogger(o.logWriter, projectID(res))
 	slog.SetDefault(logger)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("telemetry: export failed; the data is dropped, requests are unaffected", "err", err)
@@ -184,9 +184,9 @@ func newResource(ctx context.Context) (*resource.Resource, error) {
 	return res, nil
 }
 
-// ProjectID is the Google Cloud project the logs and traces belong to: GOOGLE_CLOUD_PROJECT,
+// projectID is the Google Cloud project the logs and traces belong to: GOOGLE_CLOUD_PROJECT,
 // else the project detected on Google Cloud (cloud.account.id), else "".
-func ProjectID(res *resource.Resource) string {
+func projectID(res *resource.Resource) string {
 	if p := os.Getenv("GOOGLE_CLOUD_PROJECT"); p != "" {
 		return p
 	}
