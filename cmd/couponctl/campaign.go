@@ -6,8 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -19,10 +21,15 @@ func campaignCreateCmd() *cobra.Command {
 	var (
 		def          campaign.Campaign
 		starts, ends string
+		expectedRPS  int
 	)
 	c := &cobra.Command{
-		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T]",
+		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T] [--stripes K | --expected-rps N]",
 		Short: "Create a campaign; without --starts/--ends it is always active",
+		Long: `Create a campaign: its definition and its budget, split over K budget stripe rows
+(whole coupons each, as even as possible). One stripe suits an ordinary campaign; a first-come
+campaign expected to take many requests per second gets one stripe per ` + fmt.Sprint(campaign.StripeRateTPS) + ` requests/s
+(--expected-rps), at most ` + fmt.Sprint(campaign.MaxStripes) + ` (docs/hot-campaigns.md).`,
 		Example: `  couponctl campaign create --id SW-A --discount-yen 1000 --budget-yen 100000 \
     --starts 2026-09-19T00:00:00+09:00 --ends 2026-09-24T00:00:00+09:00`,
 		Args: cobra.NoArgs,
@@ -34,18 +41,29 @@ func campaignCreateCmd() *cobra.Command {
 			if def.EndsAt, err = parseTime("--ends", ends); err != nil {
 				return err
 			}
+			switch {
+			case expectedRPS < 0:
+				return fmt.Errorf("--expected-rps %d: must not be negative", expectedRPS)
+			case expectedRPS > 0 && cmd.Flags().Changed("stripes"):
+				return fmt.Errorf("give --stripes or --expected-rps, not both")
+			case expectedRPS > 0:
+				def.Stripes = campaign.StripesFor(expectedRPS)
+			case cmd.Flags().Changed("stripes") && def.Stripes < 1:
+				return fmt.Errorf("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
+			}
 			if err := def.Validate(); err != nil {
 				return err
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			if err := campaign.Create(cmd.Context(), pool, def); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen\n", def.ID, def.DiscountYen, def.BudgetYen)
+			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen in %d budget stripe(s)\n",
+				def.ID, def.DiscountYen, def.BudgetYen, max(def.Stripes, 1))
 			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
 			if err != nil {
 				return err
@@ -62,6 +80,8 @@ func campaignCreateCmd() *cobra.Command {
 	f.IntVar(&def.BudgetYen, "budget-yen", 0, "campaign budget approval in yen: R1's ceiling (required)")
 	f.StringVar(&starts, "starts", "", "first instant coupons are issued, RFC 3339 (2026-09-19T00:00:00+09:00)")
 	f.StringVar(&ends, "ends", "", "instant issuing stops, RFC 3339, exclusive")
+	f.IntVar(&def.Stripes, "stripes", 1, fmt.Sprintf("budget stripe rows the budget is split over, 1-%d", campaign.MaxStripes))
+	f.IntVar(&expectedRPS, "expected-rps", 0, fmt.Sprintf("peak requests/s expected: sets --stripes to one per %d/s", campaign.StripeRateTPS))
 	for _, name := range []string{"id", "discount-yen", "budget-yen"} {
 		_ = c.MarkFlagRequired(name)
 	}
@@ -83,20 +103,25 @@ func campaignShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a campaign's budget, issued and remaining yen",
-		Args:  cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("%s needs one campaign id, e.g. %s SW-A", cmd.CommandPath(), cmd.CommandPath())
+			}
+			return ids.Campaign(args[0])
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			s, err := campaign.Show(cmd.Context(), pool, args[0])
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "campaign   %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\n",
-				s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen())
+			fmt.Fprintf(w, "campaign   %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\nstripes    %d\n",
+				s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen(), s.Stripes)
 			fmt.Fprintf(w, "period     %s .. %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt))
 			return nil
 		},

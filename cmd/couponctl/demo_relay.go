@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -35,15 +36,36 @@ var demoInjected = []linestub.Response{
 	{Status: http.StatusTooManyRequests, RetryAfter: "1", Message: "demo: injected rate limit"},
 }
 
-// demoRelay drains the outbox through RelayOutbox, served at functionsBaseURL, into a local
-// LINE stand-in on loopback, and reports from the stand-in and the table: pushes received,
-// distinct retry keys, coupons pushed exactly once, lost (outbox rows unsent) and parked.
-// RelayOutbox reads its configuration on its first request, so the stand-in is started and
-// LINE_API_BASE_URL, LINE_CHANNEL_ACCESS_TOKEN and RELAY_RETRY_BASE=0s are set before it.
+// demoAppOnlyEvery makes every n-th member (in member id order) app-only: no LINE account is
+// linked for them, so their coupons are skipped rather than pushed, as for the many members
+// who use only the app.
+const demoAppOnlyEvery = 10
+
+// sqlDemoLink links every member who holds a coupon, except every demoAppOnlyEvery-th, to a LINE
+// user id made from the member id ("U" + md5 in hex: the format LINE uses, unique per member).
+const sqlDemoLink = `
+INSERT INTO member_line_accounts (member_id, line_user_id)
+SELECT member_id, 'U' || md5(member_id)
+  FROM (SELECT member_id, row_number() OVER (ORDER BY member_id) AS n
+          FROM (SELECT DISTINCT member_id FROM issued_coupons) m) m
+ WHERE n % $1 <> 0
+ON CONFLICT (member_id) DO NOTHING`
+
+// demoRelay links most members to a LINE user id and leaves every demoAppOnlyEvery-th app-only,
+// drains the outbox through RelayOutbox, served at functionsBaseURL, into a local LINE stand-in
+// on loopback, and reports from the stand-in and the table: pushes received, distinct retry
+// keys, linked members' coupons pushed exactly once, app-only members' coupons skipped, lost
+// (outbox rows unsent) and parked. RelayOutbox reads its configuration on its first request,
+// so the stand-in is started and LINE_API_BASE_URL, LINE_CHANNEL_ACCESS_TOKEN and
+// RELAY_RETRY_BASE=0s are set before it.
 //
-// It returns errViolations if any coupon was not accepted by LINE exactly once, or any outbox
-// row is left unsent or parked.
+// It returns errViolations if any linked member's coupon was not accepted by LINE exactly once,
+// any app-only member's coupon was pushed or not skipped, or any outbox row is left unsent or
+// parked.
 func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBaseURL string) error {
+	if _, err := pool.Exec(ctx, sqlDemoLink, demoAppOnlyEvery); err != nil {
+		return fmt.Errorf("linking members to LINE: %w", err)
+	}
 	stub := linestub.New()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,7 +78,8 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 	os.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "demo-channel-access-token")
 	os.Setenv("RELAY_RETRY_BASE", "0s")
 
-	rows, err := pool.Query(ctx, `SELECT coupon_id::text FROM notification_outbox ORDER BY coupon_id LIMIT $1`, len(demoInjected))
+	rows, err := pool.Query(ctx, `SELECT coupon_id::text FROM notification_outbox
+		JOIN member_line_accounts USING (member_id) ORDER BY coupon_id LIMIT $1`, len(demoInjected))
 	if err != nil {
 		return err
 	}
@@ -79,13 +102,14 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 			return fmt.Errorf("relay run %d: %w", run, err)
 		}
 		total.Sent += res.Sent
-		st, err := outbox.Status(ctx, pool, 0)
+		total.Skipped += res.Skipped
+		st, err := outboxadmin.ReadStatus(ctx, pool, 0)
 		if err != nil {
 			return err
 		}
 		left := st.Due + st.Waiting + st.InFlight
-		fmt.Fprintf(w, "  run %d: sent %d, retry_later %d, parked %d; outbox rows left %d\n",
-			run, res.Sent, res.RetryLater, res.Parked, left)
+		fmt.Fprintf(w, "  run %d: sent %d, retry_later %d, parked %d, skipped %d; outbox rows left %d\n",
+			run, res.Sent, res.RetryLater, res.Parked, res.Skipped, left)
 		if left == 0 || run == demoRelayMaxRuns {
 			break
 		}
@@ -99,22 +123,36 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 	}
 	elapsed := time.Since(started)
 
-	st, err := outbox.Status(ctx, pool, 0)
+	st, err := outboxadmin.ReadStatus(ctx, pool, 0)
 	if err != nil {
 		return err
 	}
-	var coupons []string
-	if rows, err = pool.Query(ctx, `SELECT coupon_id::text FROM issued_coupons`); err == nil {
-		coupons, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	type coupon struct {
+		id     string
+		linked bool
+	}
+	var coupons []coupon
+	if rows, err = pool.Query(ctx, `SELECT coupon_id::text, l.member_id IS NOT NULL FROM issued_coupons
+		LEFT JOIN member_line_accounts l USING (member_id)`); err == nil {
+		coupons, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (c coupon, err error) {
+			return c, row.Scan(&c.id, &c.linked)
+		})
 	}
 	if err != nil {
 		return err
 	}
 	accepted := stub.Accepted()
-	once := 0
-	for _, id := range coupons {
-		if accepted[id] == 1 {
-			once++
+	linked, once, appOnly, appOnlyPushed := 0, 0, 0, 0
+	for _, c := range coupons {
+		switch {
+		case c.linked:
+			linked++
+			if accepted[c.id] == 1 {
+				once++
+			}
+		default:
+			appOnly++
+			appOnlyPushed += stub.Calls(c.id)
 		}
 	}
 	stats := stub.Stats()
@@ -124,14 +162,19 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 	fmt.Fprintf(w, "  pushes accepted              %6d in %s (%.0f rows/s)\n",
 		stats.Accepted, elapsed.Round(time.Millisecond), float64(total.Sent)/elapsed.Seconds())
 	fmt.Fprintf(w, "  distinct retry keys          %6d\n", stats.Keys)
-	fmt.Fprintf(w, "  coupons pushed exactly once  %6d of %d\n", once, len(coupons))
+	fmt.Fprintf(w, "  coupons pushed exactly once  %6d of %d (members with a LINE account)\n", once, linked)
+	fmt.Fprintf(w, "  skipped (app-only members)   %6d of %d (pushes received for them: %d)\n", st.Skipped, appOnly, appOnlyPushed)
 	fmt.Fprintf(w, "  lost (outbox rows unsent)    %6d\n", lost)
 	fmt.Fprintf(w, "  parked                       %6d\n", st.Parked)
 
 	var failures []string
-	if once != len(coupons) || stats.Accepted != len(coupons) {
-		failures = append(failures, fmt.Sprintf("%d of %d coupons pushed exactly once, %d pushes accepted",
-			once, len(coupons), stats.Accepted))
+	if once != linked || stats.Accepted != linked {
+		failures = append(failures, fmt.Sprintf("%d of %d linked members' coupons pushed exactly once, %d pushes accepted",
+			once, linked, stats.Accepted))
+	}
+	if int(st.Skipped) != appOnly || int(total.Skipped) != appOnly || appOnlyPushed != 0 {
+		failures = append(failures, fmt.Sprintf("%d of %d app-only coupons skipped (runs reported %d), %d pushed",
+			st.Skipped, appOnly, total.Skipped, appOnlyPushed))
 	}
 	if lost > 0 {
 		failures = append(failures, fmt.Sprintf("%d outbox rows still unsent after %d runs", lost, demoRelayMaxRuns))
@@ -143,7 +186,7 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 		fmt.Fprintf(w, "  RELAY FAILED:\n    %s\n", strings.Join(failures, "\n    "))
 		return errViolations
 	}
-	fmt.Fprintln(w, "  every coupon pushed to LINE exactly once; none lost, none parked")
+	fmt.Fprintln(w, "  every linked member's coupon pushed to LINE exactly once, every app-only one skipped; none lost, none parked")
 	return nil
 }
 

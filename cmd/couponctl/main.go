@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/localpg"
@@ -40,12 +39,15 @@ func rootCmd() *cobra.Command {
 serves a function as deployed, reconciles counters with rows, shows and requeues the
 notification outbox, and runs the isolation lab.
 
-Database: DATABASE_URL (a PostgreSQL URL). "demo" and "sim" start a throwaway local PostgreSQL
-when it is unset; the other verbs need it.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+Database: every verb connects as the functions do: DATABASE_URL (a PostgreSQL URL), or Cloud
+SQL through the Go connector when INSTANCE_CONNECTION_NAME is set (with DB_USER, DB_NAME,
+DB_IAM_AUTH, DB_PRIVATE_IP). "demo" and "sim" use DATABASE_URL, or start a throwaway local
+PostgreSQL when it is unset.`,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceErrors:     true,
 	}
-	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd())
+	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd(), lineCmd())
 	return root
 }
 
@@ -63,23 +65,6 @@ func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
 	}
 	c.AddCommand(subs...)
 	return c
-}
-
-// databaseURL returns DATABASE_URL, or an error that says to set it.
-func databaseURL() (string, error) {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u, nil
-	}
-	return "", errors.New("DATABASE_URL is not set (a PostgreSQL URL such as postgres://user@host:5432/db)")
-}
-
-// openPool opens a pool on DATABASE_URL; the caller closes it.
-func openPool(ctx context.Context) (*pgxpool.Pool, error) {
-	u, err := databaseURL()
-	if err != nil {
-		return nil, err
-	}
-	return pgxpool.New(ctx, u)
 }
 
 // databaseOrThrowaway returns DATABASE_URL, or starts a throwaway local PostgreSQL (durable

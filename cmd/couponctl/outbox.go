@@ -10,12 +10,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func outboxCmd() *cobra.Command {
-	return groupCmd("outbox", "See the notification outbox and requeue its dead letters (parked rows)",
-		outboxStatusCmd(), outboxRequeueCmd())
+	return groupCmd("outbox", "See the notification outbox, requeue its dead letters and skipped rows, prune old rows",
+		outboxStatusCmd(), outboxRequeueCmd(), outboxPruneCmd())
 }
 
 func outboxStatusCmd() *cobra.Command {
@@ -28,18 +30,19 @@ func outboxStatusCmd() *cobra.Command {
 			if limit < 1 {
 				return fmt.Errorf("--limit %d: list at least 1 parked row", limit)
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			s, err := outbox.Status(cmd.Context(), pool, limit)
+			defer closePool()
+			s, err := outboxadmin.ReadStatus(cmd.Context(), pool, limit)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "sent       %d\ndue        %d\nwaiting    %d (backing off after a failed push)\n"+
-				"in flight  %d (claimed by a run)\nparked     %d\n", s.Sent, s.Due, s.Waiting, s.InFlight, s.Parked)
+			fmt.Fprintf(w, "sent       %d\nskipped    %d (member has no LINE account linked)\ndue        %d\n"+
+				"waiting    %d (backing off after a failed push)\nin flight  %d (claimed by a run)\nparked     %d\n",
+				s.Sent, s.Skipped, s.Due, s.Waiting, s.InFlight, s.Parked)
 			if len(s.ParkedRows) == 0 {
 				return nil
 			}
@@ -58,14 +61,22 @@ func outboxStatusCmd() *cobra.Command {
 }
 
 func outboxRequeueCmd() *cobra.Command {
-	var all bool
+	var all, force bool
 	c := &cobra.Command{
-		Use:   "requeue [--all | COUPON_ID...]",
-		Short: "Put parked rows back for the next relay run, with a fresh attempt count",
-		Long: `Put parked (dead-lettered) outbox rows back for the next RelayOutbox run. Their attempt
-count starts again; last_error is kept. Requeue after fixing the cause (a member who unblocked
-the account, an expired channel token): the push is re-sent with the same retry key, so LINE
-cannot deliver a coupon twice.`,
+		Use:   "requeue [--force] [--all | COUPON_ID...]",
+		Short: "Put parked and skipped rows back for the next relay run, with a fresh attempt count",
+		Long: `Put parked (dead-lettered) and skipped outbox rows back for the next RelayOutbox run. Their
+attempt count starts again; last_error is kept. Requeue after fixing the cause: a member who
+unblocked the account, a LINE outage that outlasted the attempts, or (for a skipped row) a
+member who has since linked a LINE account (couponctl line link); a skipped row whose member is
+still unlinked is left as it is. (A refused channel token parks nothing: the relay gives the
+rows back and stops until the token is renewed.)
+
+The push is re-sent with the same X-Line-Retry-Key, and LINE answers 409 instead of delivering
+again, but only for 24 hours after the key's first use (LINE Messaging API, "Retry failed API
+requests"). A row first pushed more than 23 hours ago is therefore refused: LINE may have
+delivered it already, and a re-send could reach the member twice. --force requeues it anyway,
+as a new push.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return errors.New("give either --all or one or more coupon ids")
@@ -75,25 +86,78 @@ cannot deliver a coupon twice.`,
 					return fmt.Errorf("coupon id %q: not a UUID", id)
 				}
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			ids, err := outbox.Requeue(cmd.Context(), pool, all, args)
+			defer closePool()
+			res, err := outboxadmin.Requeue(cmd.Context(), pool, all, args, force)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "requeued %d parked rows\n", len(ids))
-			for _, id := range ids {
-				fmt.Fprintln(cmd.OutOrStdout(), "  "+id)
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "requeued %d rows\n", len(res.Requeued))
+			for _, id := range res.Requeued {
+				fmt.Fprintln(w, "  "+id)
 			}
-			if skipped := len(args) - len(ids); !all && skipped > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d of the given coupons were not parked; left alone\n", skipped)
+			if len(res.Unlinked) > 0 {
+				fmt.Fprintf(w, "left %d rows whose member has no LINE account linked (couponctl line link first):\n", len(res.Unlinked))
+				for _, id := range res.Unlinked {
+					fmt.Fprintln(w, "  "+id)
+				}
+			}
+			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
+				fmt.Fprintf(w, "%d of the given coupons were neither parked nor skipped; left alone\n", n)
+			}
+			if len(res.KeyExpired) > 0 {
+				fmt.Fprintf(w, "REFUSED %d rows first pushed more than %s ago: LINE no longer knows their retry key, so "+
+					"a re-send may deliver the coupon twice; use --force to send them anyway:\n", len(res.KeyExpired), outbox.RetryKeyWindow)
+				for _, id := range res.KeyExpired {
+					fmt.Fprintln(w, "  "+id)
+				}
+				return fmt.Errorf("%d rows refused (retry key expired)", len(res.KeyExpired))
 			}
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&all, "all", false, "requeue every parked row")
+	c.Flags().BoolVar(&all, "all", false, "requeue every parked and skipped row")
+	c.Flags().BoolVar(&force, "force", false, "also requeue rows whose retry key has expired (the member may get the message twice)")
+	return c
+}
+
+func outboxPruneCmd() *cobra.Command {
+	var olderThan time.Duration
+	c := &cobra.Command{
+		Use:   "prune [--older-than 720h]",
+		Short: "Delete sent and skipped outbox rows older than the retention, in batches",
+		Long: fmt.Sprintf(`Delete sent and skipped outbox rows closed longer ago than --older-than, oldest first, %d
+rows per statement, until none is left. Open and parked rows are never deleted. Each relay run
+does one such batch by itself (RELAY_RETENTION); this verb catches up at once.`, outbox.PruneBatch),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan <= 0 {
+				return fmt.Errorf("--older-than %s: must be positive", olderThan)
+			}
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			var total int64
+			for {
+				n, err := outbox.Prune(cmd.Context(), pool, olderThan, outbox.PruneBatch)
+				total += n
+				if err != nil {
+					return fmt.Errorf("after deleting %d rows: %w", total, err)
+				}
+				if n < outbox.PruneBatch {
+					break
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d sent and skipped rows closed more than %s ago\n", total, olderThan)
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&olderThan, "older-than", outbox.DefaultRetention, "retention: keep rows closed more recently than this")
 	return c
 }

@@ -3,9 +3,10 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 func reconcileCmd() *cobra.Command {
@@ -23,11 +24,11 @@ them (docs/operations.md).`,
 			if err != nil {
 				return err
 			}
-			pool, err := openPool(cmd.Context())
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			rep, err := reconcile.Check(cmd.Context(), pool, capYen)
 			if err != nil {
 				return err

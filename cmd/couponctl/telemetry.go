@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/shared/reconcile"
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 

@@ -22,8 +22,9 @@ func init() {
 	functions.HTTP("IssueCoupon", Instrument(http.HandlerFunc(issueCoupon)).ServeHTTP)
 }
 
-// instance is the per-instance state: the pool and the service, built on the first request
-// and kept for the instance's life. The pool is never closed: it ends with the instance.
+// instance is the per-instance state: the pool and the service, built once at start-up by
+// [Preflight] (or by the first request where no main called it, as in a bare functions-framework
+// run) and kept for the instance's life.
 var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -93,21 +94,23 @@ func TestResultTable(t *testing.T) {
 		{"not started", "m3", "FUTURE", 409, "CAMPAIGN_NOT_ACTIVE"},
 		{"unknown", "m3", "NOPE", 404, "UNKNOWN_CAMPAIGN"},
 	}
-	var couponID any
+	var couponID string
 	for _, s := range steps {
 		a := post(t, h, http.MethodPost, "application/json", ask(s.member, s.campaign))
 		if a.status != s.status || a.body["result"] != s.result {
 			t.Fatalf("%s: %d %v, want %d %s", s.name, a.status, a.body, s.status, s.result)
 		}
+		// A missing coupon_id must not compare equal to another missing one: compare strings.
+		id, _ := a.body["coupon_id"].(string)
 		switch s.name {
 		case "issued":
-			couponID = a.body["coupon_id"]
-			if couponID == "" || a.body["amount_yen"] != 1000.0 || a.body["month"] != "2026-09" {
-				t.Errorf("ISSUED body %v: want coupon_id, amount_yen 1000, month 2026-09", a.body)
+			couponID = id
+			if uuid.Validate(id) != nil || a.body["amount_yen"] != 1000.0 || a.body["month"] != "2026-09" {
+				t.Errorf("ISSUED body %v: want a UUID coupon_id, amount_yen 1000, month 2026-09", a.body)
 			}
 		case "double tap":
-			if a.body["coupon_id"] != couponID {
-				t.Errorf("ALREADY_ISSUED coupon_id %v, want %v", a.body["coupon_id"], couponID)
+			if id == "" || id != couponID {
+				t.Errorf("ALREADY_ISSUED coupon_id %q, want the issued coupon %q", id, couponID)
 			}
 		}
 	}
@@ -164,7 +167,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		a := post(t, h, c.method, c.contentType, c.body)
-		if a.status != c.status || a.body["result"] != "INVALID_REQUEST" || a.body["message"] == "" {
+		if msg, _ := a.body["message"].(string); a.status != c.status || a.body["result"] != "INVALID_REQUEST" || msg == "" {
 			t.Errorf("%s: %d %v, want %d INVALID_REQUEST with a message", c.name, a.status, a.body, c.status)
 		}
 		if c.status == 405 && a.header.Get("Allow") != "POST" {

@@ -1,7 +1,7 @@
 // Package relay is the RelayOutbox Cloud Run function: Cloud Scheduler calls it every minute
 // (and an operator may call it by hand) to deliver the transactional outbox to LINE. It decodes
 // the request, runs one relay pass (shared/outbox) and answers how many rows were sent, sent
-// back for a retry, and parked (CONTRACT.md, "RelayOutbox"). It registers itself with the
+// back for a retry, parked, and skipped (CONTRACT.md, "RelayOutbox"). It registers itself with the
 // functions framework in init.
 package relay
 
@@ -26,8 +26,9 @@ func init() {
 	functions.HTTP("RelayOutbox", Instrument(http.HandlerFunc(relayOutbox)).ServeHTTP)
 }
 
-// instance is the per-instance state: the pool and the relay, built on the first request (so
-// LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
+// instance is the per-instance state: the pool and the relay, built once at start-up by
+// [Preflight] (or by the first request where no main called it, as in a bare functions-framework
+// run; LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
 var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	cfg, err := outbox.ConfigFromEnv()
 	if err != nil {
@@ -86,8 +87,11 @@ const MaxRowsLimit = 200_000
 
 // ServeHTTP answers one RelayOutbox request: POST with an empty body or {"max_rows": N}
 // (1..[MaxRowsLimit]); without max_rows the relay's own limit applies. It answers 200 with
-// {"sent": n, "retry_later": n, "parked": n}, 400 for a body it does not understand, 405 for a
-// method other than POST, and 500 (detail logged) when the database fails.
+// {"sent": n, "retry_later": n, "parked": n, "skipped": n}; 502 with the same counts and a
+// "message" when the run ended early because LINE refused the channel access token
+// ([outbox.ErrTokenRefused]) or kept failing ([outbox.ErrLINEUnavailable]), so that Cloud
+// Scheduler records the run as failed; 400 for a body it does not understand, 405 for a method
+// other than POST, and 500 (detail logged) when the database fails.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -100,15 +104,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.relay.Run(r.Context(), maxRows)
-	if err != nil {
-		h.log.ErrorContext(r.Context(), "RelayOutbox: run failed", "err", err,
-			"sent", res.Sent, "retry_later", res.RetryLater, "parked", res.Parked)
+	counts := []any{"sent", res.Sent, "retry_later", res.RetryLater, "parked", res.Parked, "skipped", res.Skipped}
+	switch {
+	case errors.Is(err, outbox.ErrTokenRefused) || errors.Is(err, outbox.ErrLINEUnavailable):
+		h.log.ErrorContext(r.Context(), "RelayOutbox: run ended early", append(counts, "err", err)...)
+		writeJSON(w, http.StatusBadGateway, stoppedBody{Result: res, Message: err.Error()})
+	case err != nil:
+		h.log.ErrorContext(r.Context(), "RelayOutbox: run failed", append(counts, "err", err)...)
 		writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
-		return
+	default:
+		h.log.InfoContext(r.Context(), "RelayOutbox: run done", counts...)
+		writeJSON(w, http.StatusOK, res)
 	}
-	h.log.InfoContext(r.Context(), "RelayOutbox: run done",
-		"sent", res.Sent, "retry_later", res.RetryLater, "parked", res.Parked)
-	writeJSON(w, http.StatusOK, res)
 }
 
 // decodeMaxRows reads an empty body (0: the relay's default) or one JSON object with at most
@@ -138,6 +145,12 @@ func decodeMaxRows(body io.Reader) (int, error) {
 }
 
 type errorBody struct {
+	Message string `json:"message"`
+}
+
+// stoppedBody is the answer to a run that LINE ended early: the counts so far and why.
+type stoppedBody struct {
+	outbox.Result
 	Message string `json:"message"`
 }
 

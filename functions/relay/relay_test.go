@@ -20,9 +20,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestResponseCountsMatchTable calls RelayOutbox over 30 rows of which LINE refuses 5 (400)
-// and fails 5 (500), and compares the answer with the table: sent, retry_later and parked are
-// the rows the table holds as sent, due again and parked.
+// TestResponseCountsMatchTable calls RelayOutbox over 30 rows of which LINE refuses 5 (400),
+// fails 5 (500), and 5 belong to members without a LINE account, and compares the answer with
+// the table: sent, retry_later, parked and skipped are the rows the table holds as sent, due
+// again, parked and skipped.
 func TestResponseCountsMatchTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -32,7 +33,7 @@ func TestResponseCountsMatchTable(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	rows, err := pool.Query(ctx, `
-WITH k AS (INSERT INTO campaigns (campaign_id) VALUES ('T')),
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
 c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
   SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, 30) g
@@ -45,6 +46,10 @@ RETURNING coupon_id::text`)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO member_line_accounts (member_id, line_user_id)
+		SELECT member_id, 'U' || md5(member_id) FROM notification_outbox WHERE coupon_id <> ALL($1::uuid[])`, ids[25:]); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids[:5] {
@@ -76,13 +81,28 @@ RETURNING coupon_id::text`)
 	err = pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND attempts = 1),
-       count(*) FILTER (WHERE parked_at IS NOT NULL)
-  FROM notification_outbox`).Scan(&want.Sent, &want.RetryLater, &want.Parked)
+       count(*) FILTER (WHERE parked_at IS NOT NULL),
+       count(*) FILTER (WHERE skipped_at IS NOT NULL)
+  FROM notification_outbox`).Scan(&want.Sent, &want.RetryLater, &want.Parked, &want.Skipped)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want || want != (outbox.Result{Sent: 20, RetryLater: 5, Parked: 5}) {
-		t.Errorf("answer %+v, table %+v; want them equal at 20 sent, 5 retry_later, 5 parked", got, want)
+	if got != want || want != (outbox.Result{Sent: 15, RetryLater: 5, Parked: 5, Skipped: 5}) {
+		t.Errorf("answer %+v, table %+v; want them equal at 15 sent, 5 retry_later, 5 parked, 5 skipped", got, want)
+	}
+
+	// A refused token ends the run with 502, the counts and the reason.
+	for _, id := range ids[5:10] { // the rows still open
+		stub.Always(id, linestub.Response{Status: http.StatusUnauthorized})
+	}
+	if _, err := pool.Exec(ctx, `UPDATE notification_outbox SET next_attempt_at = now() WHERE sent_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), `"sent":0`) ||
+		!strings.Contains(rec.Body.String(), "channel access token") {
+		t.Errorf("with a refused token: %d %s; want 502 with the counts and the reason", rec.Code, rec.Body)
 	}
 }
 

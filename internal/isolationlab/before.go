@@ -29,7 +29,7 @@ const DefaultPushDelay = 20 * time.Millisecond
 // (campaign_id, member_id) and no CHECK on the budget counter, as the incident's tables were.
 func BreakSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `
-ALTER TABLE issued_coupons DROP CONSTRAINT one_coupon_per_member;
+DROP INDEX one_coupon_per_member;
 ALTER TABLE campaign_budgets DROP CONSTRAINT issued_within_budget`)
 	return err
 }

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/reconcile"
 )
 
 // Load is the traffic of one run: members x campaigns x two taps, shuffled
@@ -25,7 +25,7 @@ type Load struct {
 	Campaigns []silverweek.Campaign
 	// CapYen is R3's monthly cap in yen.
 	CapYen int
-	// TapGap bounds the delay of each second tap, in seconds; zero sends both taps at once.
+	// TapGap bounds the delay of each second tap (a duration); zero sends both taps at once.
 	TapGap time.Duration
 	// Seed picks the shuffle; each run adds its workers and run number to it.
 	Seed uint64

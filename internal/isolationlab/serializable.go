@@ -21,7 +21,7 @@ const ResultRetryExhausted = string(issuance.ResultRetryExhausted)
 
 // Serializable is the second junior proposal: the Before code's read-judge-write unchanged, run at
 // SERIALIZABLE, with the in-transaction push replaced by a transactional outbox row, and SQLSTATE
-// 40001 retried after a full-jitter wait, at most [SerializableAttempts] times. PostgreSQL's
+// 40001 retried after a full-jitter wait, in at most [SerializableAttempts] attempts. PostgreSQL's
 // serializable snapshot isolation (SSI) detects the lost update, the phantom and the write skew
 // of the Before code and aborts one of the transactions with 40001 (PostgreSQL 15 docs, 13.2.3
 // "Serializable Isolation Level"; Ports and Grittner, VLDB 2012); the price is paid in retries.

@@ -5,14 +5,17 @@
 // It behaves as LINE documents the retry key (LINE Messaging API reference, "Retry failed API
 // requests" and "Send push message"): X-Line-Retry-Key must be a UUID, the first request with a
 // key is accepted (200), and a later request with an accepted key is answered 409 Conflict with
-// the header X-Line-Accepted-Request-Id, sending nothing. It records every request per key, and
-// it can be told to answer a key's n-th request slowly, with a 5xx, a 4xx, or 429 with
-// Retry-After ([Stub.Script], [Stub.Always]).
+// the header X-Line-Accepted-Request-Id, sending nothing. Like LINE, it answers 400 to a push
+// whose "to" is not a LINE user id ("U" + 32 lowercase hex digits), such as a member id. It
+// records every request per key with its "to", and it can be told to answer a key's n-th
+// request, or every request, slowly, with a 5xx, a 4xx (401 for a refused token), 429 with
+// Retry-After, or a 200 whose body is cut off ([Stub.Script], [Stub.Always], [Stub.Default]).
 package linestub
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -36,6 +39,10 @@ type Response struct {
 	// 0 the key is accepted after the delay even if the client has stopped waiting, as a real
 	// server that got the request would.
 	Delay time.Duration
+	// CutBody, with Status 0, accepts the push and sends 200 with its headers, then drops the
+	// connection halfway through the body: the client cannot read the answer although LINE
+	// has the message (a push timeout firing after the headers looks the same).
+	CutBody bool
 }
 
 // Push is one recorded request.
@@ -63,6 +70,7 @@ type Stub struct {
 	mu       sync.Mutex
 	scripts  map[string][]Response // per key: answers to its 1st, 2nd, ... request
 	always   map[string]Response   // per key: answer to every request
+	fallback Response              // answer to a request with no script or always entry
 	calls    map[string]int        // per key: requests received
 	accepted map[string]int        // per key: requests answered 200 (more than 1 would be a LINE bug)
 	pushes   []Push
@@ -93,6 +101,15 @@ func (s *Stub) Always(retryKey string, answer Response) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.always[retryKey] = answer
+}
+
+// Default programs the answer to every request that no [Stub.Script] or [Stub.Always] entry
+// covers: e.g. Response{Status: 401} for a refused token, or Response{Delay: time.Minute} for
+// a LINE that hangs. Response{} restores the normal behaviour.
+func (s *Stub) Default(answer Response) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fallback = answer
 }
 
 // Stats returns the totals so far.
@@ -137,6 +154,10 @@ func (s *Stub) Pushes() []Push {
 	return append([]Push(nil), s.pushes...)
 }
 
+// LineUserIDPattern is the form of a LINE user id, the push's "to": "U" and 32 lowercase hex
+// digits (LINE Messaging API reference, "Send push message").
+var LineUserIDPattern = regexp.MustCompile(`^U[0-9a-f]{32}$`)
+
 // uuidPattern is the retry key format LINE requires: a UUID in hexadecimal.
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
@@ -175,6 +196,9 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	answer := s.receive(key)
+	if !LineUserIDPattern.MatchString(req.To) {
+		answer = Response{Status: http.StatusBadRequest, Message: "The property, 'to', in the request body is invalid (line: -, column: -)"}
+	}
 	if answer.Delay > 0 {
 		t := time.NewTimer(answer.Delay)
 		select {
@@ -189,6 +213,9 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Line-Request-Id", requestID)
 	switch status {
 	case http.StatusOK:
+		if answer.CutBody {
+			cutBody(w)
+		}
 		writeJSON(w, status, map[string]any{"sentMessages": []map[string]string{{"id": requestID, "quoteToken": "q" + requestID}}})
 	case http.StatusConflict:
 		w.Header().Set("X-Line-Accepted-Request-Id", acceptedID)
@@ -214,7 +241,7 @@ func (s *Stub) receive(key string) Response {
 		s.scripts[key] = script[1:]
 		return script[0]
 	}
-	return Response{}
+	return s.fallback
 }
 
 // decide turns the programmed answer into a status: a programmed error, or LINE's retry-key
@@ -243,6 +270,17 @@ func (s *Stub) record(p Push) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pushes = append(s.pushes, p)
+}
+
+// cutBody sends 200 with a Content-Length it does not keep and part of the body, then drops the
+// connection (http.ErrAbortHandler: the server closes it without logging).
+func cutBody(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", "4096")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, `{"sentMessages":[{"id":"`)
+	_ = http.NewResponseController(w).Flush()
+	panic(http.ErrAbortHandler)
 }
 
 func writeError(w http.ResponseWriter, status int, message, retryAfter string) {

@@ -50,6 +50,18 @@ func run(m *testing.M) int {
 // (kept if t fails, for inspection).
 func URL(t testing.TB) string {
 	t.Helper()
+	return newDB(t, migrator{})
+}
+
+// EmptyURL returns a connection URL for a new empty database of its own (no migration applied),
+// dropped when t ends: the start of the legacy-migration tests.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDB(t, pgtestdb.NoopMigrator{})
+}
+
+func newDB(t testing.TB, m pgtestdb.Migrator) string {
+	t.Helper()
 	if serverURL == "" {
 		t.Fatal("pgtest: call pgtest.Main from TestMain")
 	}
@@ -65,7 +77,7 @@ func URL(t testing.TB) string {
 		Password:   cc.Password,
 		Database:   cc.Database,
 		Options:    "sslmode=disable",
-	}, migrator{})
+	}, m)
 	return conf.URL()
 }
 

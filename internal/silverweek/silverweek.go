@@ -15,7 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/shared/backoff"
+	"github.com/mops/coupon-api/shared/db"
 )
 
 // Campaign is one campaign of the scenario, amounts in yen.
@@ -37,7 +40,7 @@ var Campaigns = []Campaign{
 // requests, of which exactly 600 issue under the 2,000 yen cap.
 const DefaultMembers = 300
 
-// DefaultTapGap bounds the delay of the second tap after the first, in seconds: the incident's
+// DefaultTapGap bounds the delay of the second tap after the first (50 ms): the incident's
 // duplicates arrived "within tens of milliseconds".
 const DefaultTapGap = 50 * time.Millisecond
 
@@ -165,13 +168,67 @@ func Run(ctx context.Context, reqs []Request, workers int, issue IssueFunc, prog
 }
 
 // CreateCampaigns creates the scenario's campaigns, always active.
-func CreateCampaigns(ctx context.Context, db interface {
+func CreateCampaigns(ctx context.Context, conn interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, campaigns []Campaign) error {
 	for _, c := range campaigns {
-		if err := campaign.Create(ctx, db, campaign.Campaign{ID: c.ID, DiscountYen: c.DiscountYen, BudgetYen: c.BudgetYen}); err != nil {
+		if err := campaign.Create(ctx, conn, campaign.Campaign{ID: c.ID, DiscountYen: c.DiscountYen, BudgetYen: c.BudgetYen}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Verify counts the tables after a whole run of the scenario (its [Campaigns], members members,
+// the R3 cap capYen with 1,000 yen coupons, so two coupons per member) and returns every way they
+// differ from the right outcome: each broken rule of [reconcile.Report.Violations], a coupon count
+// other than two per member, a member holding other than two coupons, and SW-A's counter other
+// than exactly its budget. Empty means the run was right.
+func Verify(ctx context.Context, q db.Querier, members, capYen int) ([]string, error) {
+	rep, err := reconcile.Check(ctx, q, capYen)
+	if err != nil {
+		return nil, err
+	}
+	wrong := rep.Violations()
+	if want := int64(2 * members); rep.Coupons != want {
+		wrong = append(wrong, fmt.Sprintf("coupons: %d, want exactly %d (two per member)", rep.Coupons, want))
+	}
+	var notTwo int
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM (SELECT member_id FROM issued_coupons
+		GROUP BY member_id HAVING count(*) <> 2) x`).Scan(&notTwo); err != nil {
+		return nil, fmt.Errorf("silverweek: members: %w", err)
+	}
+	if notTwo != 0 {
+		wrong = append(wrong, fmt.Sprintf("%d members do not hold exactly two coupons", notTwo))
+	}
+	for _, c := range rep.Campaigns {
+		if c.CampaignID == Campaigns[0].ID && c.CounterYen != int64(Campaigns[0].BudgetYen) {
+			wrong = append(wrong, fmt.Sprintf("%s: counter %d yen, want exactly its budget %d yen",
+				c.CampaignID, c.CounterYen, Campaigns[0].BudgetYen))
+		}
+	}
+	return wrong, nil
+}
+
+// MaxResends bounds how often [Resending] re-sends one request that answered RETRY_EXHAUSTED.
+const MaxResends = 20
+
+// Resending wraps issue as the app behaves on RETRY_EXHAUSTED ("nothing was written; safe to
+// re-send", docs/api.md): it re-sends after a full-jitter wait (10 ms base, capped at 1 s, the
+// Retry-After IssueCoupon sends), at most [MaxResends] times, and counts the re-sends in resends.
+func Resending(issue IssueFunc, resends *atomic.Int64) IssueFunc {
+	return func(ctx context.Context, r Request) (string, error) {
+		for n := 1; ; n++ {
+			res, err := issue(ctx, r)
+			if err != nil || res != "RETRY_EXHAUSTED" || n > MaxResends {
+				return res, err
+			}
+			resends.Add(1)
+			select {
+			case <-time.After(backoff.FullJitter(10*time.Millisecond, time.Second, n)):
+			case <-ctx.Done():
+				return res, ctx.Err()
+			}
+		}
+	}
 }

@@ -13,7 +13,7 @@ const (
 	// (the member cap regulation, which protects the gross margin per member).
 	DefaultMonthlyCapYen = 2000
 
-	// AppTimeout is how long the app gateway waits for IssueCoupon, in seconds; the whole call,
+	// AppTimeout is how long the app gateway waits for IssueCoupon (3 s); the whole call,
 	// retries included, must end inside it.
 	AppTimeout = 3 * time.Second
 
@@ -33,9 +33,10 @@ const (
 	// MaxAttempts bounds the attempts of one call (design write-up: "full jitter で最大5回").
 	MaxAttempts = 5
 
-	// BackoffBase and BackoffCap bound the full-jitter wait before retry n, which is uniform in
-	// [0, min(BackoffCap, BackoffBase*2^n)) (design write-up; M. Brooker, "Exponential Backoff
-	// And Jitter").
+	// BackoffBase and BackoffCap bound the full-jitter wait after failed attempt n (n >= 1),
+	// which is uniform in [0, min(BackoffCap, BackoffBase*2^(n-1))): at most 10, 20, 40, 80 ms
+	// before attempts 2 to 5 (shared/backoff.FullJitter; design write-up; M. Brooker, "Exponential
+	// Backoff And Jitter").
 	BackoffBase = 10 * time.Millisecond
 	BackoffCap  = 200 * time.Millisecond
 

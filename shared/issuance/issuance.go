@@ -70,8 +70,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 //  1. R2: the coupon insert, judged by the unique index on (campaign_id, member_id);
 //  2. R3: the member x month usage row, created if missing, then one conditional add;
 //  3. the outbox row (a new row: it waits on nobody);
-//  4. R1: the campaign budget row, one conditional add, last, so the hottest lock is held
-//     only for the COMMIT round trip (perf/hot-row.md).
+//  4. R1: the campaign budget row (or one of its budget stripes, see [addToBudget]), one
+//     conditional add, last, so the hottest lock is held only for the COMMIT round trip
+//     (docs/hot-row.md).
 //
 // A check that fails rolls the whole transaction back: a rejected request writes nothing.
 // Attempts that fail with 40001, 40P01 or 55P03 are retried after a full-jitter wait, at most
@@ -148,8 +149,9 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 		}
 
 		// R2: one coupon per (campaign, member), judged by the unique index.
+		var stripes int
 		err := tx.QueryRow(ctx, sqlCouponInsert, r.campaignID, r.memberID, r.month, r.issuedAt).
-			Scan(&out.CouponID, &out.AmountYen)
+			Scan(&out.CouponID, &out.AmountYen, &stripes)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return whyNotInserted(ctx, tx, r)
 		}
@@ -175,13 +177,8 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 			return err
 		}
 
-		// R1: the campaign budget row, last; COMMIT follows at once.
-		var issuedYen int
-		err = tx.QueryRow(ctx, sqlBudgetAdd, r.campaignID, out.AmountYen).Scan(&issuedYen)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return &rejection{Outcome{Result: ResultBudgetExceeded}}
-		}
-		return err
+		// R1: a campaign budget stripe row, last; COMMIT follows at once.
+		return addToBudget(ctx, tx, r.campaignID, out.AmountYen, stripes)
 	})
 	return out, err
 }

@@ -8,26 +8,38 @@ package issuance
 // PostgreSQL 15 docs, 20.11.1 "Statement Behavior".
 const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
-// sqlCouponInsert is R2. The unique constraint one_coupon_per_member judges: a concurrent insert
+// sqlCouponInsert is R2. The partial unique index one_coupon_per_member judges, inferred from its
+// columns and predicate (PostgreSQL 15 docs, INSERT "ON CONFLICT Clause": a partial unique index
+// is inferred when the conflict target's WHERE implies its predicate): a concurrent insert
 // of the same (campaign, member) waits for the first to end, then inserts nothing if it committed
-// or goes ahead if it rolled back. The SELECT yields no row for an unknown or inactive campaign.
+// or goes ahead if it rolled back. The campaign CTE yields no row for an unknown or inactive
+// campaign; it reads (without locking) stripe 0, which every campaign has, for the discount and
+// the period, and counts the campaign's budget stripes for R1.
 // $1 campaign_id, $2 member_id, $3 month, $4 issued_at.
 const sqlCouponInsert = `
-INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at)
-SELECT b.campaign_id, $2, $3, b.discount_yen, $4
-  FROM campaign_budgets b
- WHERE b.campaign_id = $1
-   AND (b.starts_at IS NULL OR b.starts_at <= $4)
-   AND (b.ends_at IS NULL OR $4 < b.ends_at)
-ON CONFLICT ON CONSTRAINT one_coupon_per_member DO NOTHING
-RETURNING coupon_id::text, amount_yen`
+WITH campaign AS (
+  SELECT b.campaign_id, b.discount_yen,
+         (SELECT count(*) FROM campaign_budgets s WHERE s.campaign_id = b.campaign_id) AS stripes
+    FROM campaign_budgets b
+   WHERE b.campaign_id = $1 AND b.stripe = 0
+     AND (b.starts_at IS NULL OR b.starts_at <= $4)
+     AND (b.ends_at IS NULL OR $4 < b.ends_at)
+), coupon AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at)
+  SELECT campaign_id, $2, $3, discount_yen, $4 FROM campaign
+  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
+  RETURNING coupon_id, amount_yen
+)
+SELECT coupon.coupon_id::text, coupon.amount_yen, campaign.stripes FROM coupon, campaign`
 
-// sqlCouponWhyNot explains an insert that wrote nothing: the existing coupon of this member, and
+// sqlCouponWhyNot explains an insert that wrote nothing: the member's live coupon (legacy
+// duplicates aside, there is at most one, by R2), and
 // whether the campaign exists. READ COMMITTED takes a new snapshot per statement, so a coupon that
 // a concurrent transaction committed while the insert waited is visible here.
 // $1 campaign_id, $2 member_id.
 const sqlCouponWhyNot = `
-SELECT (SELECT coupon_id::text FROM issued_coupons WHERE campaign_id = $1 AND member_id = $2),
+SELECT (SELECT coupon_id::text FROM issued_coupons
+         WHERE campaign_id = $1 AND member_id = $2 AND NOT legacy_duplicate),
        EXISTS (SELECT 1 FROM campaign_budgets WHERE campaign_id = $1)`
 
 // sqlUsageEnsure creates the member x month row that R3 serializes on, if missing: a row that
@@ -50,10 +62,37 @@ RETURNING used_yen`
 const sqlOutboxInsert = `
 INSERT INTO notification_outbox (coupon_id, member_id, created_at, trace_parent) VALUES ($1::uuid, $2, $3, $4)`
 
-// sqlBudgetAdd is R1 on the campaign budget row, the hottest row of the system, so it is taken
-// last and held only until COMMIT. No row back means the budget would be exceeded.
-// $1 campaign_id, $2 amount_yen.
-const sqlBudgetAdd = `
-UPDATE campaign_budgets SET issued_yen = issued_yen + $2
- WHERE campaign_id = $1 AND issued_yen + $2 <= budget_yen
+// sqlBudgetStripeAdd is R1 on one budget stripe row, the hottest row of the system, so it is
+// taken last and held only until COMMIT: judge and add in one statement, waiting for the row if
+// another transaction holds it. No row back means the stripe has no room for the coupon.
+// $1 campaign_id, $2 stripe, $3 amount_yen.
+const sqlBudgetStripeAdd = `
+UPDATE campaign_budgets SET issued_yen = issued_yen + $3
+ WHERE campaign_id = $1 AND stripe = $2 AND issued_yen + $3 <= budget_yen
 RETURNING issued_yen`
+
+// sqlBudgetFreeStripeAdd is R1 on a striped campaign: it locks one stripe with room that no other
+// transaction holds, chosen at random so that concurrent issuances spread over the stripes
+// (FOR UPDATE SKIP LOCKED, PostgreSQL 15 docs, SELECT "The Locking Clause"), and adds to it. A
+// stripe updated since the statement's snapshot is re-checked on its newest version before it is
+// locked. No row back means every stripe with room is held by another transaction, or none has
+// room. $1 campaign_id, $2 amount_yen.
+const sqlBudgetFreeStripeAdd = `
+WITH free AS (
+  SELECT campaign_id, stripe FROM campaign_budgets
+   WHERE campaign_id = $1 AND issued_yen + $2 <= budget_yen
+   ORDER BY random() LIMIT 1
+   FOR UPDATE SKIP LOCKED
+)
+UPDATE campaign_budgets b SET issued_yen = b.issued_yen + $2
+  FROM free
+ WHERE b.campaign_id = free.campaign_id AND b.stripe = free.stripe
+RETURNING b.stripe`
+
+// sqlBudgetStripeWithRoom picks, without locking, a stripe that has room for the coupon in the
+// committed state; no row means the campaign's budget is spent. Committed counters only grow, so
+// "no room" here is true of every later state too. $1 campaign_id, $2 amount_yen.
+const sqlBudgetStripeWithRoom = `
+SELECT stripe FROM campaign_budgets
+ WHERE campaign_id = $1 AND issued_yen + $2 <= budget_yen
+ ORDER BY random() LIMIT 1`

@@ -42,12 +42,14 @@ const (
 	DefaultPushTimeout = 5 * time.Second
 
 	// DefaultBatchTimeout bounds the pushes of one claimed batch (env RELAY_BATCH_TIMEOUT):
-	// a push still queued or in flight when it ends is cancelled and retried later.
+	// a push in flight when it ends is cancelled and retried later; a row not yet pushed is
+	// given back unharmed.
 	DefaultBatchTimeout = 15 * time.Second
 
-	// DefaultMarkTimeout bounds each statement that records a push's outcome (env
-	// RELAY_MARK_TIMEOUT). A mark runs even when the run's caller has gone away: the push
-	// happened and should be recorded.
+	// DefaultMarkTimeout bounds the database work around the pushes (env RELAY_MARK_TIMEOUT):
+	// the run's start, each claim, the prune, and the marks of one batch together (every mark
+	// of a batch ends by its start + BatchTimeout + MarkTimeout). A mark runs even when the
+	// run's caller has gone away: the push happened and should be recorded.
 	DefaultMarkTimeout = 2 * time.Second
 
 	// DefaultLease is how long a claimed row stays invisible to other runs (env RELAY_LEASE):
@@ -57,21 +59,45 @@ const (
 	DefaultLease = 30 * time.Second
 
 	// DefaultRunBudget bounds one run (env RELAY_RUN_BUDGET), inside Cloud Scheduler's
-	// one-minute period so consecutive runs rarely overlap. A run stops claiming when less than
-	// BatchTimeout + MarkTimeout is left, so it ends inside its budget. Deploy the function with
-	// a request timeout of at least 60 s.
+	// one-minute period so consecutive runs rarely overlap; [Relay.Run] says how a run keeps
+	// to it. Deploy the function with a request timeout of at least 60 s.
 	DefaultRunBudget = 50 * time.Second
 
 	// DefaultMaxAttempts is the attempt limit per row (env RELAY_MAX_ATTEMPTS): a row whose
-	// push has failed that many times is parked (dead-lettered).
+	// push was sent and failed that many times is parked (dead-lettered). A row claimed but not
+	// pushed (refused token, LINE down, batch out of time) is not charged.
 	DefaultMaxAttempts = 10
 
 	// DefaultRetryBase and DefaultRetryCap bound the full-jitter wait before attempt n+1, uniform
 	// in [0, min(RetryCap, RetryBase*2^(n-1))) (env RELAY_RETRY_BASE, RELAY_RETRY_CAP;
 	// M. Brooker, "Exponential Backoff And Jitter"). With 10 attempts the waits add up to at
-	// most about 2 hours, inside the 24 hours for which LINE remembers a retry key.
+	// most about 2 hours, inside the 24 hours for which LINE remembers a retry key. LINE's
+	// Retry-After is honoured up to RetryCap.
 	DefaultRetryBase = 30 * time.Second
 	DefaultRetryCap  = 30 * time.Minute
+
+	// RetryKeyWindow is how long after a row's first push the relay still re-sends it
+	// automatically: LINE honours a retry key for 24 hours only (LINE Messaging API reference,
+	// "Retry failed API requests"); after that a re-send with the same key may deliver the
+	// message a second time. The hour of margin covers a run's length and clock skew between
+	// the database and LINE. A row past it is parked; `couponctl outbox requeue --force` sends
+	// it anyway. [Config.Validate] keeps RetryCap below it.
+	RetryKeyWindow = 23 * time.Hour
+
+	// DefaultBreakerFailures is how many pushes in a row may fail with a timeout, a connection
+	// error or a 5xx before a run stops pushing (env RELAY_BREAKER_FAILURES): LINE is down or
+	// hanging, and the rows not yet pushed are given back unharmed for a later run instead of
+	// each waiting out its push timeout and using up an attempt.
+	DefaultBreakerFailures = 10
+
+	// DefaultRetention is how long sent and skipped outbox rows are kept (env RELAY_RETENTION,
+	// e.g. 720h): each run deletes up to [PruneBatch] older ones, so the table and its indexes
+	// stay small. Parked and open rows are never deleted.
+	DefaultRetention = 30 * 24 * time.Hour
+
+	// PruneBatch bounds the rows one prune statement deletes, in rows: one run's share of the
+	// retention work, short enough to stay inside MarkTimeout.
+	PruneBatch = 1000
 )
 
 // Config tunes a [Relay]. Zero fields take the defaults above, except RetryBase and RetryCap,
@@ -81,7 +107,7 @@ type Config struct {
 	// Secret Manager when deployed). Required.
 	ChannelAccessToken string
 	// BaseURL is the Messaging API endpoint (env LINE_API_BASE_URL). Default [DefaultBaseURL];
-	// tests and the demo point it at a [linestub.Stub].
+	// tests and the demo point it at the LINE stand-in (internal/linestub).
 	BaseURL string
 	// BatchSize is the rows per claim. Default [DefaultBatchSize].
 	BatchSize int
@@ -105,6 +131,11 @@ type Config struct {
 	RunBudget time.Duration
 	// MaxAttempts is the attempt limit per row. Default [DefaultMaxAttempts].
 	MaxAttempts int
+	// BreakerFailures is the streak of outage failures that ends a run early. Default
+	// [DefaultBreakerFailures].
+	BreakerFailures int
+	// Retention is how long sent and skipped rows are kept. Default [DefaultRetention].
+	Retention time.Duration
 	// RetryBase and RetryCap bound the full-jitter backoff; 0 retries on the next run.
 	// [Config.WithDefaults] leaves them as they are; [ConfigFromEnv] defaults them to
 	// [DefaultRetryBase] and [DefaultRetryCap].
@@ -132,6 +163,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Lease, DefaultLease)
 	setDefault(&c.RunBudget, DefaultRunBudget)
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.BreakerFailures, DefaultBreakerFailures)
+	setDefault(&c.Retention, DefaultRetention)
 	if c.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = c.Parallelism
@@ -150,8 +183,9 @@ func setDefault[T int | float64 | time.Duration](v *T, def T) {
 }
 
 // Validate refuses a configuration the relay cannot keep its promises with: no token, sizes
-// that are not positive, a rate above LINE's, or timeouts out of the order
-// PushTimeout <= BatchTimeout, BatchTimeout + MarkTimeout < Lease and < RunBudget.
+// that are not positive, a rate above LINE's, a RetryCap that reaches [RetryKeyWindow], or
+// timeouts out of the order PushTimeout <= BatchTimeout, BatchTimeout + MarkTimeout < Lease,
+// BatchTimeout + 2*MarkTimeout < RunBudget.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(bad bool, format string, args ...any) {
@@ -168,17 +202,21 @@ func (c Config) Validate() error {
 	add(c.MaxAttempts <= 0, "max attempts %d: must be positive", c.MaxAttempts)
 	add(c.RetryBase < 0 || c.RetryCap < c.RetryBase,
 		"retry base %s, cap %s: want 0 <= base <= cap", c.RetryBase, c.RetryCap)
+	add(c.RetryCap >= RetryKeyWindow,
+		"retry cap %s: must be below %s, the part of LINE's 24-hour retry-key window the relay uses", c.RetryCap, RetryKeyWindow)
+	add(c.BreakerFailures <= 0, "breaker failures %d: must be positive", c.BreakerFailures)
+	add(c.Retention <= 0, "retention %s: must be positive", c.Retention)
 	add(c.PushTimeout <= 0 || c.PushTimeout > c.BatchTimeout,
 		"push timeout %s: must be positive and at most the batch timeout %s", c.PushTimeout, c.BatchTimeout)
 	add(c.MarkTimeout <= 0, "mark timeout %s: must be positive", c.MarkTimeout)
 	add(c.Lease <= c.BatchTimeout+c.MarkTimeout,
 		"lease %s: must exceed batch timeout + mark timeout (%s), or a live run could lose its rows",
 		c.Lease, c.BatchTimeout+c.MarkTimeout)
-	add(c.RunBudget <= c.BatchTimeout+c.MarkTimeout,
-		"run budget %s: must exceed batch timeout + mark timeout (%s), or no batch fits",
-		c.RunBudget, c.BatchTimeout+c.MarkTimeout)
+	add(c.RunBudget <= c.BatchTimeout+2*c.MarkTimeout,
+		"run budget %s: must exceed batch timeout + 2 x mark timeout (%s: a claim and a batch), or no batch fits",
+		c.RunBudget, c.BatchTimeout+2*c.MarkTimeout)
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("relay: invalid config: %w", err)
+		return fmt.Errorf("outbox: invalid config: %w", err)
 	}
 	return nil
 }
@@ -208,6 +246,7 @@ func ConfigFromEnv() (Config, error) {
 	intVar(&rate, "RELAY_RATE_LIMIT", DefaultRateLimit)
 	c.RateLimit = float64(rate)
 	intVar(&c.MaxAttempts, "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts)
+	intVar(&c.BreakerFailures, "RELAY_BREAKER_FAILURES", DefaultBreakerFailures)
 	durationVar(&c.PushTimeout, "RELAY_PUSH_TIMEOUT", DefaultPushTimeout)
 	durationVar(&c.BatchTimeout, "RELAY_BATCH_TIMEOUT", DefaultBatchTimeout)
 	durationVar(&c.MarkTimeout, "RELAY_MARK_TIMEOUT", DefaultMarkTimeout)
@@ -215,8 +254,9 @@ func ConfigFromEnv() (Config, error) {
 	durationVar(&c.RunBudget, "RELAY_RUN_BUDGET", DefaultRunBudget)
 	durationVar(&c.RetryBase, "RELAY_RETRY_BASE", DefaultRetryBase)
 	durationVar(&c.RetryCap, "RELAY_RETRY_CAP", DefaultRetryCap)
+	durationVar(&c.Retention, "RELAY_RETENTION", DefaultRetention)
 	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("relay: %w", err)
+		return c, fmt.Errorf("outbox: %w", err)
 	}
 	c = c.WithDefaults()
 	return c, c.Validate()

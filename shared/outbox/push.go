@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/line/line-bot-sdk-go/v8/linebot/messaging_api"
@@ -15,37 +17,53 @@ import (
 // maxErrorBody is how much of LINE's error body is kept for last_error, in bytes.
 const maxErrorBody = 512
 
-// push sends row's message through the LINE Messaging API SDK (POST /v2/bot/message/push) with
-// the coupon id as X-Line-Retry-Key: LINE accepts a key once and answers 409 to any later
-// request with it for 24 hours, sending nothing (LINE Messaging API reference, "Retry failed
-// API requests"), so re-sending after a timeout or a crash cannot notify the member twice.
+// push sends row's message to the member's LINE user id through the LINE Messaging API SDK
+// (POST /v2/bot/message/push) with the coupon id as X-Line-Retry-Key: LINE accepts a key once
+// and answers 409 to any later request with it for 24 hours, sending nothing (LINE Messaging
+// API reference, "Retry failed API requests"), so re-sending after a timeout or a crash inside
+// those 24 hours cannot notify the member twice.
 //
-// It returns nil for 2xx and for 409 (already accepted), else a [*PushError].
-func (r *Relay) push(ctx context.Context, row claimed) error {
+// It returns nil for any 2xx and for 409 (already accepted), else a [*PushError]. A 2xx is
+// judged on the status line alone: when the body cannot be read afterwards (the push timeout
+// fires after the headers, the connection drops mid-body), the SDK returns an error with the
+// response, but LINE has accepted the message. sent reports whether the request was written to
+// LINE at all: false when it never left (the context ended first, no connection), so no
+// attempt is charged for it.
+func (r *Relay) push(ctx context.Context, row claimed) (sent bool, err error) {
 	// The SDK client carries its context as a field (WithContext), so each push gets a client
 	// of its own; building one only parses the endpoint URL.
 	api, err := messaging_api.NewMessagingApiAPI(r.cfg.ChannelAccessToken,
 		messaging_api.WithEndpoint(r.cfg.BaseURL), messaging_api.WithHTTPClient(r.cfg.HTTPClient))
 	if err != nil {
-		return fmt.Errorf("relay: LINE client: %w", err)
+		return false, fmt.Errorf("outbox: LINE client: %w", err)
 	}
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
 	req := &messaging_api.PushMessageRequest{
-		To:       row.memberID,
+		To:       row.lineUserID,
 		Messages: []messaging_api.MessageInterface{&messaging_api.TextMessage{Text: Message(row.campaignID, row.amountYen)}},
 	}
 	res, _, err := api.WithContext(ctx).PushMessageWithHttpInfo(req, row.couponID)
-	if err == nil {
-		return nil
-	}
-	if res == nil {
-		return &PushError{Err: err} // no answer: timeout, refused connection, ...
+	switch {
+	case res != nil && res.StatusCode/100 == 2:
+		return true, nil // accepted, whatever became of the body
+	case err == nil:
+		return true, nil
+	case res == nil:
+		return wrote.Load(), &PushError{Err: err} // no answer: timeout, refused connection, ...
 	}
 	defer res.Body.Close()
 	if res.StatusCode == http.StatusConflict {
-		return nil // the retry key was accepted before: the member got the message once
+		return true, nil // the retry key was accepted before: the member got the message once
 	}
 	body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody)) // the SDK buffered it
-	return &PushError{
+	return true, &PushError{
 		Status:     res.StatusCode,
 		RetryAfter: retryAfter(res.Header.Get("Retry-After"), time.Now()),
 		Body:       strings.TrimSpace(string(body)),

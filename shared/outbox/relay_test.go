@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"crypto/md5"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/outbox"
 )
@@ -52,13 +54,14 @@ func setup(t testing.TB, n int) bundle {
 	}}
 }
 
-// seed inserts n coupons of campaign T, 1,000 yen each, with their outbox rows due one
+// seed inserts n coupons of campaign T, 1,000 yen each, for members m000001, m000002, ...,
+// each linked to the LINE user [lineUser] of its member id, with their outbox rows due one
 // millisecond apart (so the claim order is the seeding order), and returns their ids.
 func seed(t testing.TB, pool *pgxpool.Pool, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `
-INSERT INTO campaigns (campaign_id) VALUES ('T') ON CONFLICT DO NOTHING;`)
+INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000) ON CONFLICT DO NOTHING;`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +70,8 @@ WITH c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
   SELECT 'T', 'm' || lpad(g::text, 6, '0'), '2026-11', 1000 FROM generate_series(1, $1) g
   RETURNING coupon_id, member_id
+), l AS (
+  INSERT INTO member_line_accounts (member_id, line_user_id) SELECT member_id, 'U' || md5(member_id) FROM c
 ), o AS (
   INSERT INTO notification_outbox (coupon_id, member_id, next_attempt_at)
   SELECT coupon_id, member_id, now() - interval '1 hour' + substr(member_id, 2)::int * interval '1 ms' FROM c
@@ -81,6 +86,11 @@ SELECT coupon_id::text FROM o ORDER BY member_id`, n)
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// lineUser is the LINE user id [seed] links memberID to: "U" + md5 of the member id in hex.
+func lineUser(memberID string) string {
+	return fmt.Sprintf("U%x", md5.Sum([]byte(memberID)))
 }
 
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
@@ -293,21 +303,31 @@ func TestBatchSurvivesSlowFailingAndUnmarkedRows(t *testing.T) {
 	}
 }
 
-// TestRetryAfterIsRespected answers 429 with Retry-After: 120: the row is not tried again
-// before then, even with a zero backoff.
+// TestRetryAfterIsRespected answers 429 with Retry-After: 120 to one row and Retry-After of
+// a day to another: the first is not tried again before 120 s, even with a zero backoff; the
+// second waits the retry cap (5 minutes here), not a day.
 func TestRetryAfterIsRespected(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
-	id := b.coupons[0]
+	b := setup(t, 2)
+	b.cfg.RetryCap = 5 * time.Minute
+	id, long := b.coupons[0], b.coupons[1]
 	b.stub.Script(id, linestub.Response{Status: http.StatusTooManyRequests, RetryAfter: "120"})
+	b.stub.Script(long, linestub.Response{Status: http.StatusTooManyRequests, RetryAfter: "86400"})
 	r := newRelay(t, b)
 
-	if got := run(t, r, 0); got != (outbox.Result{RetryLater: 1}) {
-		t.Fatalf("run 1: %+v, want one retry later", got)
+	if got := run(t, r, 0); got != (outbox.Result{RetryLater: 2}) {
+		t.Fatalf("run 1: %+v, want two retry later", got)
 	}
 	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox
-		WHERE next_attempt_at >= now() + interval '110 seconds' AND last_error LIKE '%HTTP 429%'`); n != 1 {
+		WHERE coupon_id = $1 AND next_attempt_at >= now() + interval '110 seconds' AND last_error LIKE '%HTTP 429%'`, id); n != 1 {
 		t.Errorf("row not held back by Retry-After: %d rows due in >= 110 s with the 429 kept", n)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox
+		WHERE coupon_id = $1 AND next_attempt_at BETWEEN now() + interval '4 minutes' AND now() + interval '5 minutes'`, long); n != 1 {
+		t.Errorf("a day's Retry-After not capped at the 5-minute retry cap")
+	}
+	if _, err := b.pool.Exec(context.Background(), `DELETE FROM notification_outbox WHERE coupon_id = $1`, long); err != nil {
+		t.Fatal(err)
 	}
 	if got := run(t, r, 0); got.Rows() != 0 || b.stub.Calls(id) != 1 {
 		t.Errorf("run 2 inside Retry-After: %+v, LINE saw %d calls; want nothing", got, b.stub.Calls(id))
@@ -344,7 +364,7 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	st, err := outbox.Status(ctx, b.pool, 10)
+	st, err := outboxadmin.ReadStatus(ctx, b.pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,17 +372,17 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 		!strings.Contains(st.ParkedRows[0].LastError, reason) {
 		t.Errorf("status: %+v, want the one parked row with its reason", st)
 	}
-	ids, err := outbox.Requeue(ctx, b.pool, false, []string{id})
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("Requeue: %v, %v; want the one row", ids, err)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, false, []string{id}, false)
+	if err != nil || len(rq.Requeued) != 1 {
+		t.Fatalf("Requeue: %+v, %v; want the one row", rq, err)
 	}
 	if got := run(t, r, 0); got != (outbox.Result{Sent: 1}) {
 		t.Errorf("run after requeue: %+v, want one sent", got)
 	}
 }
 
-// TestMessageNamesCouponAndValue checks the push LINE receives: addressed to the member, in
-// Japanese, naming the campaign and the value, with the coupon id as retry key.
+// TestMessageNamesCouponAndValue checks the push LINE receives: addressed to the member's LINE
+// user id, in Japanese, naming the campaign and the value, with the coupon id as retry key.
 func TestMessageNamesCouponAndValue(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
@@ -372,8 +392,8 @@ func TestMessageNamesCouponAndValue(t *testing.T) {
 		t.Fatalf("%d pushes, want 1", len(pushes))
 	}
 	p := pushes[0]
-	if p.RetryKey != b.coupons[0] || p.To != "m000001" ||
+	if p.RetryKey != b.coupons[0] || p.To != lineUser("m000001") ||
 		!strings.Contains(p.Text, "「T」") || !strings.Contains(p.Text, "1,000円") {
-		t.Errorf("push %+v: want retry key %s, to m000001, campaign T and 1,000円", p, b.coupons[0])
+		t.Errorf("push %+v: want retry key %s, to %s, campaign T and 1,000円", p, b.coupons[0], lineUser("m000001"))
 	}
 }

@@ -28,14 +28,14 @@ const (
 )
 
 // tracedPush is push inside its span.
-func (r *Relay) tracedPush(ctx context.Context, row claimed) error {
+func (r *Relay) tracedPush(ctx context.Context, row claimed) (sent bool, err error) {
 	opts := []trace.SpanStartOption{trace.WithAttributes(AttrCouponID.String(row.couponID))}
 	if link, ok := issuingLink(row.traceParent); ok {
 		opts = append(opts, trace.WithLinks(link))
 	}
 	ctx, span := otel.Tracer(telemetry.ScopeName).Start(ctx, PushSpanName, opts...)
 	defer span.End()
-	err := r.push(ctx, row)
+	sent, err = r.push(ctx, row)
 	var pe *PushError
 	switch {
 	case err == nil:
@@ -45,7 +45,7 @@ func (r *Relay) tracedPush(ctx context.Context, row claimed) error {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	return err
+	return sent, err
 }
 
 // issuingLink is the link to the issuing request's span, from the W3C traceparent stored on

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/mops/coupon-api/shared/campaign"
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
@@ -48,6 +48,10 @@ func TestPushSpansLinkToTheIssuingTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	const member = "member-traced-1"
+	if _, err := b.pool.Exec(ctx, `INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ($1, 'U' || md5($1))`,
+		member); err != nil {
+		t.Fatal(err)
+	}
 	gatewayCtx, gateway := tp.Tracer("test").Start(ctx, "gateway")
 	out, err := svc.Issue(gatewayCtx, member, "TRACED")
 	gateway.End()

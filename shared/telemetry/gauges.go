@@ -57,22 +57,26 @@ func RegisterBudgetGauge(mp metric.MeterProvider, q db.Querier) (metric.Registra
 	}, g)
 }
 
-// sqlOutboxGauges reads the outbox backlog through the relay's partial indexes (due rows,
-// parked rows), never the sent history: unsent rows, the oldest one's age in seconds (0 when
-// none), parked rows.
+// sqlOutboxGauges reads the outbox through its partial indexes, never the whole sent history:
+// open rows (neither sent, parked nor skipped; the relay's due index) and the oldest one's age in
+// seconds (0 when none), parked rows (the parked index), and rows skipped in the last 24 hours
+// because their member has no LINE account (the closed-rows index).
 const sqlOutboxGauges = `
 SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8,
-       (SELECT count(*) FROM notification_outbox WHERE parked_at IS NOT NULL)
+       (SELECT count(*) FROM notification_outbox WHERE parked_at IS NOT NULL),
+       (SELECT count(*) FROM notification_outbox
+         WHERE (sent_at IS NOT NULL OR skipped_at IS NOT NULL)
+           AND COALESCE(sent_at, skipped_at) > now() - interval '1 day' AND skipped_at IS NOT NULL)
   FROM notification_outbox
- WHERE sent_at IS NULL AND parked_at IS NULL`
+ WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL`
 
-// RegisterOutboxGauges registers [MetricOutboxUnsent], [MetricOutboxOldestAge] and
-// [MetricOutboxParked] on mp, read through q in one query once per collection. Unregister the
+// RegisterOutboxGauges registers [MetricOutboxUnsent], [MetricOutboxOldestAge],
+// [MetricOutboxParked] and [MetricOutboxSkipped] on mp, read through q in one query once per collection. Unregister the
 // returned registration when q closes.
 func RegisterOutboxGauges(mp metric.MeterProvider, q db.Querier) (metric.Registration, error) {
 	m := mp.Meter(ScopeName)
 	unsent, err := m.Int64ObservableGauge(MetricOutboxUnsent, metric.WithUnit("{row}"),
-		metric.WithDescription("Outbox rows neither sent nor parked"))
+		metric.WithDescription("Open outbox rows: neither sent, parked nor skipped"))
 	if err != nil {
 		return nil, err
 	}
@@ -86,17 +90,23 @@ func RegisterOutboxGauges(mp metric.MeterProvider, q db.Querier) (metric.Registr
 	if err != nil {
 		return nil, err
 	}
+	skipped, err := m.Int64ObservableGauge(MetricOutboxSkipped, metric.WithUnit("{row}"),
+		metric.WithDescription("Outbox rows skipped in the last 24 hours: the member has no LINE account"))
+	if err != nil {
+		return nil, err
+	}
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, GaugeQueryTimeout)
 		defer cancel()
-		var nUnsent, nParked int64
+		var nUnsent, nParked, nSkipped int64
 		var ageSeconds float64
-		if err := q.QueryRow(ctx, sqlOutboxGauges).Scan(&nUnsent, &ageSeconds, &nParked); err != nil {
+		if err := q.QueryRow(ctx, sqlOutboxGauges).Scan(&nUnsent, &ageSeconds, &nParked, &nSkipped); err != nil {
 			return fmt.Errorf("telemetry: outbox gauges: %w", err)
 		}
 		o.ObserveInt64(unsent, nUnsent)
 		o.ObserveFloat64(age, ageSeconds)
 		o.ObserveInt64(parked, nParked)
+		o.ObserveInt64(skipped, nSkipped)
 		return nil
-	}, unsent, age, parked)
+	}, unsent, age, parked, skipped)
 }

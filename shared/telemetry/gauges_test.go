@@ -8,15 +8,15 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/shared/campaign"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestDatabaseGauges: the budget and outbox gauges read the tables at collection: budget used
-// per campaign, unsent rows and the oldest one's age, parked rows.
+// per campaign, open rows and the oldest one's age, parked rows, skipped rows.
 func TestDatabaseGauges(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t, 2)
@@ -29,14 +29,15 @@ func TestDatabaseGauges(t *testing.T) {
 UPDATE campaign_budgets SET issued_yen = 2000 WHERE campaign_id = 'HALF';
 WITH c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
-  SELECT 'HALF', 'm' || g, '2026-11', 1000 FROM generate_series(1, 4) g
+  SELECT 'HALF', 'm' || g, '2026-11', 1000 FROM generate_series(1, 5) g
   RETURNING coupon_id, member_id
 )
-INSERT INTO notification_outbox (coupon_id, member_id, created_at, sent_at, parked_at)
+INSERT INTO notification_outbox (coupon_id, member_id, created_at, sent_at, parked_at, skipped_at)
 SELECT coupon_id, member_id,
        CASE member_id WHEN 'm1' THEN now() - interval '10 minutes' ELSE now() END,
        CASE member_id WHEN 'm3' THEN now() END,
-       CASE member_id WHEN 'm4' THEN now() END
+       CASE member_id WHEN 'm4' THEN now() END,
+       CASE member_id WHEN 'm5' THEN now() END
   FROM c`)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +76,7 @@ SELECT coupon_id, member_id,
 		telemetry.MetricBudgetUtilization + "/NONE": 0,
 		telemetry.MetricOutboxUnsent:                2, // m1, m2
 		telemetry.MetricOutboxParked:                1, // m4
+		telemetry.MetricOutboxSkipped:               1, // m5
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {

@@ -30,12 +30,15 @@ const (
 	// MetricBudgetUtilization is each recent campaign's issued_yen / budget_yen (1), read from
 	// campaign_budgets.
 	MetricBudgetUtilization = "coupon.campaign.budget.utilization"
-	// MetricOutboxUnsent is the outbox rows neither sent nor parked ({row}).
+	// MetricOutboxUnsent is the open outbox rows: neither sent, parked nor skipped ({row}).
 	MetricOutboxUnsent = "coupon.outbox.unsent"
 	// MetricOutboxOldestAge is the age of the oldest unsent, unparked outbox row (s).
 	MetricOutboxOldestAge = "coupon.outbox.oldest_unsent.age"
 	// MetricOutboxParked is the dead-lettered outbox rows ({row}).
 	MetricOutboxParked = "coupon.outbox.parked"
+	// MetricOutboxSkipped is the outbox rows skipped in the last 24 hours because their member
+	// has no LINE account linked ({row}).
+	MetricOutboxSkipped = "coupon.outbox.skipped"
 	// MetricLINEPushes counts pushes to LINE by http.response.status_code; a push with no
 	// answer (timeout, refused) has error.type instead ({push}).
 	MetricLINEPushes = "coupon.line.pushes"
@@ -50,7 +53,7 @@ const (
 // the code.
 func MetricNames() []string {
 	return []string{MetricIssuances, MetricIssuanceAttempts, MetricIssuanceDuration, MetricRetryableErrors,
-		MetricBudgetUtilization, MetricOutboxUnsent, MetricOutboxOldestAge, MetricOutboxParked,
+		MetricBudgetUtilization, MetricOutboxUnsent, MetricOutboxOldestAge, MetricOutboxParked, MetricOutboxSkipped,
 		MetricLINEPushes, MetricDriftYen, MetricDriftRows}
 }
 

@@ -18,8 +18,8 @@ import (
 // Campaign is one campaign's R1 figures, in yen.
 type Campaign struct {
 	CampaignID string
-	BudgetYen  int64 // the campaign budget approval
-	CounterYen int64 // campaign_budgets.issued_yen
+	BudgetYen  int64 // the campaign budget approval (summed over its budget stripes)
+	CounterYen int64 // campaign_budgets.issued_yen, summed over its budget stripes
 	ActualYen  int64 // SUM(amount_yen) of its coupons
 	Coupons    int64
 }
@@ -62,10 +62,14 @@ func Check(ctx context.Context, q db.Querier, capYen int) (Report, error) {
 	return r, nil
 }
 
+// sqlCampaigns reads each campaign as one: budget and counter summed over its budget stripes,
+// against the sum of its coupons.
 const sqlCampaigns = `
-SELECT b.campaign_id, b.budget_yen::bigint, b.issued_yen::bigint,
+SELECT b.campaign_id, b.budget_yen, b.issued_yen,
        COALESCE(SUM(i.amount_yen), 0)::bigint, count(i.coupon_id)
-  FROM campaign_budgets b LEFT JOIN issued_coupons i USING (campaign_id)
+  FROM (SELECT campaign_id, SUM(budget_yen)::bigint AS budget_yen, SUM(issued_yen)::bigint AS issued_yen
+          FROM campaign_budgets GROUP BY campaign_id) b
+  LEFT JOIN issued_coupons i USING (campaign_id)
  GROUP BY b.campaign_id, b.budget_yen, b.issued_yen
  ORDER BY b.campaign_id`
 

@@ -1,5 +1,6 @@
 // Package campaign creates and reads campaigns: the static definition row in campaigns and the
-// R1 budget row in campaign_budgets, written together.
+// R1 budget rows in campaign_budgets (one per budget stripe), written together. Readers see a
+// campaign as one: its budget and issued yen are the sums over its stripes.
 package campaign
 
 import (
@@ -29,12 +30,50 @@ type Campaign struct {
 	BudgetYen   int // the campaign budget approval: R1's ceiling
 	// StartsAt and EndsAt bound when coupons are issued, [StartsAt, EndsAt); nil is unbounded.
 	StartsAt, EndsAt *time.Time
+	// Stripes is how many budget stripe rows hold the budget (docs/hot-campaigns.md), 1 to
+	// [MaxStripes]; 0 means 1. More stripes let more issuances of one hot campaign hold a budget
+	// row at once; see [StripesFor].
+	Stripes int
+}
+
+// MaxStripes bounds the budget stripes of one campaign (the schema's stripe_in_range: 0-63).
+const MaxStripes = 64
+
+// StripeRateTPS is the issuance rate one budget stripe row is sized for, in coupons per second:
+// about half of what one hot campaign row sustained at 32 clients on the 2-core build machine
+// (809 coupons/s through IssueCoupon over HTTP, 1,069/s for the bare one-row UPDATE; see
+// docs/performance.md and docs/hot-row.md), leaving headroom for a slower or busier database.
+const StripeRateTPS = 400
+
+// StripesFor returns the stripes for a campaign expected to take expectedRPS issuance requests
+// per second at its peak: one per [StripeRateTPS], at least 1 and at most [MaxStripes]. A campaign
+// with no expected rate (0) gets 1 stripe: one row is simplest and the rate of one row is far
+// above an ordinary campaign's.
+func StripesFor(expectedRPS int) int {
+	k := (expectedRPS + StripeRateTPS - 1) / StripeRateTPS
+	return min(max(k, 1), MaxStripes)
+}
+
+// stripeBudgets splits the budget into k stripe budgets of whole coupons, as even as possible
+// (the first stripes take one coupon more); yen that no coupon can use stay on stripe 0.
+func (c Campaign) stripeBudgets(k int) []int {
+	coupons := c.BudgetYen / c.DiscountYen
+	budgets := make([]int, k)
+	for i := range budgets {
+		n := coupons / k
+		if i < coupons%k {
+			n++
+		}
+		budgets[i] = n * c.DiscountYen
+	}
+	budgets[0] += c.BudgetYen - coupons*c.DiscountYen
+	return budgets
 }
 
 // Status is a campaign with its issued total.
 type Status struct {
 	Campaign
-	IssuedYen int // the R1 counter, campaign_budgets.issued_yen
+	IssuedYen int // the R1 counter: campaign_budgets.issued_yen summed over the stripes
 }
 
 // RemainingYen is what the budget still allows, in yen.
@@ -53,6 +92,13 @@ func (c Campaign) Validate() error {
 	}
 	if c.BudgetYen < c.DiscountYen {
 		return fmt.Errorf("campaign %s: budget %d yen is below one coupon of %d yen", c.ID, c.BudgetYen, c.DiscountYen)
+	}
+	if c.Stripes < 0 || c.Stripes > MaxStripes {
+		return fmt.Errorf("campaign %s: stripes must be 1-%d, got %d", c.ID, MaxStripes, c.Stripes)
+	}
+	if c.BudgetYen >= c.DiscountYen && c.DiscountYen > 0 && c.Stripes > c.BudgetYen/c.DiscountYen {
+		return fmt.Errorf("campaign %s: %d stripes for a budget of %d coupons: a stripe needs at least one coupon",
+			c.ID, c.Stripes, c.BudgetYen/c.DiscountYen)
 	}
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
 		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID,
@@ -78,7 +124,8 @@ func (c Campaign) Warnings(capYen int, now time.Time) []string {
 	return w
 }
 
-// Create inserts c in one transaction. Errors: a validation error, [ErrExists], or the database's.
+// Create inserts c, its definition row and one budget row per stripe, in one transaction.
+// Errors: a validation error, [ErrExists], or the database's.
 func Create(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, c Campaign) error {
@@ -86,12 +133,15 @@ func Create(ctx context.Context, db interface {
 		return err
 	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO campaigns (campaign_id) VALUES ($1)`, c.ID); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ($1, $2, $3)`,
+			c.ID, c.DiscountYen, c.BudgetYen); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `
-INSERT INTO campaign_budgets (campaign_id, discount_yen, budget_yen, starts_at, ends_at)
-VALUES ($1, $2, $3, $4, $5)`, c.ID, c.DiscountYen, c.BudgetYen, c.StartsAt, c.EndsAt)
+INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen, starts_at, ends_at)
+SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5
+  FROM unnest($3::integer[]) WITH ORDINALITY AS s(budget_yen, stripe)`,
+			c.ID, c.DiscountYen, c.stripeBudgets(max(c.Stripes, 1)), c.StartsAt, c.EndsAt)
 		return err
 	})
 	var pgErr *pgconn.PgError
@@ -110,9 +160,9 @@ func Show(ctx context.Context, db interface {
 }, id string) (Status, error) {
 	var s Status
 	err := db.QueryRow(ctx, `
-SELECT campaign_id, discount_yen, budget_yen, issued_yen, starts_at, ends_at
-  FROM campaign_budgets WHERE campaign_id = $1`, id).
-		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt)
+SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*)
+  FROM campaign_budgets WHERE campaign_id = $1 GROUP BY campaign_id`, id).
+		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}

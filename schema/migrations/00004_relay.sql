@@ -12,6 +12,7 @@
 --   last_error       why the last push or mark failed (kept after a later success, for history)
 --   parked_at        when the row was dead-lettered: LINE refused it (4xx other than 409/429) or
 --                    it reached the attempt limit; `couponctl outbox requeue` clears it
+SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 ALTER TABLE notification_outbox
   ADD COLUMN attempts        integer     NOT NULL DEFAULT 0
     CONSTRAINT attempts_not_negative CHECK (attempts >= 0),

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// couponctl runs the CLI with args against DATABASE_URL and returns its output and error.
+func couponctl(args ...string) (string, error) {
+	var out bytes.Buffer
+	root := rootCmd()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestRequeueRefusesExpiredRetryKey parks a row first pushed 25 hours ago: "outbox requeue"
+// refuses it, says why and exits non-zero; with --force it requeues it. "line link" refuses a
+// LINE user id out of format before touching the database, and links a good one.
+func TestRequeueRefusesExpiredRetryKey(t *testing.T) {
+	url := pgtest.URL(t)
+	t.Setenv("DATABASE_URL", url)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var id string
+	err = pool.QueryRow(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('T', 'm1', '2026-11', 1000)
+      RETURNING coupon_id)
+INSERT INTO notification_outbox (coupon_id, member_id, attempts, parked_at, first_pushed_at, last_error)
+SELECT coupon_id, 'm1', 1, now(), now() - interval '25 hours', 'not re-sent' FROM c
+RETURNING coupon_id::text`).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if out, err := couponctl("line", "link", "--member", "m1", "--line-user", "m1"); err == nil ||
+		!strings.Contains(err.Error(), "32 lowercase hex") {
+		t.Errorf("link with a member id as LINE user: %v\n%s; want a format error", err, out)
+	}
+	if out, err := couponctl("line", "link", "--member", "m1", "--line-user", "U0123456789abcdef0123456789abcdef"); err != nil {
+		t.Fatalf("link: %v\n%s", err, out)
+	}
+
+	out, err := couponctl("outbox", "requeue", id)
+	if err == nil || !strings.Contains(out, "REFUSED 1") || !strings.Contains(out, "--force") || !strings.Contains(out, "twice") {
+		t.Errorf("requeue without --force: %v\n%s; want refused with the reason and --force", err, out)
+	}
+	var parked bool
+	if err := pool.QueryRow(ctx, `SELECT parked_at IS NOT NULL FROM notification_outbox`).Scan(&parked); err != nil || !parked {
+		t.Errorf("row parked=%v (%v) after the refused requeue, want still parked", parked, err)
+	}
+	if out, err := couponctl("outbox", "requeue", "--force", id); err != nil || !strings.Contains(out, "requeued 1 rows") {
+		t.Errorf("requeue --force: %v\n%s; want requeued", err, out)
+	}
+	if err := pool.QueryRow(ctx, `SELECT parked_at IS NOT NULL OR first_pushed_at IS NOT NULL FROM notification_outbox`).Scan(&parked); err != nil || parked {
+		t.Errorf("after --force: parked or first push kept (%v), want an open row with a fresh window", err)
+	}
+}
