@@ -134,7 +134,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 
 	writeOutcomes(out, stats)
-	rep, err := reconcile.Check(ctx, pool, issuance.DefaultMonthlyCapYen)
+	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
 	if err != nil {
 		return err
 	}

@@ -1,27 +1,50 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func reconcileCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "reconcile",
+	var (
+		repair bool
+		format string
+	)
+	c := &cobra.Command{
+		Use:   "reconcile [--repair] [--format text|json]",
 		Short: "Compare counters with rows and the outbox with coupons; exit 1 on any drift",
-		Long: `Compare counters with rows and the outbox with coupons, print the report, and exit 1 on
-any drift. The drift (yen and rows, by kind) is also exported as the metrics
-coupon.reconcile.drift.amount and coupon.reconcile.drift.rows when the OTEL_* environment names an
-exporter (OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT); run it on a schedule and alert on
-them (docs/operations.md).`,
+		Long: `Count the tables and report every broken rule and drifted counter: R1 (campaign counters,
+summed over budget stripes, against live coupons), R2, R3 (member x month usage against live
+coupons), and one outbox row per coupon (coupons younger than RELAY_RETENTION). Drift is a
+fault: exit 1. What the Before code left and the migration recorded (campaigns already over
+budget, member-months already over the cap, redeemed duplicates kept live) is reported as a
+legacy fact and does not fail the run.
+
+--repair rebuilds drifted counters from the live coupons in one transaction that locks each row
+it fixes (docs/migration.md), then checks again; it exits 1 only if faults remain.
+Run daily in production (deploy/). The faults found (after any repair) are also exported as the
+metrics coupon.reconcile.drift.amount and coupon.reconcile.drift.rows when the OTEL_* environment
+names an exporter (OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT); docs/operations.md has
+the alert on them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
-			if err != nil {
+			if format != "text" && format != "json" {
+				return fmt.Errorf("--format %q: want text or json", format)
+			}
+			cfg := reconcile.Config{}
+			var err error
+			if cfg.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+				return err
+			}
+			if cfg.OutboxRetention, err = envconf.Duration("RELAY_RETENTION", outbox.DefaultRetention); err != nil {
 				return err
 			}
 			pool, closePool, err := db.OpenFromEnv(cmd.Context())
@@ -29,18 +52,71 @@ them (docs/operations.md).`,
 				return err
 			}
 			defer closePool()
-			rep, err := reconcile.Check(cmd.Context(), pool, capYen)
+			out := struct {
+				Before     *reconcile.Report   `json:"before_repair,omitempty"`
+				Repaired   *reconcile.Repaired `json:"repaired,omitempty"`
+				Report     reconcile.Report    `json:"report"`
+				Violations []string            `json:"violations"`
+				Facts      []string            `json:"facts"`
+			}{}
+			rep, err := reconcile.Check(cmd.Context(), pool, cfg)
 			if err != nil {
 				return err
 			}
-			rep.Write(cmd.OutOrStdout())
+			w := cmd.OutOrStdout()
+			if repair && len(rep.Violations()) > 0 {
+				before := rep
+				fixed, err := reconcile.Repair(cmd.Context(), pool)
+				if err != nil {
+					return err
+				}
+				if rep, err = reconcile.Check(cmd.Context(), pool, cfg); err != nil {
+					return err
+				}
+				out.Before, out.Repaired = &before, &fixed
+				if format == "text" {
+					before.Write(w)
+					writeRepaired(cmd, fixed)
+					fmt.Fprintln(w, "\nafter the repair:")
+				}
+			}
+			out.Report, out.Violations, out.Facts = rep, rep.Violations(), rep.Facts()
+			if format == "json" {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(out); err != nil {
+					return err
+				}
+			} else {
+				rep.Write(w)
+			}
 			if err := recordDrift(cmd, rep); err != nil {
 				return err
 			}
-			if len(rep.Violations()) > 0 {
+			if len(out.Violations) > 0 {
 				return errViolations
 			}
 			return nil
 		},
+	}
+	c.Flags().BoolVar(&repair, "repair", false, "rebuild drifted counters from the live coupons, then check again")
+	c.Flags().StringVar(&format, "format", "text", "text or json")
+	return c
+}
+
+func writeRepaired(cmd *cobra.Command, r reconcile.Repaired) {
+	w := cmd.OutOrStdout()
+	fmt.Fprintln(w, "\nrepaired:")
+	for _, f := range r.Campaigns {
+		fmt.Fprintf(w, "  campaign %s: counter %d -> %d yen\n", f.Key, f.BeforeYen, f.AfterYen)
+	}
+	for _, f := range r.Usage {
+		fmt.Fprintf(w, "  usage %s: %d -> %d yen\n", f.Key, f.BeforeYen, f.AfterYen)
+	}
+	for _, s := range r.Refused {
+		fmt.Fprintf(w, "  NOT repaired, %s (fix by hand; see docs/migration.md)\n", s)
+	}
+	if len(r.Campaigns)+len(r.Usage)+len(r.Refused) == 0 {
+		fmt.Fprintln(w, "  nothing: no counter drifted")
 	}
 }

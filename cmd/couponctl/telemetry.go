@@ -24,7 +24,8 @@ func flushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
 	}
 }
 
-// recordDrift exports what the report found as the drift metrics, by kind, and flushes them.
+// recordDrift exports the faults the report found as the drift metrics, by kind (legacy facts
+// are not drift), and flushes them.
 func recordDrift(cmd *cobra.Command, rep reconcile.Report) error {
 	shutdown, err := telemetry.Setup(cmd.Context())
 	if err != nil {
@@ -35,7 +36,7 @@ func recordDrift(cmd *cobra.Command, rep reconcile.Report) error {
 	m := telemetry.Global()
 	var counterYen, counterRows int64
 	for _, c := range rep.Campaigns {
-		if d := c.CounterYen - c.ActualYen; d != 0 {
+		if d := c.DriftYen(); d != 0 {
 			counterYen += max(d, -d)
 			counterRows++
 		}

@@ -271,7 +271,7 @@ func RunOne(ctx context.Context, s Strategy, workers, run int, load Load, fresh 
 // the recorded in-transaction pushes plus the outbox rows, and those of either whose coupon does
 // not exist.
 func measureTables(ctx context.Context, pool *pgxpool.Pool, capYen int, pushed []string, m *Measurement) error {
-	rep, err := reconcile.Check(ctx, pool, capYen)
+	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: capYen})
 	if err != nil {
 		return err
 	}

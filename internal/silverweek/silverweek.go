@@ -185,7 +185,7 @@ func CreateCampaigns(ctx context.Context, conn interface {
 // other than two per member, a member holding other than two coupons, and SW-A's counter other
 // than exactly its budget. Empty means the run was right.
 func Verify(ctx context.Context, q db.Querier, members, capYen int) ([]string, error) {
-	rep, err := reconcile.Check(ctx, q, capYen)
+	rep, err := reconcile.Check(ctx, q, reconcile.Config{CapYen: capYen})
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func TestSequentialWalkThrough(t *testing.T) {
 
 func assertRulesHeld(t *testing.T, pool *pgxpool.Pool) reconcile.Report {
 	t.Helper()
-	rep, err := reconcile.Check(context.Background(), pool, issuance.DefaultMonthlyCapYen)
+	rep, err := reconcile.Check(context.Background(), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
 	if err != nil {
 		t.Fatal(err)
 	}
