@@ -241,7 +241,7 @@ func TestTelemetryIssuedAndAlreadyIssued(t *testing.T) {
 // one event per failed attempt with SQLSTATE 55P03 and its backoff, and counts the retryable
 // errors by SQLSTATE.
 func TestTelemetryWaitedOutLock(t *testing.T) {
-	tr := newTraced(t, issuance.Config{LockTimeout: 50 * time.Millisecond, StatementTimeout: 500 * time.Millisecond})
+	tr := newTraced(t, issuance.Config{LockTimeout: 100 * time.Millisecond, StatementTimeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	holder, err := pgx.Connect(ctx, tr.pool.Config().ConnConfig.ConnString())
 	if err != nil {
@@ -337,8 +337,9 @@ func TestTelemetryCallerCancels(t *testing.T) {
 		tr.issueAs(t, callCtx, "member-3")
 	}()
 	for i := 0; ; i++ {
-		var waiting int
-		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err != nil {
+		var waiting int // sessions waiting for this holder's locks
+		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+			holder.PgConn().PID()).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
