@@ -34,6 +34,8 @@ type demoOptions struct {
 	workers int
 	seed    uint64
 	tapGap  time.Duration
+	// telemetry is show, export or off (see demoTelemetryModes).
+	telemetry string
 }
 
 func demoCmd() *cobra.Command {
@@ -55,7 +57,10 @@ func demoCmd() *cobra.Command {
      through RelayOutbox (served beside IssueCoupon) into a local LINE stand-in that fails a
      few first pushes on purpose, and report pushes per coupon (by X-Line-Retry-Key), rows
      skipped (app-only members), lost and parked;
-  7. exit 1 if any rule is broken, any linked member's coupon was not pushed exactly once,
+  7. print the span tree of the slowest issuance (each statement's time) and the push that
+     links to it, and the metric totals (--telemetry=show; spans and metrics are also exported
+     as the OTEL_* environment says, e.g. OTEL_EXPORTER_OTLP_ENDPOINT);
+  8. exit 1 if any rule is broken, any linked member's coupon was not pushed exactly once,
      or any app-only member's coupon was pushed.
 
 With the defaults (300 members) the right outcome is exactly 600 coupons, every member
@@ -68,6 +73,8 @@ holding two, SW-A issuing exactly 100,000 yen.`,
 	f.IntVar(&o.workers, "workers", 32, "concurrent HTTP clients")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the shuffle and the tap delays (same seed, same traffic)")
 	f.DurationVar(&o.tapGap, "tap-gap", silverweek.DefaultTapGap, "longest delay of a member's second tap")
+	f.StringVar(&o.telemetry, "telemetry", telemetryShow, "show: record traces and metrics in memory and print them after the report, and export them as OTEL_* says; "+
+		"export: only export as OTEL_* says, as deployed; off: no telemetry (to measure its overhead)")
 	return c
 }
 
@@ -103,6 +110,11 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 	fmt.Fprintln(errOut, "migrated; created SW-A (100,000 yen), SW-B and SW-C (300,000 yen each), 1,000 yen coupons")
 
+	tel, err := startDemoTelemetry(cmd, o.telemetry)
+	if err != nil {
+		return err
+	}
+	defer tel.close(cmd)
 	baseURL, err := serveFunctions(ctx, dbURL, o.workers)
 	if err != nil {
 		return err
@@ -141,6 +153,9 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 		return err
 	}
 
+	if err := tel.report(ctx, out); err != nil {
+		return err
+	}
 	if len(failures) > 0 {
 		fmt.Fprintf(out, "\nFAILED (%d):\n", len(failures))
 		for _, f := range failures {
