@@ -160,6 +160,10 @@ type FirstComeMeasurement struct {
 	// ([silverweek.Resending]); GaveUp is the requests still RETRY_EXHAUSTED after the re-sends.
 	RetryExhausted int64 `json:"retry_exhausted"`
 	GaveUp         int   `json:"gave_up"`
+	// SoldOutMs is from the first request to the last ISSUED answer, in ms; IssueRate is the
+	// coupons issued per second of it: how fast the campaign sold out.
+	SoldOutMs float64 `json:"sold_out_ms"`
+	IssueRate float64 `json:"issue_rate"`
 	// Violations counts the rules broken: R2 duplicate pairs, R3 members over the cap, outbox
 	// rows against coupons (the member x month counters are left out: SERIALIZABLE keeps none), an overshoot, and counter drift other than the stranded slices of a
 	// strategy that leases.
@@ -205,9 +209,9 @@ func RunFirstComePlan(ctx context.Context, p FirstComePlan) ([]FirstComeMeasurem
 				ms = append(ms, m)
 				if p.Progress != nil {
 					fmt.Fprintf(p.Progress, "black-friday [%d/%d] %s workers=%d run=%d: %d/%d coupons, over %d yen, stranded %d yen, "+
-						"false rejections %d (before a later issue %d), RETRY_EXHAUSTED %d, violations %d, errors %d, %.0f req/s (%.1f s)\n",
+						"false rejections %d (before a later issue %d), RETRY_EXHAUSTED %d, violations %d, errors %d, %.0f req/s, sold out in %.2f s (%.1f s)\n",
 						len(ms), total, s.Name, w, run, m.Coupons, m.BudgetCoupons, m.OvershootYen, m.StrandedYen,
-						m.FalseRejections, m.RefusedBeforeLaterIssue, m.RetryExhausted, m.Violations, m.Errors, m.Throughput, time.Since(t0).Seconds())
+						m.FalseRejections, m.RefusedBeforeLaterIssue, m.RetryExhausted, m.Violations, m.Errors, m.Throughput, m.SoldOutMs/1000, time.Since(t0).Seconds())
 				}
 			}
 		}
@@ -254,12 +258,23 @@ func RunFirstCome(ctx context.Context, s FirstComeStrategy, workers, run int, lo
 	reqs := firstComeRequests(load.Members, load.Seed+uint64(workers*1000+run))
 	var exhausted, resends atomic.Int64
 	seen := &refusals{budget: load.BudgetCoupons}
+	var first sync.Once
+	var start time.Time
+	var lastIssued atomic.Int64 // ns after start
 	once := func(ctx context.Context, r silverweek.Request) (string, error) {
+		first.Do(func() { start = time.Now() })
 		out, err := issue(ctx, r.MemberID, r.CampaignID)
 		if err != nil {
 			return "", err
 		}
 		switch out.Result {
+		case string(issuance.ResultIssued):
+			for at := int64(time.Since(start)); ; {
+				prev := lastIssued.Load()
+				if at <= prev || lastIssued.CompareAndSwap(prev, at) {
+					break
+				}
+			}
 		case ResultRetryExhausted:
 			exhausted.Add(1)
 		case string(issuance.ResultBudgetExceeded):
@@ -294,6 +309,10 @@ func RunFirstCome(ctx context.Context, s FirstComeStrategy, workers, run int, lo
 		return m, err
 	}
 	m.FalseRejections, m.RefusedBeforeLaterIssue = seen.judge(m.Coupons)
+	if soldOut := time.Duration(lastIssued.Load()); soldOut > 0 {
+		m.SoldOutMs = ms(soldOut)
+		m.IssueRate = float64(m.Coupons) / soldOut.Seconds()
+	}
 	return m, nil
 }
 
@@ -402,6 +421,8 @@ func WriteFirstComeTable(w io.Writer, format string, ms []FirstComeMeasurement) 
 		{"gave up", "gave_up", func(m FirstComeMeasurement) string { return strconv.Itoa(m.GaveUp) }},
 		{"violations", "violations", func(m FirstComeMeasurement) string { return strconv.FormatInt(m.Violations, 10) }},
 		{"errors", "errors", func(m FirstComeMeasurement) string { return strconv.Itoa(m.Errors) }},
+		{"sold out s", "sold_out_ms", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.SoldOutMs/1000, 'f', 2, 64) }},
+		{"coupons/s", "issue_rate", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.IssueRate, 'f', 0, 64) }},
 		{"req/s", "throughput_rps", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.Throughput, 'f', 0, 64) }},
 		{"p50 ms", "p50_ms", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.P50Ms, 'f', 1, 64) }},
 		{"p99 ms", "p99_ms", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.P99Ms, 'f', 1, 64) }},
