@@ -11,7 +11,7 @@ import (
 	"github.com/mops/coupon-api/internal/isolationlab"
 )
 
-// Scenarios are the loads `couponctl sim --scenario` runs.
+// scenarios are the loads `couponctl sim --scenario` runs.
 var scenarios = []string{"silver-week", "black-friday"}
 
 // blackFridayFlags are the flags only the black-friday scenario reads.

@@ -50,7 +50,22 @@ const (
 	Issue16    = "IssueCoupon, 16 stripes"
 )
 
-// Variants are the four variants, in run order.
+// variant is how one cell runs: a pgbench script, or IssueCoupon on a campaign of stripes stripes.
+type variant struct {
+	name    string
+	slug    string // names the cell's campaign
+	script  string // under pgbench/; empty for IssueCoupon
+	stripes int
+}
+
+var variants = []variant{
+	{name: BareUpdate, slug: "bare", script: "bare-update.sql"},
+	{name: SeedTx, slug: "seed", script: "seed.sql", stripes: 1},
+	{name: Issue1, slug: "k1", stripes: 1},
+	{name: Issue16, slug: "k16", stripes: 16},
+}
+
+// Variants are the four variants' names, in run order.
 var Variants = []string{BareUpdate, SeedTx, Issue1, Issue16}
 
 // IssueFunc asks IssueCoupon for one coupon and returns its result code; an error is a request
@@ -107,12 +122,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	for _, name := range []string{"seed.sql", "bare-update.sql"} {
-		b, err := scripts.ReadFile("pgbench/" + name)
+	for _, v := range variants {
+		if v.script == "" {
+			continue
+		}
+		b, err := scripts.ReadFile("pgbench/" + v.script)
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, v.script), b, 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -128,16 +146,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	var rs []Result
 	total := len(cfg.Clients) * len(Variants)
 	for _, clients := range cfg.Clients {
-		for _, v := range Variants {
-			id := fmt.Sprintf("HOT-%d-%s", clients, map[string]string{BareUpdate: "bare", SeedTx: "seed", Issue1: "k1", Issue16: "k16"}[v])
-			r, err := runCell(ctx, cfg, pool, dir, v, clients, id)
+		for _, v := range variants {
+			r, err := runCell(ctx, cfg, pool, dir, v, clients, fmt.Sprintf("HOT-%d-%s", clients, v.slug))
 			if err != nil {
-				return rs, fmt.Errorf("hotbench: %s, %d clients: %w", v, clients, err)
+				return rs, fmt.Errorf("hotbench: %s, %d clients: %w", v.name, clients, err)
 			}
 			rs = append(rs, r)
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %s, %d clients: %.0f/s, p50 %.1f ms, p99 %.1f ms, failed %d, rules %s\n",
-					len(rs), total, v, clients, r.TPS, r.P50Ms, r.P99Ms, r.Failed, r.Rules)
+					len(rs), total, v.name, clients, r.TPS, r.P50Ms, r.P99Ms, r.Failed, r.Rules)
 			}
 		}
 	}
@@ -150,28 +167,22 @@ func benchCampaign(id string, stripes int) campaign.Campaign {
 	return campaign.Campaign{ID: id, DiscountYen: 1, BudgetYen: math.MaxInt32, Stripes: stripes}
 }
 
-func runCell(ctx context.Context, cfg Config, pool *pgxpool.Pool, dir, v string, clients int, id string) (Result, error) {
-	r := Result{Variant: v, Clients: clients}
-	stripes := 1
-	if v == Issue16 {
-		stripes = 16
-	}
-	if v == BareUpdate {
+func runCell(ctx context.Context, cfg Config, pool *pgxpool.Pool, dir string, v variant, clients int, id string) (Result, error) {
+	r := Result{Variant: v.name, Clients: clients}
+	if v.stripes == 0 {
 		if _, err := pool.Exec(ctx, `INSERT INTO bench_hot_row (campaign_id, stripe, discount_yen, budget_yen) VALUES ($1, 0, 1, $2)`,
 			id, math.MaxInt32); err != nil {
 			return r, err
 		}
-	} else if err := campaign.Create(ctx, pool, benchCampaign(id, stripes)); err != nil {
+	} else if err := campaign.Create(ctx, pool, benchCampaign(id, v.stripes)); err != nil {
 		return r, err
 	}
 	var lat []time.Duration
 	var wall time.Duration
 	var err error
-	switch v {
-	case BareUpdate, SeedTx:
-		script := map[string]string{BareUpdate: "bare-update.sql", SeedTx: "seed.sql"}[v]
-		lat, r.Failed, wall, err = pgbench(ctx, cfg, dir, script, clients, id)
-	default:
+	if v.script != "" {
+		lat, r.Failed, wall, err = pgbench(ctx, cfg, dir, v.script, clients, id)
+	} else {
 		lat, r.Failed, wall, err = closedLoop(ctx, cfg.Issue, clients, cfg.Duration, id)
 	}
 	if err != nil {
@@ -180,13 +191,17 @@ func runCell(ctx context.Context, cfg Config, pool *pgxpool.Pool, dir, v string,
 	r.Done = int64(len(lat))
 	r.TPS = float64(r.Done) / wall.Seconds()
 	r.P50Ms, r.P99Ms = percentileMs(lat, 50), percentileMs(lat, 99)
-	r.Rules, err = checkRules(ctx, pool, cfg.CapYen, v, id, r.Done)
+	want := r.Done // one coupon per transaction or ISSUED answer; none for the bare UPDATE
+	if v.stripes == 0 {
+		want = 0
+	}
+	r.Rules, err = checkRules(ctx, pool, cfg.CapYen, id, want)
 	return r, err
 }
 
-// checkRules runs package reconcile over the whole database and checks that the cell's campaign
-// holds exactly one coupon per transaction or ISSUED answer (none for the bare UPDATE).
-func checkRules(ctx context.Context, pool *pgxpool.Pool, capYen int, v, id string, done int64) (string, error) {
+// checkRules runs package reconcile over the whole database and checks that campaign id holds
+// exactly want coupons.
+func checkRules(ctx context.Context, pool *pgxpool.Pool, capYen int, id string, want int64) (string, error) {
 	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: capYen})
 	if err != nil {
 		return "", err
@@ -195,10 +210,6 @@ func checkRules(ctx context.Context, pool *pgxpool.Pool, capYen int, v, id strin
 	var coupons int64
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM issued_coupons WHERE campaign_id = $1`, id).Scan(&coupons); err != nil {
 		return "", err
-	}
-	want := done
-	if v == BareUpdate {
-		want = 0
 	}
 	if coupons != want {
 		wrong = append(wrong, fmt.Sprintf("%s: %d coupons for %d issued", id, coupons, want))
