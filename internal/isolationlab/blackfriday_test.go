@@ -106,3 +106,19 @@ func TestBlackFridayCountsFalseRejections(t *testing.T) {
 		t.Errorf("markdown table:\n%s", buf.String())
 	}
 }
+
+// TestBlackFridayCatchesTheBeforeCode runs the incident's code through the same first-come load:
+// its lost updates on the budget counter must show as coupons over the budget, which proves that
+// the exact-budget checks above can fail.
+func TestBlackFridayCatchesTheBeforeCode(t *testing.T) {
+	t.Parallel()
+	before := isolationlab.FirstComeStrategy{Name: "before", Stripes: 1, BeforeSchema: true,
+		New: func(env isolationlab.FirstComeEnv) (isolationlab.IssueFunc, func(context.Context) (int, error), error) {
+			b := &isolationlab.Before{Pool: env.Pool, CapYen: env.Load.CapYen, Month: "2026-11"}
+			return b.IssueOutcome, nil, nil
+		}}
+	m := runFriday(t, before, 32)
+	if m.Coupons <= 100 || m.OvershootYen == 0 || m.Violations == 0 {
+		t.Errorf("before: %d coupons, overshoot %d yen, %d violations; want the budget broken and counted", m.Coupons, m.OvershootYen, m.Violations)
+	}
+}
