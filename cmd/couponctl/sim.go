@@ -49,11 +49,15 @@ Strategies:
   good             the production path, shared/issuance
 
 Default load: Silver Week (300 members x SW-A 100,000 yen, SW-B and SW-C 300,000 yen x double tap,
-1,800 requests; right answer 600 coupons). --scenario black-friday runs one first-come campaign
-instead (1,000 coupons, 20,000 members asking once, 64 and 256 workers) through good (one budget
-row), stripes-16, preallocated (leased slices, one instance dying) and serializable: coupons,
-overshoot, stranded and false rejections (docs/hot-campaigns.md). Database: DATABASE_URL (its user must be allowed to
-CREATE DATABASE), or a throwaway local PostgreSQL when unset. Progress goes to stderr.`,
+1,800 requests; right answer 600 coupons).
+
+--scenario black-friday runs one first-come campaign instead (1,000 coupons, 20,000 members
+asking once, 64 and 256 workers) through good (one budget row), stripes-16, preallocated (leased
+slices, one instance dying) and serializable: coupons, overshoot, stranded budget and false
+rejections (docs/hot-campaigns.md).
+
+Database: DATABASE_URL (its user must be allowed to CREATE DATABASE), or a throwaway local
+PostgreSQL when unset. Progress goes to stderr.`,
 		Example: `  couponctl sim
   couponctl sim --scenario black-friday --format markdown
   couponctl sim --format markdown --chart docs/isolation-lab.png

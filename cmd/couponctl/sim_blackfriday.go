@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/internal/isolationlab"
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // scenarios are the loads `couponctl sim --scenario` runs.
@@ -31,7 +33,7 @@ func (b *blackFridayFlags) register(f *pflag.FlagSet) {
 // runBlackFriday runs `couponctl sim --scenario black-friday`: --strategies, --workers and
 // --members default to the scenario's own (good, stripes-16, preallocated, serializable; 64 and
 // 256 workers; 20,000 members) unless given; --discount-yen, --cap-yen, --seed, --runs and
-// --format apply as for Silver Week.
+// --format apply as for Silver Week (the cap from MONTHLY_CAP_YEN when --cap-yen is not given).
 func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, members, discountYen, capYen, runs int,
 	seed uint64, format string, b blackFridayFlags) error {
 	flags := cmd.Flags()
@@ -59,9 +61,13 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 	if flags.Changed("seed") {
 		load.Seed = seed
 	}
-	if capYen != 0 {
-		load.CapYen = capYen
+	if capYen == 0 {
+		var err error
+		if capYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+			return err
+		}
 	}
+	load.CapYen = capYen
 	if !slices.Contains(isolationlab.Formats, format) {
 		return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
 	}
