@@ -61,6 +61,9 @@ decides the figures; compare them only within one table.`,
 			if duration < time.Second {
 				return fmt.Errorf("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
 			}
+			if err := hotbench.CheckPgbench(pgbench); err != nil {
+				return err
+			}
 			return runBench(cmd, clients, duration, pgbench, format)
 		},
 	}

@@ -108,14 +108,22 @@ type Result struct {
 	Rules string `json:"rules"`
 }
 
+// CheckPgbench returns a wrapped [ErrNoPgbench] when path is not a pgbench that can be run.
+func CheckPgbench(path string) error {
+	if _, err := exec.LookPath(path); err != nil {
+		return fmt.Errorf("%w: %v", ErrNoPgbench, err)
+	}
+	return nil
+}
+
 // Run runs every variant at every client count and returns one result per cell, in order. It
 // stops at the first error that is not a measured failure.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Pgbench == "" {
 		cfg.Pgbench = DefaultPgbench
 	}
-	if _, err := exec.LookPath(cfg.Pgbench); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoPgbench, err)
+	if err := CheckPgbench(cfg.Pgbench); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "hotbench-")
 	if err != nil {
