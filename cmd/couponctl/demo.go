@@ -36,6 +36,8 @@ type demoOptions struct {
 	seed    uint64
 	tapGap  time.Duration
 	yes     bool // write into the database DATABASE_URL names
+	// telemetry is show, export or off (see demoTelemetryModes).
+	telemetry string
 }
 
 func demoCmd() *cobra.Command {
@@ -57,7 +59,10 @@ func demoCmd() *cobra.Command {
      through RelayOutbox (served beside IssueCoupon) into a local LINE stand-in that fails a
      few first pushes on purpose, and report pushes per coupon (by X-Line-Retry-Key), rows
      skipped (app-only members), lost and parked;
-  7. exit 1 if any rule is broken, any linked member's coupon was not pushed exactly once,
+  7. print the span tree of the slowest issuance (each statement's time) and the push that
+     links to it, and the metric totals (--telemetry=show; spans and metrics are also exported
+     as the OTEL_* environment says, e.g. OTEL_EXPORTER_OTLP_ENDPOINT);
+  8. exit 1 if any rule is broken, any linked member's coupon was not pushed exactly once,
      or any app-only member's coupon was pushed.
 
 With the defaults (300 members) the right outcome is exactly 600 coupons, every member
@@ -75,6 +80,8 @@ coupons and outbox rows into that database, so it asks for --yes first.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the shuffle and the tap delays (same seed, same traffic)")
 	f.DurationVar(&o.tapGap, "tap-gap", silverweek.DefaultTapGap, "longest delay of a member's second tap")
 	f.BoolVar(&o.yes, "yes", false, "with DATABASE_URL set: migrate that database and write the demo's campaigns, coupons and outbox rows into it")
+	f.StringVar(&o.telemetry, "telemetry", telemetryShow, "show: record traces and metrics in memory and print them after the report, and export them as OTEL_* says; "+
+		"export: only export as OTEL_* says, as deployed; off: no telemetry (to measure its overhead)")
 	return c
 }
 
@@ -119,7 +126,17 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	defer func() { logs.stop(out) }()
+	tel, err := startDemoTelemetry(cmd, o.telemetry, logs.f)
+	if err != nil {
+		logs.restore()
+		logs.finish(out)
+		return err
+	}
+	defer func() {
+		logs.restore() // first, so that a telemetry flush error reaches the terminal
+		tel.close(cmd)
+		logs.finish(out)
+	}()
 	baseURL, err := serveFunctions(ctx, dbURL, o.workers)
 	if err != nil {
 		return err
@@ -158,6 +175,9 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 		return err
 	}
 
+	if err := tel.report(ctx, out); err != nil {
+		return err
+	}
 	if len(failures) > 0 {
 		fmt.Fprintf(out, "\nFAILED (%d):\n", len(failures))
 		for _, f := range failures {
@@ -331,12 +351,12 @@ func redactURL(u string) string {
 }
 
 // functionLogs holds the process's standard output and error while the demo's functions run:
-// their JSON log lines and the functions framework's "Serving function" lines go to a file
-// instead of between the report's lines.
+// their log lines and the functions framework's "Serving function" lines go to a file instead of
+// between the report's lines.
 type functionLogs struct {
-	f                *os.File
-	stdout, stderr   *os.File
-	restoreLogOutput func()
+	f              *os.File
+	stdout, stderr *os.File
+	logOutput      io.Writer
 }
 
 // captureLogs points os.Stdout, os.Stderr and the log package at a new temporary file. The
@@ -346,38 +366,41 @@ func captureLogs() (*functionLogs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo: log file: %w", err)
 	}
-	l := &functionLogs{f: f, stdout: os.Stdout, stderr: os.Stderr}
-	prevLog := log.Writer()
+	l := &functionLogs{f: f, stdout: os.Stdout, stderr: os.Stderr, logOutput: log.Writer()}
 	log.SetOutput(f)
-	l.restoreLogOutput = func() { log.SetOutput(prevLog) }
 	os.Stdout, os.Stderr = f, f
 	return l, nil
 }
 
-// stop restores the standard streams and tells w where the log file is, with its lines by
-// level (the JSON lines' "level"; the relay's warnings about the injected failures are
-// expected).
-func (l *functionLogs) stop(w io.Writer) {
+// restore gives the process its standard streams back; writers that took the file keep it until
+// finish.
+func (l *functionLogs) restore() {
 	os.Stdout, os.Stderr = l.stdout, l.stderr
-	l.restoreLogOutput()
+	log.SetOutput(l.logOutput)
+}
+
+// finish closes the log file and tells w where it is, with its lines by level (the JSON lines'
+// "level" or "severity"; the relay's warnings about the injected failures are expected).
+func (l *functionLogs) finish(w io.Writer) {
 	_ = l.f.Close()
 	b, err := os.ReadFile(l.f.Name())
 	if err != nil {
 		return
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(b) == 0 {
-		lines = nil
+	var lines []string
+	if len(b) > 0 {
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 	}
 	levels := map[string]int{}
 	for _, line := range lines {
 		var v struct {
-			Level string `json:"level"`
+			Level    string `json:"level"`
+			Severity string `json:"severity"`
 		}
-		if json.Unmarshal([]byte(line), &v) == nil && v.Level != "" {
-			levels[v.Level]++
+		if json.Unmarshal([]byte(line), &v) == nil {
+			levels[strings.ToUpper(v.Level+v.Severity)]++
 		}
 	}
 	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %d ERROR, %d WARN, %d INFO; the relay's lines about the injected failures are expected)\n",
-		l.f.Name(), len(lines), levels["ERROR"], levels["WARN"], levels["INFO"])
+		l.f.Name(), len(lines), levels["ERROR"], levels["WARN"]+levels["WARNING"], levels["INFO"])
 }

@@ -30,7 +30,10 @@ legacy fact and does not fail the run.
 
 --repair rebuilds drifted counters from the live coupons in one transaction that locks each row
 it fixes (docs/migration.md), then checks again; it exits 1 only if faults remain.
-Run daily in production (deploy/).`,
+Run daily in production (deploy/). The faults found (after any repair) are also exported as the
+metrics coupon.reconcile.drift.amount and coupon.reconcile.drift.rows when the OTEL_* environment
+names an exporter (OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT); docs/operations.md has
+the alert on them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "text" && format != "json" {
@@ -86,6 +89,9 @@ Run daily in production (deploy/).`,
 				}
 			} else {
 				rep.Write(w)
+			}
+			if err := recordDrift(cmd, rep); err != nil {
+				return err
 			}
 			if len(out.Violations) > 0 {
 				return errViolations

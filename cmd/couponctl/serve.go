@@ -12,6 +12,7 @@ import (
 
 	"github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
 	"github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
+	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // preflights are the functions couponctl serves, by FUNCTION_TARGET, each with the check that
@@ -31,13 +32,19 @@ FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox); unset, every fu
 served at /<Name>. PORT defaults to 8080. Each served function reads and validates its
 configuration (DATABASE_URL, MONTHLY_CAP_YEN, ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN,
 RELAY_RETRY_BASE, ...) before serving starts, and serve exits 1 if one refuses it.
-Ctrl-C or SIGTERM stops it.`,
+Telemetry follows the OTEL_* environment (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...;
+nothing is exported when neither is set) and is flushed on exit. Ctrl-C or SIGTERM stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			port := os.Getenv("PORT")
 			if port == "" {
 				port = "8080"
 			}
+			shutdownTelemetry, err := telemetry.Setup(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer flushTelemetry(cmd, shutdownTelemetry)
 			target := os.Getenv("FUNCTION_TARGET")
 			targets := []string{target}
 			if target == "" {

@@ -28,6 +28,8 @@ func simCmd() *cobra.Command {
 		runs        int
 		format      string
 		chart       string
+		scenario    string
+		friday      blackFridayFlags
 	)
 	names := make([]string, len(isolationlab.Strategies))
 	for i, s := range isolationlab.Strategies {
@@ -52,13 +54,28 @@ Strategies:
   good             the production path, shared/issuance
 
 Default load: Silver Week (300 members x SW-A 100,000 yen, SW-B and SW-C 300,000 yen x double tap,
-1,800 requests; right answer 600 coupons). Database: DATABASE_URL (its user must be allowed to
-CREATE DATABASE), or a throwaway local PostgreSQL when unset. Progress goes to stderr.`,
+1,800 requests; right answer 600 coupons).
+
+--scenario black-friday runs one first-come campaign instead (1,000 coupons, 20,000 members
+asking once, 64 and 256 workers) through good (one budget row), stripes-16, preallocated (leased
+slices, one instance dying) and serializable: coupons, overshoot, stranded budget and false
+rejections (docs/hot-campaigns.md).
+
+Database: DATABASE_URL (its user must be allowed to CREATE DATABASE), or a throwaway local
+PostgreSQL when unset. Progress goes to stderr.`,
 		Example: `  couponctl sim
+  couponctl sim --scenario black-friday --format markdown
   couponctl sim --format markdown --chart docs/isolation-lab.png
   couponctl sim --strategies repeatable-read,good --members 1 --campaigns 10 --budgets 100000 --workers 20`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch scenario {
+			case "black-friday":
+				return runBlackFriday(cmd, strategies, workers, load.Members, discountYen, load.CapYen, runs, load.Seed, format, friday)
+			case "silver-week":
+			default:
+				return fmt.Errorf("--scenario %q: want one of %s", scenario, strings.Join(scenarios, ", "))
+			}
 			if !slices.Contains(isolationlab.Formats, format) {
 				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
 			}
@@ -145,6 +162,8 @@ CREATE DATABASE), or a throwaway local PostgreSQL when unset. Progress goes to s
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", "))
 	f.StringVar(&chart, "chart", "", "also write a chart of violations and retries to this file, in the format its extension names ("+
 		strings.Join(isolationlab.ChartFormats, ", ")+")")
+	f.StringVar(&scenario, "scenario", "silver-week", "load: silver-week, or black-friday (one first-come campaign: good, stripes-16, preallocated, serializable; docs/hot-campaigns.md)")
+	friday.register(f)
 	return c
 }
 

@@ -6,10 +6,9 @@ package issue
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
-	"os"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +19,7 @@ import (
 )
 
 func init() {
-	functions.HTTP("IssueCoupon", issueCoupon)
+	functions.HTTP("IssueCoupon", Instrument(http.HandlerFunc(issueCoupon)).ServeHTTP)
 }
 
 // instance is the per-instance state: the pool and the service, built once at start-up by
@@ -33,6 +32,9 @@ var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	}
 	pool, _, err := db.OpenFromEnv(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := registerGauges(pool); err != nil {
 		return nil, err
 	}
 	return NewHandler(pool, cfg)
@@ -69,26 +71,22 @@ func NewHandler(pool *pgxpool.Pool, cfg issuance.Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{svc: svc, log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}, nil
+	return &Handler{svc: svc, log: slog.Default()}, nil
 }
 
-// ServeHTTP answers one IssueCoupon request (docs/api.md, "IssueCoupon").
+// ServeHTTP answers one IssueCoupon request (docs/api.md, "IssueCoupon") and logs it in one
+// line (see logRequest).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	req, status, err := decodeRequest(w, r)
 	if err != nil {
+		h.log.InfoContext(r.Context(), "IssueCoupon", "result", resultInvalidRequest, "status", status, "reason", err.Error())
 		writeJSON(w, status, response{Result: resultInvalidRequest, Message: err.Error()})
 		return
 	}
 	out, err := h.svc.Issue(r.Context(), req.MemberID, req.CampaignID)
-	if errors.Is(err, context.Canceled) {
-		h.log.InfoContext(r.Context(), "IssueCoupon: the caller went away; its transaction was rolled back",
-			"member_id", req.MemberID, "campaign_id", req.CampaignID)
-		writeInternalError(w)
-		return
-	}
+	h.logRequest(r.Context(), req, out, err, start)
 	if err != nil {
-		h.log.ErrorContext(r.Context(), "IssueCoupon: issuance failed",
-			"err", err, "member_id", req.MemberID, "campaign_id", req.CampaignID)
 		writeInternalError(w)
 		return
 	}

@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,7 +23,7 @@ import (
 )
 
 func init() {
-	functions.HTTP("RelayOutbox", relayOutbox)
+	functions.HTTP("RelayOutbox", Instrument(http.HandlerFunc(relayOutbox)).ServeHTTP)
 }
 
 // instance is the per-instance state: the pool and the relay, built once at start-up by
@@ -37,6 +36,9 @@ var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	}
 	pool, _, err := db.OpenFromEnv(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := registerGauges(pool); err != nil {
 		return nil, err
 	}
 	return NewHandler(pool, cfg)
@@ -73,7 +75,7 @@ func NewHandler(pool *pgxpool.Pool, cfg outbox.Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{relay: r, log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}, nil
+	return &Handler{relay: r, log: slog.Default()}, nil
 }
 
 // MaxBodyBytes is the largest request body accepted, in bytes.

@@ -16,6 +16,11 @@
 //   - good: the production path, shared/issuance, itself.
 //
 // [Run] measures a [Plan] into one [Measurement] per strategy x workers x run; [WriteTable] and
-// [WriteChart] present them. `couponctl sim` is the command line; docs/isolation-lab.md holds the
+// [WriteChart] present them.
+//
+// The black-friday scenario ([FirstCome], [FirstComeStrategies], [RunFirstComePlan],
+// [WriteFirstComeTable]) runs one first-come campaign instead through one budget row, 16 budget
+// stripes, a budget pre-allocated per instance ([Preallocated]) and SERIALIZABLE, and counts
+// coupons, overshoot, stranded budget and false rejections (docs/hot-campaigns.md). `couponctl sim` is the command line; docs/isolation-lab.md holds the
 // figures measured on the build machine. Nothing here is on a production path.
 package isolationlab

@@ -68,6 +68,16 @@ func WriteTable(w io.Writer, format string, ms []Measurement) error {
 		}
 		rows = append(rows, row)
 	}
+	csvHeader := make([]string, len(cols))
+	for i, c := range cols {
+		csvHeader[i] = c.csv
+	}
+	return writeRows(w, format, rows, csvHeader, ms)
+}
+
+// writeRows writes a table, rows[0] being its header, in format: aligned text, a GitHub markdown
+// table, CSV with csvHeader as its header row, or jsonValue as indented JSON.
+func writeRows(w io.Writer, format string, rows [][]string, csvHeader []string, jsonValue any) error {
 	switch format {
 	case "text":
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -92,17 +102,14 @@ func WriteTable(w io.Writer, format string, ms []Measurement) error {
 		return nil
 	case "csv":
 		cw := csv.NewWriter(w)
-		for i, c := range cols {
-			rows[0][i] = c.csv
-		}
-		if err := cw.WriteAll(rows); err != nil {
+		if err := cw.WriteAll(append([][]string{csvHeader}, rows[1:]...)); err != nil {
 			return err
 		}
 		return cw.Error()
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(ms)
+		return enc.Encode(jsonValue)
 	}
 	return fmt.Errorf("isolationlab: format %q: want one of %s", format, strings.Join(Formats, ", "))
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"cloud.google.com/go/cloudsqlconn"
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -78,6 +79,7 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("db: parse DATABASE_URL: %w", err)
 		}
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer() // a span per statement; parameter values are never recorded
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("db: pool: %w", err)
@@ -99,6 +101,7 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 		return nil, nil, fmt.Errorf("db: pool config: %w", err)
 	}
 	cfg.ConnConfig.User, cfg.ConnConfig.Database = c.User, c.Name
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer() // a span per statement; parameter values are never recorded
 	if !c.IAMAuth {
 		cfg.ConnConfig.Password = c.Password
 	}

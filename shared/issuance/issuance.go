@@ -81,7 +81,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 //
 // Errors: a wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up,
 // and any other database error unretried (the caller answers 500).
-func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outcome, error) {
+func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out Outcome, err error) {
 	if err := ids.Request(memberID, campaignID); err != nil {
 		return Outcome{}, err
 	}
@@ -91,6 +91,8 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 
 	issuedAt := s.cfg.Now()
 	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt)}
+	ctx, span := startIssue(ctx, req)
+	defer func() { span.end(ctx, out, err) }()
 	exhausted := func(attempts int) (Outcome, error) {
 		return Outcome{Result: ResultRetryExhausted, Attempts: attempts}, nil
 	}
@@ -100,6 +102,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 			return exhausted(attempt - 1)
 		}
 		out, err := s.attempt(ctx, req, left)
+		span.attempted(ctx, attempt, err)
 		out.Attempts = attempt
 		var rej *rejection
 		switch {
@@ -121,6 +124,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 		if time.Until(deadline)-wait < minAttemptTime {
 			return exhausted(attempt)
 		}
+		span.waiting(wait)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -169,7 +173,7 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 		}
 
 		// Transactional outbox: the push is the relay's job, after COMMIT.
-		if _, err := tx.Exec(ctx, sqlOutboxInsert, out.CouponID, r.memberID, r.issuedAt); err != nil {
+		if _, err := tx.Exec(ctx, sqlOutboxInsert, out.CouponID, r.memberID, r.issuedAt, traceParent(ctx)); err != nil {
 			return err
 		}
 

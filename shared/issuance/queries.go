@@ -57,9 +57,10 @@ UPDATE member_monthly_usage SET used_yen = used_yen + $3
 RETURNING used_yen`
 
 // sqlOutboxInsert is the transactional outbox row: the push is sent later by functions/relay,
-// never from inside this transaction. $1 coupon_id, $2 member_id, $3 created_at.
+// never from inside this transaction. $1 coupon_id, $2 member_id, $3 created_at, $4 trace_parent
+// (the issuing request's W3C traceparent, which the relay's push span links to; NULL untraced).
 const sqlOutboxInsert = `
-INSERT INTO notification_outbox (coupon_id, member_id, created_at) VALUES ($1::uuid, $2, $3)`
+INSERT INTO notification_outbox (coupon_id, member_id, created_at, trace_parent) VALUES ($1::uuid, $2, $3, $4)`
 
 // sqlBudgetStripeAdd is R1 on one budget stripe row, the hottest row of the system, so it is
 // taken last and held only until COMMIT: judge and add in one statement, waiting for the row if

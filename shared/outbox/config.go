@@ -143,7 +143,8 @@ type Config struct {
 	// HTTPClient sends the pushes. Default: a client of its own (never http.DefaultClient),
 	// whose connection pool keeps Parallelism idle connections to LINE.
 	HTTPClient *http.Client
-	// Logger receives one line per failed push or mark. Default: JSON to stderr.
+	// Logger receives one line per failed push or mark. Default: slog.Default() (JSON in Cloud
+	// Logging's shape once shared/telemetry is set up).
 	Logger *slog.Logger
 }
 
@@ -170,7 +171,7 @@ func (c Config) WithDefaults() Config {
 		c.HTTPClient = &http.Client{Transport: t}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		c.Logger = slog.Default()
 	}
 	return c
 }

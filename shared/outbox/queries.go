@@ -27,7 +27,8 @@ const sqlRunStart = `SELECT now()`
 // next_attempt_at is now in the future, is not taken twice.
 //
 // The message names the coupon's campaign and value, and goes to the member's LINE user id
-// (NULL when none is linked), so the claim returns them.
+// (NULL when none is linked), so the claim returns them, and the push span links to the
+// issuing request's trace (trace_parent).
 const sqlOutboxClaim = `
 WITH due AS MATERIALIZED (
   SELECT coupon_id, member_id, next_attempt_at, first_pushed_at FROM notification_outbox
@@ -44,7 +45,8 @@ UPDATE notification_outbox o
        LEFT JOIN member_line_accounts l ON l.member_id = due.member_id
  WHERE o.coupon_id = due.coupon_id
 RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_yen, l.line_user_id,
-          COALESCE(o.first_pushed_at < now() - $5::interval, false), due.next_attempt_at, due.first_pushed_at`
+          COALESCE(o.first_pushed_at < now() - $5::interval, false), due.next_attempt_at, due.first_pushed_at,
+          o.trace_parent`
 
 // sqlOutboxMarkSent records a push LINE accepted (2xx, or 409 for a retry key it had already
 // accepted) and counts its attempt. It does not ask for the claim: a push that happened is true

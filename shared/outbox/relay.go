@@ -53,6 +53,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.HTTPClient = instrumentClient(cfg.HTTPClient)
 	return &Relay{
 		pool:    pool,
 		cfg:     cfg,
@@ -70,6 +71,7 @@ type claimed struct {
 	keyExpired         bool   // first pushed more than RetryKeyWindow ago
 	prevNextAttemptAt  time.Time
 	prevFirstPushedAt  *time.Time
+	traceParent        *string // the issuing request's W3C traceparent, for the push span's link
 }
 
 // Run delivers at most maxRows rows due at its start (0 means [Config.MaxRows]) and returns
@@ -170,7 +172,7 @@ func (r *Relay) claim(ctx context.Context, run uuid.UUID, start time.Time, n int
 		batch, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (c claimed, err error) {
 			var lineUserID *string
 			err = row.Scan(&c.couponID, &c.memberID, &c.attempts, &c.campaignID, &c.amountYen, &lineUserID,
-				&c.keyExpired, &c.prevNextAttemptAt, &c.prevFirstPushedAt)
+				&c.keyExpired, &c.prevNextAttemptAt, &c.prevFirstPushedAt, &c.traceParent)
 			if lineUserID != nil {
 				c.lineUserID = *lineUserID
 			}
@@ -316,7 +318,7 @@ func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row cla
 	if err := r.limiter.Wait(pushCtx); err != nil {
 		return r.release(markCtx, log, run, row) // the batch's time is up: not pushed
 	}
-	sent, err := run.breaker.Execute(func() (bool, error) { return r.push(pushCtx, row) })
+	sent, err := run.breaker.Execute(func() (bool, error) { return r.tracedPush(pushCtx, row) })
 	switch {
 	case err == nil:
 		if _, markErr := r.pool.Exec(markCtx, sqlOutboxMarkSent, row.couponID); markErr != nil {

@@ -7,13 +7,36 @@ import (
 	"context"
 	"log"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 
 	"github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
+	"github.com/mops/coupon-api/shared/telemetry"
 )
 
+// flushTimeout bounds the telemetry flush on SIGTERM, inside the 10 s Cloud Run gives an
+// instance before SIGKILL.
+const flushTimeout = 5 * time.Second
+
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	shutdownTelemetry, err := telemetry.Setup(ctx)
+	if err != nil {
+		log.Fatalf("RelayOutbox: refusing to start: %v", err)
+	}
+	go func() {
+		<-ctx.Done() // flush the queued spans and metrics, then exit
+		flushCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		if err := shutdownTelemetry(flushCtx); err != nil {
+			log.Printf("RelayOutbox: telemetry flush: %v", err)
+		}
+		os.Exit(0)
+	}()
 	if err := relay.Preflight(context.Background()); err != nil {
 		log.Fatalf("RelayOutbox: refusing to start: %v", err)
 	}

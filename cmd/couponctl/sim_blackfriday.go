@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/mops/coupon-api/internal/isolationlab"
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// scenarios are the loads `couponctl sim --scenario` runs.
+var scenarios = []string{"silver-week", "black-friday"}
+
+// blackFridayFlags are the flags only the black-friday scenario reads.
+type blackFridayFlags struct {
+	load isolationlab.FirstCome
+}
+
+func (b *blackFridayFlags) register(f *pflag.FlagSet) {
+	b.load = isolationlab.BlackFriday()
+	f.IntVar(&b.load.BudgetCoupons, "bf-coupons", b.load.BudgetCoupons, "black-friday: the first-come campaign's budget in coupons")
+	f.IntVar(&b.load.Instances, "bf-instances", b.load.Instances, "black-friday preallocated: instances leasing budget slices")
+	f.IntVar(&b.load.LeaseCoupons, "bf-lease", b.load.LeaseCoupons, "black-friday preallocated: coupons per leased slice")
+	f.IntVar(&b.load.KillAfter, "bf-kill-after", b.load.KillAfter,
+		"black-friday preallocated: instance 0 dies after issuing this many coupons, stranding its slice (0: none dies)")
+}
+
+// runBlackFriday runs `couponctl sim --scenario black-friday`: --strategies, --workers and
+// --members default to the scenario's own (good, stripes-16, preallocated, serializable; 64 and
+// 256 workers; 20,000 members) unless given; --discount-yen, --cap-yen, --seed, --runs and
+// --format apply as for Silver Week (the cap from MONTHLY_CAP_YEN when --cap-yen is not given).
+func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, members, discountYen, capYen, runs int,
+	seed uint64, format string, b blackFridayFlags) error {
+	flags := cmd.Flags()
+	for _, name := range []string{"campaigns", "budgets", "tap-gap", "chart"} {
+		if flags.Changed(name) {
+			return fmt.Errorf("--%s: the black-friday scenario has one campaign, one tap per member and no chart (use --bf-coupons)", name)
+		}
+	}
+	load := b.load
+	if !flags.Changed("strategies") {
+		strategies = nil
+		for _, s := range isolationlab.FirstComeStrategies {
+			strategies = append(strategies, s.Name)
+		}
+	}
+	if !flags.Changed("workers") {
+		workers = []int{64, 256}
+	}
+	if flags.Changed("members") {
+		load.Members = members
+	}
+	if flags.Changed("discount-yen") {
+		load.DiscountYen = discountYen
+	}
+	if flags.Changed("seed") {
+		load.Seed = seed
+	}
+	if capYen == 0 {
+		var err error
+		if capYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+			return err
+		}
+	}
+	load.CapYen = capYen
+	if !slices.Contains(isolationlab.Formats, format) {
+		return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
+	}
+	if runs < 1 || len(workers) == 0 || slices.Min(workers) < 1 {
+		return fmt.Errorf("--runs and every --workers must be at least 1")
+	}
+	if err := load.Validate(); err != nil {
+		return err
+	}
+	plan := isolationlab.FirstComePlan{Workers: workers, Runs: runs, Load: load, Progress: cmd.ErrOrStderr()}
+	for _, name := range strategies {
+		s, err := isolationlab.FirstComeStrategyNamed(name)
+		if err != nil {
+			return err
+		}
+		plan.Strategies = append(plan.Strategies, s)
+	}
+	serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if plan.Fresh, err = isolationlab.OnServer(serverURL); err != nil {
+		return err
+	}
+	ms, err := isolationlab.RunFirstComePlan(cmd.Context(), plan)
+	if err != nil {
+		return err
+	}
+	return isolationlab.WriteFirstComeTable(cmd.OutOrStdout(), format, ms)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// telemetryFlushTimeout bounds the flush of queued spans and metrics when a verb ends.
+const telemetryFlushTimeout = 5 * time.Second
+
+// flushTelemetry runs shutdown (from [telemetry.Setup]) within telemetryFlushTimeout and says
+// on stderr if it could not flush everything.
+func flushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), telemetryFlushTimeout)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "telemetry: flush: %v\n", err)
+	}
+}
+
+// recordDrift exports the faults the report found as the drift metrics, by kind (legacy facts
+// are not drift), and flushes them.
+func recordDrift(cmd *cobra.Command, rep reconcile.Report) error {
+	shutdown, err := telemetry.Setup(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer flushTelemetry(cmd, shutdown)
+	ctx := cmd.Context()
+	m := telemetry.Global()
+	var counterYen, counterRows int64
+	for _, c := range rep.Campaigns {
+		if d := c.DriftYen(); d != 0 {
+			counterYen += max(d, -d)
+			counterRows++
+		}
+	}
+	m.RecordDrift(ctx, "budget_counter", counterYen, counterRows)
+	m.RecordDrift(ctx, "usage_counter", 0, rep.UsageDrift)
+	m.RecordDrift(ctx, "duplicate_pairs", 0, rep.DuplicatePairs)
+	m.RecordDrift(ctx, "members_over_cap", 0, rep.MembersOverCap)
+	m.RecordDrift(ctx, "coupons_without_outbox", 0, rep.CouponsWithoutOutbox)
+	m.RecordDrift(ctx, "outbox_without_coupon", 0, rep.OutboxWithoutCoupon)
+	return nil
+}

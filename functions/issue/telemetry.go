@@ -1,0 +1,51 @@
+package issue
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// Instrument wraps h with the IssueCoupon server span, which continues the caller's trace
+// (W3C traceparent, or Cloud Run's X-Cloud-Trace-Context; see [telemetry.Propagator]), and
+// the HTTP server metrics of otelhttp.
+func Instrument(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "IssueCoupon", otelhttp.WithPropagators(telemetry.Propagator()))
+}
+
+// logRequest writes the request's one log line, joined to its trace by the context: INFO with
+// the result, attempts, duration_ms, campaign and the member's keyed hash (never the id), INFO
+// "cancelled" for a caller that went away, ERROR with the error for a failure (answered 500).
+// A request that could not be decoded logs INVALID_REQUEST with its status instead (ServeHTTP).
+func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outcome, err error, start time.Time) {
+	attrs := []any{
+		"campaign", req.CampaignID,
+		"member", telemetry.MemberHash(req.MemberID),
+		"attempts", out.Attempts,
+		"duration_ms", float64(time.Since(start)) / float64(time.Millisecond),
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		h.log.InfoContext(ctx, "IssueCoupon: the caller went away; its transaction was rolled back",
+			append(attrs, "result", telemetry.ResultCancelled)...)
+	case err != nil:
+		h.log.ErrorContext(ctx, "IssueCoupon: issuance failed", append(attrs, "result", telemetry.ResultError, "err", err)...)
+	default:
+		h.log.InfoContext(ctx, "IssueCoupon", append(attrs, "result", string(out.Result))...)
+	}
+}
+
+// registerGauges registers the campaign budget gauge on the global meter provider, read
+// through pool once per metric export, for the instance's life.
+func registerGauges(pool *pgxpool.Pool) error {
+	_, err := telemetry.RegisterBudgetGauge(otel.GetMeterProvider(), pool)
+	return err
+}

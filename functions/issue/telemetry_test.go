@@ -1,0 +1,578 @@
+package issue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// traced is IssueCoupon served as deployed (otelhttp around the handler, otelpgx on the pool)
+// with telemetry recorded in memory: every span as it ends, metrics on demand, log lines.
+type traced struct {
+	h       http.Handler
+	pool    *pgxpool.Pool
+	spans   *tracetest.InMemoryExporter
+	metrics *sdkmetric.ManualReader
+	logs    *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const testProject = "test-project"
+
+// newTraced installs in-memory telemetry as the global providers for the test (put back to
+// no-op when it ends; so these tests do not run in parallel) and serves IssueCoupon with cfg on
+// a fresh database holding OPEN (1,000 yen, budget 10,000 yen).
+func newTraced(t *testing.T, cfg issuance.Config) *traced {
+	t.Helper()
+	ctx := context.Background()
+	tr := &traced{spans: tracetest.NewInMemoryExporter(), metrics: sdkmetric.NewManualReader(), logs: &syncBuffer{}}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tr.spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(tr.metrics))
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	logger := slog.Default() // telemetry.Setup replaces it
+	t.Cleanup(func() {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+		slog.SetDefault(logger)
+	})
+
+	pcfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithMeterProvider(mp))
+	tr.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.pool.Close)
+	if err := campaign.Create(ctx, tr.pool, campaign.Campaign{ID: "OPEN", DiscountYen: 1000, BudgetYen: 10000}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Now = func() time.Time { return now }
+	h, err := NewHandler(tr.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.log = telemetry.NewLogger(tr.logs, testProject)
+	tr.h = Instrument(h)
+	return tr
+}
+
+// callerTraceparent is the app gateway's span, which IssueCoupon's server span continues.
+const (
+	callerTraceID    = "4bf92f3577b34da6a3ce929d0e0e4736"
+	callerSpanID     = "00f067aa0ba902b7"
+	callerTraceparnt = "00-" + callerTraceID + "-" + callerSpanID + "-01"
+)
+
+// issueAs sends one IssueCoupon request with the caller's traceparent and returns the result.
+func (tr *traced) issueAs(t *testing.T, ctx context.Context, member string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/IssueCoupon", strings.NewReader(ask(member, "OPEN")))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", callerTraceparnt)
+	rec := httptest.NewRecorder()
+	tr.h.ServeHTTP(rec, req)
+	var body struct{ Result string }
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	return rec.Code, body.Result
+}
+
+// issuanceSpans returns the ended issuance spans, oldest first, and checks each one's family:
+// the parent is the server span, which continues the caller's trace; the statements are its
+// children.
+func (tr *traced) issuanceSpans(t *testing.T) []tracetest.SpanStub {
+	t.Helper()
+	all := tr.spans.GetSpans()
+	byID := map[string]tracetest.SpanStub{}
+	for _, s := range all {
+		byID[s.SpanContext.SpanID().String()] = s
+	}
+	var out []tracetest.SpanStub
+	for _, s := range all {
+		if s.Name != issuance.SpanName {
+			continue
+		}
+		out = append(out, s)
+		server, ok := byID[s.Parent.SpanID().String()]
+		if !ok || server.SpanKind.String() != "server" {
+			t.Errorf("issuance span's parent %v is not the server span", s.Parent.SpanID())
+			continue
+		}
+		if server.SpanContext.TraceID().String() != callerTraceID || server.Parent.SpanID().String() != callerSpanID {
+			t.Errorf("server span trace %s parent %s: want the caller's %s / %s", server.SpanContext.TraceID(),
+				server.Parent.SpanID(), callerTraceID, callerSpanID)
+		}
+		statements := 0
+		for _, c := range all {
+			if c.Parent.SpanID() == s.SpanContext.SpanID() && c.SpanKind.String() == "client" {
+				statements++
+			}
+		}
+		if statements < 3 {
+			t.Errorf("issuance span has %d statement spans, want BEGIN, the statements, COMMIT/ROLLBACK", statements)
+		}
+	}
+	return out
+}
+
+func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// TestTelemetryIssuedAndAlreadyIssued: ISSUED then ALREADY_ISSUED make an issuance span each
+// with campaign, result, attempts and month, inside the server span that continues the
+// caller's trace, with the statements as children; the metrics count both; each request logs
+// one line carrying its trace; the member id appears nowhere.
+func TestTelemetryIssuedAndAlreadyIssued(t *testing.T) {
+	tr := newTraced(t, issuance.Config{})
+	const member = "member-0000001"
+	ctx := context.Background()
+	for _, want := range []struct {
+		status int
+		result string
+	}{{201, "ISSUED"}, {200, "ALREADY_ISSUED"}} {
+		if status, result := tr.issueAs(t, ctx, member); status != want.status || result != want.result {
+			t.Fatalf("answer %d %s, want %d %s", status, result, want.status, want.result)
+		}
+	}
+
+	spans := tr.issuanceSpans(t)
+	if len(spans) != 2 {
+		t.Fatalf("%d issuance spans, want 2", len(spans))
+	}
+	for i, result := range []string{"ISSUED", "ALREADY_ISSUED"} {
+		a := attrs(spans[i].Attributes)
+		if a[telemetry.AttrCampaign].AsString() != "OPEN" || a[telemetry.AttrResult].AsString() != result ||
+			a[telemetry.AttrAttempts].AsInt64() != 1 || a[telemetry.AttrMonth].AsString() != "2026-09" {
+			t.Errorf("span %d attributes %v, want OPEN %s 1 attempt 2026-09", i, spans[i].Attributes, result)
+		}
+		if len(spans[i].Events) != 0 {
+			t.Errorf("span %d events %v, want none", i, spans[i].Events)
+		}
+	}
+
+	points := collect(t, tr.metrics)
+	for _, result := range []string{"ISSUED", "ALREADY_ISSUED"} {
+		set := attribute.NewSet(telemetry.AttrCampaign.String("OPEN"), telemetry.AttrResult.String(result))
+		if n := sumOf(points, telemetry.MetricIssuances, set); n != 1 {
+			t.Errorf("%s{%s}: %d, want 1", telemetry.MetricIssuances, result, n)
+		}
+		if c, s := histogramOf(points, telemetry.MetricIssuanceAttempts, set); c != 1 || s != 1 {
+			t.Errorf("%s{%s}: count %d sum %v, want 1 call of 1 attempt", telemetry.MetricIssuanceAttempts, result, c, s)
+		}
+		if c, _ := histogramOf(points, telemetry.MetricIssuanceDuration, set); c != 1 {
+			t.Errorf("%s{%s}: count %d, want 1", telemetry.MetricIssuanceDuration, result, c)
+		}
+	}
+
+	lines := logLines(t, tr.logs.String())
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines, want one per request: %s", len(lines), tr.logs.String())
+	}
+	for i, l := range lines {
+		wantTrace := "projects/" + testProject + "/traces/" + callerTraceID
+		if l[telemetry.LogKeyTrace] != wantTrace || l["severity"] != "INFO" || l["campaign"] != "OPEN" ||
+			l["member"] != telemetry.MemberHash(member) || l["attempts"] != 1.0 || l["duration_ms"] == nil {
+			t.Errorf("log line %d: %v, want INFO with trace %s, campaign, hashed member, attempts, duration_ms", i, l, wantTrace)
+		}
+	}
+	if l := lines[0]; l[telemetry.LogKeySpanID] == nil || l["result"] != "ISSUED" {
+		t.Errorf("first log line %v: want spanId and result ISSUED", l)
+	}
+
+	assertNoClearMember(t, tr, member)
+}
+
+// TestTelemetryWaitedOutLock: a request whose first attempt met 55P03 (the campaign row held
+// FOR UPDATE by another session past the lock timeout) and succeeded once the holder let go has
+// one event per failed attempt with SQLSTATE 55P03 and its backoff, and counts the retryable
+// errors by SQLSTATE.
+func TestTelemetryWaitedOutLock(t *testing.T) {
+	tr := newTraced(t, issuance.Config{LockTimeout: 100 * time.Millisecond, StatementTimeout: 500 * time.Millisecond})
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, tr.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'OPEN' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		result string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, result := tr.issueAs(t, ctx, "member-2")
+		done <- answer{status, result}
+	}()
+	// Release the row once the first attempt has failed with 55P03.
+	lockNotAvailable := attribute.NewSet(attribute.String("db.response.status_code", pgerrcode.LockNotAvailable))
+	for i := 0; sumOf(collect(t, tr.metrics), telemetry.MetricRetryableErrors, lockNotAvailable) == 0; i++ {
+		if i > 500 {
+			t.Fatal("no 55P03 attempt recorded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-done; a.status != 201 || a.result != "ISSUED" {
+		t.Fatalf("answer %d %s, want 201 ISSUED", a.status, a.result)
+	}
+
+	spans := tr.issuanceSpans(t)
+	if len(spans) != 1 {
+		t.Fatalf("%d issuance spans, want 1", len(spans))
+	}
+	s := spans[0]
+	a := attrs(s.Attributes)
+	attempts := a[telemetry.AttrAttempts].AsInt64()
+	if a[telemetry.AttrResult].AsString() != "ISSUED" || attempts < 2 {
+		t.Fatalf("span attributes %v: want ISSUED after at least 2 attempts", s.Attributes)
+	}
+	if int64(len(s.Events)) != attempts-1 {
+		t.Fatalf("%d events for %d attempts, want one per failed attempt: %v", len(s.Events), attempts, s.Events)
+	}
+	for i, e := range s.Events {
+		ea := attrs(e.Attributes)
+		if e.Name != issuance.EventAttemptFailed || ea["db.response.status_code"].AsString() != pgerrcode.LockNotAvailable ||
+			ea[telemetry.AttrAttempts].AsInt64() != int64(i+1) || ea[issuance.AttrBackoffMs].Type() != attribute.INT64 {
+			t.Errorf("event %d: %s %v, want %q with SQLSTATE 55P03, attempt %d and coupon.backoff_ms",
+				i, e.Name, e.Attributes, issuance.EventAttemptFailed, i+1)
+		}
+	}
+	points := collect(t, tr.metrics)
+	if n := sumOf(points, telemetry.MetricRetryableErrors, lockNotAvailable); n != attempts-1 {
+		t.Errorf("%s{55P03}: %d, want %d", telemetry.MetricRetryableErrors, n, attempts-1)
+	}
+	set := attribute.NewSet(telemetry.AttrCampaign.String("OPEN"), telemetry.AttrResult.String("ISSUED"))
+	if c, sum := histogramOf(points, telemetry.MetricIssuanceAttempts, set); c != 1 || int64(sum) != attempts {
+		t.Errorf("%s: count %d sum %v, want 1 call of %d attempts", telemetry.MetricIssuanceAttempts, c, sum, attempts)
+	}
+	assertNoClearMember(t, tr, "member-2")
+}
+
+// TestTelemetryCallerCancels: a caller that goes away while the request waits for a lock is
+// recorded as cancelled (span status, result CANCELLED in the metric and the log), not as a
+// database error.
+func TestTelemetryCallerCancels(t *testing.T) {
+	tr := newTraced(t, issuance.Config{})
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, tr.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'OPEN' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.issueAs(t, callCtx, "member-3")
+	}()
+	for i := 0; ; i++ {
+		var waiting int // sessions waiting for this holder's locks
+		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+			holder.PgConn().PID()).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the request never waited for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+
+	spans := tr.issuanceSpans(t)
+	if len(spans) != 1 {
+		t.Fatalf("%d issuance spans, want 1", len(spans))
+	}
+	s := spans[0]
+	if s.Status.Code != codes.Error || !strings.HasPrefix(s.Status.Description, "cancelled") ||
+		attrs(s.Attributes)[telemetry.AttrResult].AsString() != telemetry.ResultCancelled {
+		t.Errorf("span status %v result %v: want cancelled", s.Status, attrs(s.Attributes)[telemetry.AttrResult])
+	}
+	for _, e := range s.Events {
+		if e.Name == "exception" {
+			t.Errorf("a cancelled call recorded an error event: %v", e.Attributes)
+		}
+	}
+	set := attribute.NewSet(telemetry.AttrCampaign.String("OPEN"), telemetry.AttrResult.String(telemetry.ResultCancelled))
+	if n := sumOf(collect(t, tr.metrics), telemetry.MetricIssuances, set); n != 1 {
+		t.Errorf("%s{CANCELLED}: %d, want 1", telemetry.MetricIssuances, n)
+	}
+	lines := logLines(t, tr.logs.String())
+	if len(lines) != 1 || lines[0]["result"] != telemetry.ResultCancelled || lines[0]["severity"] != "INFO" {
+		t.Errorf("log lines %v: want one INFO line with result CANCELLED", lines)
+	}
+}
+
+// TestUnreachableCollectorNeverFailsARequest: with the OTLP endpoint a black hole (it accepts
+// connections and never answers) and a 2-span export queue, every request still succeeds, and
+// the batch span processor drops spans (otel.sdk.processor.span.processed with
+// error.type=queue_full) instead of blocking the request on the exporter.
+func TestUnreachableCollectorNeverFailsARequest(t *testing.T) {
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // never read, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		hole.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_METRICS_EXPORTER", "none")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+hole.Addr().String())
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "2")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
+	t.Setenv("OTEL_GO_X_OBSERVABILITY", "true")
+
+	tr := newTraced(t, issuance.Config{}) // the pool and handler; Setup below replaces the providers
+	reader := sdkmetric.NewManualReader()
+	shutdown, err := telemetry.Setup(context.Background(), telemetry.WithMetricReader(reader),
+		telemetry.WithLogWriter(&bytes.Buffer{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = shutdown(ctx) // the black hole cannot take the flush; shutdown gives up with ctx
+	}()
+	pcfg := tr.pool.Config()
+	pcfg.ConnConfig.Tracer = otelpgx.NewTracer() // on Setup's providers, as shared/db does
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	h, err := NewHandler(pool, issuance.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := Instrument(h)
+
+	const requests = 8 // within OPEN's budget of 10 coupons
+	for i := range requests {
+		req := httptest.NewRequest(http.MethodPost, "/IssueCoupon", strings.NewReader(ask(fmt.Sprintf("m%d", i), "OPEN")))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		served.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("request %d with the collector unreachable: %d %s, want 201", i, rec.Code, rec.Body.String())
+		}
+	}
+	points := collect(t, reader)
+	var dropped int64
+	for _, p := range points["otel.sdk.processor.span.processed"] {
+		if v, ok := p.attrs.Value("error.type"); ok && v.AsString() == "queue_full" {
+			dropped += p.value
+		}
+	}
+	if dropped == 0 {
+		t.Errorf("no span dropped on a full queue: the exporter must drop rather than block")
+	}
+}
+
+// assertNoClearMember checks that member appears in no span attribute, event attribute, metric
+// attribute or log line.
+func assertNoClearMember(t *testing.T, tr *traced, member string) {
+	t.Helper()
+	check := func(where string, kvs []attribute.KeyValue) {
+		for _, kv := range kvs {
+			if strings.Contains(kv.Value.String(), member) {
+				t.Errorf("member id in clear in %s attribute %s=%s", where, kv.Key, kv.Value.String())
+			}
+		}
+	}
+	for _, s := range tr.spans.GetSpans() {
+		check("span "+s.Name, s.Attributes)
+		for _, e := range s.Events {
+			check("event "+e.Name, e.Attributes)
+		}
+	}
+	for name, ps := range collect(t, tr.metrics) {
+		for _, p := range ps {
+			check("metric "+name, p.attrs.ToSlice())
+		}
+	}
+	if strings.Contains(tr.logs.String(), member) {
+		t.Errorf("member id in clear in the log: %s", tr.logs.String())
+	}
+}
+
+// point is one metric data point: a sum's value, or a histogram's count and sum.
+type point struct {
+	attrs attribute.Set
+	value int64
+	count uint64
+	sum   float64
+}
+
+// collect reads every metric from r, by name.
+func collect(t *testing.T, r *sdkmetric.ManualReader) map[string][]point {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]point{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], point{attrs: p.Attributes, value: p.Value})
+				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], point{attrs: p.Attributes, count: p.Count, sum: float64(p.Sum)})
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], point{attrs: p.Attributes, count: p.Count, sum: p.Sum})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func sumOf(points map[string][]point, name string, set attribute.Set) int64 {
+	for _, p := range points[name] {
+		if p.attrs.Equals(&set) {
+			return p.value
+		}
+	}
+	return 0
+}
+
+func histogramOf(points map[string][]point, name string, set attribute.Set) (uint64, float64) {
+	for _, p := range points[name] {
+		if p.attrs.Equals(&set) {
+			return p.count, p.sum
+		}
+	}
+	return 0, 0
+}
+
+func logLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestTelemetryInvalidRequestLogsOneLine: a request that cannot be decoded also logs its one
+// line, with INVALID_REQUEST, the status and the trace.
+func TestTelemetryInvalidRequestLogsOneLine(t *testing.T) {
+	tr := newTraced(t, issuance.Config{})
+	req := httptest.NewRequest(http.MethodPost, "/IssueCoupon", strings.NewReader(`{"member_id": "m1"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", callerTraceparnt)
+	rec := httptest.NewRecorder()
+	tr.h.ServeHTTP(rec, req)
+	lines := logLines(t, tr.logs.String())
+	if rec.Code != http.StatusBadRequest || len(lines) != 1 || lines[0]["result"] != resultInvalidRequest ||
+		lines[0]["status"] != 400.0 || lines[0][telemetry.LogKeyTrace] != "projects/"+testProject+"/traces/"+callerTraceID {
+		t.Errorf("answer %d, log lines %v: want 400 and one INVALID_REQUEST line with status and trace", rec.Code, lines)
+	}
+}
