@@ -176,6 +176,8 @@ func TestIAMBindings(t *testing.T) {
 		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.client"},
 		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.instanceUser"},
 		{"secrets", "line-channel-access-token", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
+		{"secrets", "telemetry-member-key", sa("coupon-issue"), "roles/secretmanager.secretAccessor"},
+		{"secrets", "telemetry-member-key", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
 		{"projects", p, sa("coupon-deploy"), "roles/run.sourceDeveloper"},
 		{"projects", p, sa("coupon-deploy"), "roles/serviceusage.serviceUsageConsumer"},
 		{"projects", p, sa("coupon-deploy"), "roles/logging.logWriter"},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the functions' Cloud Run environment files for one project: deploy/issue.env.yaml and
 # deploy/relay.env.yaml (everything that is the same in every project) followed by the
-# project's own values (the Cloud SQL connection name, the IAM database user). cloudbuild.yaml
+# project's own values (the project for the logs' trace field, the Cloud SQL connection name,
+# the IAM database user). cloudbuild.yaml
 # runs it before the deploy steps, which read the generated files (--env-vars-file).
 set -euo pipefail
 usage="Usage: deploy/env.sh --project ID [--region R] [--instance NAME] --out DIR [--dry-run]
@@ -30,6 +31,7 @@ write_env() {
   {
     cat "$here/$fn.env.yaml"
     echo "# Written by deploy/env.sh for project $PROJECT."
+    echo "GOOGLE_CLOUD_PROJECT: \"$PROJECT\""
     echo "INSTANCE_CONNECTION_NAME: \"$(connection_name)\""
     echo "DB_USER: \"$(db_user "$sa")\""
   } >"$OUT/$fn.env.yaml"

@@ -14,6 +14,7 @@ readonly RELAY_SERVICE=relay-outbox
 readonly SCHEDULER_JOB=relay-outbox
 readonly DATABASE=coupons
 readonly LINE_SECRET=line-channel-access-token
+readonly MEMBER_KEY_SECRET=telemetry-member-key # TELEMETRY_MEMBER_KEY: member hashes in logs
 # One service account per function, one for each caller, one for the deploy build (whose
 # identity is also the migrations' database user), one for the source builds of Cloud Run.
 readonly SA_ISSUE=coupon-issue

@@ -8,7 +8,7 @@ usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gat
 Enables the APIs; creates the service accounts (one per function, the gateway's and the
 scheduler's callers, the deploy build's, the source builds'), the Cloud SQL instance with IAM
 database authentication, the database, one IAM database user per runtime identity, the LINE
-token's secret, and the project-level IAM bindings (docs/deploy.md lists them and why).
+token's secret and the member-hash key's, and the project-level IAM bindings (docs/deploy.md lists them and why).
 
   --gateway-sa EMAIL the app gateway's service account, the only caller of IssueCoupon
                      (default: coupon-gateway in this project, created here)"
@@ -67,14 +67,28 @@ done
 exists gcloud secrets describe "$LINE_SECRET" --project="$PROJECT" ||
   run gcloud secrets create "$LINE_SECRET" --project="$PROJECT" --replication-policy=automatic
 
+# The key that hashes member ids in logs and spans (TELEMETRY_MEMBER_KEY, docs/operations.md):
+# one random value for every instance of both functions, so that a member's lines join; made here
+# once, never printed.
+if ! exists gcloud secrets describe "$MEMBER_KEY_SECRET" --project="$PROJECT"; then
+  run gcloud secrets create "$MEMBER_KEY_SECRET" --project="$PROJECT" --replication-policy=automatic
+  echo "+ head -c 32 /dev/urandom | base64 | gcloud secrets versions add $MEMBER_KEY_SECRET --project=$PROJECT --data-file=-" >&2
+  if [ "$DRY_RUN" = false ]; then
+    head -c 32 /dev/urandom | base64 | gcloud secrets versions add "$MEMBER_KEY_SECRET" --project="$PROJECT" --data-file=- --format=none
+  fi
+fi
+
 # Runtime identities: connect to Cloud SQL (client) and log in as their IAM user
 # (instanceUser); nothing else in the project.
 for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_DEPLOY"; do
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.client
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.instanceUser
 done
-# Only the relay reads the LINE token.
+# Only the relay reads the LINE token; both functions read the member key.
 bind secrets "$LINE_SECRET" "serviceAccount:$(sa_email "$SA_RELAY")" roles/secretmanager.secretAccessor
+for sa in "$SA_ISSUE" "$SA_RELAY"; do
+  bind secrets "$MEMBER_KEY_SECRET" "serviceAccount:$(sa_email "$sa")" roles/secretmanager.secretAccessor
+done
 
 # The deploy build (cloudbuild.yaml runs as coupon-deploy): deploy Cloud Run services from
 # source, write its logs, read the uploaded source, and deploy the services as their own
