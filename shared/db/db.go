@@ -7,11 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
+	"time"
 
 	"cloud.google.com/go/cloudsqlconn"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/envconf"
@@ -34,7 +38,19 @@ type Config struct {
 	IAMAuth bool
 	// PrivateIP dials the instance's private IP, from inside its VPC (env DB_PRIVATE_IP=true).
 	PrivateIP bool
+	// MaxConns is the pool's size, in connections per instance, on either path (env
+	// DB_POOL_MAX_CONNS); it wins over a pool_max_conns in DatabaseURL. Zero keeps pgx's
+	// default, max(4, CPUs), or DatabaseURL's pool_max_conns. Size it for the database, not for
+	// the callers: a request waits for a free connection inside its budget, and more backends
+	// than the database has cores only queue on the CPU (docs/performance.md).
+	MaxConns int
 }
+
+// CancelGrace is how long a query whose context ends may take to stop after PostgreSQL is asked
+// to cancel it, before pgx gives up on the connection and closes it. A cancelled query on a live
+// connection answers 57014 within a round trip; the connection then goes back to the pool
+// instead of being dropped, and the server stops waiting on the query's locks at once.
+const CancelGrace = 100 * time.Millisecond
 
 // ConfigFromEnv reads [Config] from the environment variables named on its fields.
 func ConfigFromEnv() (Config, error) {
@@ -52,10 +68,18 @@ func ConfigFromEnv() (Config, error) {
 	if c.PrivateIP, err = envconf.Bool("DB_PRIVATE_IP"); err != nil {
 		return c, err
 	}
+	if os.Getenv("DB_POOL_MAX_CONNS") != "" {
+		if c.MaxConns, err = envconf.PositiveInt("DB_POOL_MAX_CONNS", 0); err != nil {
+			return c, fmt.Errorf("db: %w", err)
+		}
+	}
 	return c, c.validate()
 }
 
 func (c Config) validate() error {
+	if c.MaxConns < 0 || c.MaxConns > math.MaxInt32 {
+		return fmt.Errorf("db: pool size %d: must be a positive number of connections", c.MaxConns)
+	}
 	switch {
 	case c.InstanceConnectionName != "":
 		if c.User == "" || c.Name == "" {
@@ -78,6 +102,7 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("db: parse DATABASE_URL: %w", err)
 		}
+		c.tune(cfg)
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("db: pool: %w", err)
@@ -109,12 +134,36 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.Dial(ctx, c.InstanceConnectionName, dialOpts...)
 	}
+	c.tune(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		d.Close()
 		return nil, nil, fmt.Errorf("db: pool: %w", err)
 	}
 	return pool, func() { pool.Close(); d.Close() }, nil
+}
+
+// tune applies what both paths share: the pool size, and cancel-then-wait when a query's
+// context ends (pgx's default closes the connection at once, which leaves the server-side
+// session running its statement, holding its locks, until it next reads from the socket).
+func (c Config) tune(cfg *pgxpool.Config) {
+	if c.MaxConns > 0 {
+		cfg.MaxConns = int32(c.MaxConns)
+	}
+	cfg.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pgConn, DeadlineDelay: CancelGrace}
+	}
+}
+
+// Describe returns the effective settings of pool, opened from c, for the start-up log line:
+// where it connects (never the password) and how many connections it may open.
+func (c Config) Describe(pool *pgxpool.Pool) string {
+	cc := pool.Config().ConnConfig
+	where := fmt.Sprintf("host=%s port=%d", cc.Host, cc.Port)
+	if c.InstanceConnectionName != "" {
+		where = fmt.Sprintf("instance=%s iam_auth=%t private_ip=%t", c.InstanceConnectionName, c.IAMAuth, c.PrivateIP)
+	}
+	return fmt.Sprintf("%s database=%s user=%s pool_max_conns=%d", where, cc.Database, cc.User, pool.Config().MaxConns)
 }
 
 // OpenFromEnv is [ConfigFromEnv] then [Open].

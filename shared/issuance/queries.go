@@ -50,9 +50,29 @@ const sqlOutboxInsert = `
 INSERT INTO notification_outbox (coupon_id, member_id, created_at) VALUES ($1::uuid, $2, $3)`
 
 // sqlBudgetAdd is R1 on the campaign budget row, the hottest row of the system, so it is taken
-// last and held only until COMMIT. No row back means the budget would be exceeded.
+// last and held only until COMMIT. No row back means the budget would be exceeded. It also
+// returns the transaction's id, which [sqlTransactionEnd] needs if the COMMIT answer is lost.
 // $1 campaign_id, $2 amount_yen.
 const sqlBudgetAdd = `
 UPDATE campaign_budgets SET issued_yen = issued_yen + $2
  WHERE campaign_id = $1 AND issued_yen + $2 <= budget_yen
-RETURNING issued_yen`
+RETURNING issued_yen, pg_current_xact_id()::text`
+
+// The statements that settle a lost COMMIT answer, each on a fresh pooled connection.
+
+// sqlTransactionEnd makes sure the transaction whose COMMIT answer was lost is over: if its
+// backend still runs it (the COMMIT is in flight, or never arrived and the session sits idle in
+// transaction), the backend is terminated and waited for, which ends the transaction one way
+// or the other. The transaction id guards against a pid already reused by another session.
+// True when the transaction is over. A role may terminate its own backends (PostgreSQL 15 docs,
+// 9.27.2 "Server Signaling Functions"). $1 backend pid, $2 transaction id (xid8 as text),
+// $3 wait in ms.
+const sqlTransactionEnd = `
+SELECT coalesce(bool_and(pg_terminate_backend(pid, $3)), true)
+  FROM pg_stat_activity
+ WHERE pid = $1 AND backend_xid = $2::xid8::xid`
+
+// sqlCouponOf is the coupon of (campaign, member), if any, once no transaction that could
+// insert it is in flight. $1 campaign_id, $2 member_id.
+const sqlCouponOf = `
+SELECT (SELECT coupon_id::text FROM issued_coupons WHERE campaign_id = $1 AND member_id = $2)`

@@ -1,26 +1,45 @@
-// Command issue serves the IssueCoupon function through the functions framework on $PORT
-// (default 8080), as Cloud Run runs it.
+// Command issue serves the IssueCoupon function on $PORT (default 8080), as Cloud Run runs it
+// (built by the Go buildpack with GOOGLE_BUILDABLE=./functions/issue/cmd).
+//
+// Before serving it reads and validates its settings (MONTHLY_CAP_YEN, ISSUE_BUDGET,
+// ISSUE_LOCK_TIMEOUT, ISSUE_STATEMENT_TIMEOUT, DATABASE_URL or the Cloud SQL variables,
+// DB_POOL_MAX_CONNS), checks that the database is reachable and migrated, prints the effective
+// settings once, and exits 1 with the reason if anything is wrong. On SIGTERM it drains and
+// exits 0 (shared/lifecycle).
 package main
 
 import (
 	"context"
-	"log"
+	"log/slog"
 	"os"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
-
-	"github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
+	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/lifecycle"
 )
 
 func main() {
-	if err := issue.Preflight(context.Background()); err != nil {
-		log.Fatalf("IssueCoupon: refusing to start: %v", err)
+	if err := run(context.Background()); err != nil {
+		slog.Error("IssueCoupon: " + err.Error())
+		os.Exit(1)
 	}
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
+}
+
+func run(ctx context.Context) error {
+	cfg, err := issuance.ConfigFromEnv()
+	if err != nil {
+		return err
 	}
-	if err := funcframework.Start(port); err != nil {
-		log.Fatalf("funcframework.Start: %v", err)
+	pool, closePool, dbSettings, err := lifecycle.OpenDB(ctx)
+	if err != nil {
+		return err
 	}
+	h, err := issue.NewHandler(pool, cfg)
+	if err != nil {
+		return err
+	}
+	addr := ":" + lifecycle.Port()
+	slog.Info("IssueCoupon: serving", "addr", addr, "issuance", cfg.String(), "db", dbSettings,
+		"drain", lifecycle.DrainTimeout)
+	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: h, Closers: []lifecycle.Closer{closePool}})
 }
