@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 )
 
@@ -56,20 +55,20 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
-	if err != nil {
-		return fmt.Errorf("schema: load migrations: %w", err)
+	// Read goose's version table without goose: its provider would create the table when
+	// missing, and a start-up check writes nothing (the runtime roles may not create tables).
+	var table *string
+	var have int64
+	err = pool.QueryRow(ctx, `SELECT to_regclass('goose_db_version')::text`).Scan(&table)
+	if err == nil && table != nil {
+		err = pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&have)
 	}
-	have, err := p.GetDBVersion(ctx)
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
-		return fmt.Errorf("database %q has no coupon-api schema (no goose_db_version table): "+
-			"run `couponctl migrate` with DATABASE_URL pointing at it", cc.Database)
 	case err != nil:
 		return fmt.Errorf("schema: read the schema version of database %q: %w", cc.Database, err)
+	case table == nil:
+		return fmt.Errorf("database %q has no coupon-api schema (no goose_db_version table): "+
+			"run `couponctl migrate` with DATABASE_URL pointing at it", cc.Database)
 	case have < want:
 		return fmt.Errorf("database %q is at schema version %d, this binary needs %d: "+
 			"run `couponctl migrate` with DATABASE_URL pointing at it", cc.Database, have, want)

@@ -118,29 +118,39 @@ func Open(ctx context.Context, c Config) (*pgxpool.Pool, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("db: cloud sql dialer: %w", err)
 	}
-	cfg, err := pgxpool.ParseConfig("")
-	if err != nil {
-		d.Close()
-		return nil, nil, fmt.Errorf("db: pool config: %w", err)
-	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Database = c.User, c.Name
-	if !c.IAMAuth {
-		cfg.ConnConfig.Password = c.Password
-	}
 	var dialOpts []cloudsqlconn.DialOption
 	if c.PrivateIP {
 		dialOpts = append(dialOpts, cloudsqlconn.WithPrivateIP())
 	}
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+	cfg, err := c.connectorPoolConfig(func(ctx context.Context) (net.Conn, error) {
 		return d.Dial(ctx, c.InstanceConnectionName, dialOpts...)
+	})
+	if err != nil {
+		d.Close()
+		return nil, nil, err
 	}
-	c.tune(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		d.Close()
 		return nil, nil, fmt.Errorf("db: pool: %w", err)
 	}
 	return pool, func() { pool.Close(); d.Close() }, nil
+}
+
+// connectorPoolConfig is the pool configuration of the Cloud SQL path: every connection is
+// opened by dial (the connector's), as user on database, with the settings both paths share.
+func (c Config) connectorPoolConfig(dial func(context.Context) (net.Conn, error)) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, fmt.Errorf("db: pool config: %w", err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Database = c.User, c.Name
+	if !c.IAMAuth {
+		cfg.ConnConfig.Password = c.Password
+	}
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }
+	c.tune(cfg)
+	return cfg, nil
 }
 
 // tune applies what both paths share: the pool size, and cancel-then-wait when a query's
