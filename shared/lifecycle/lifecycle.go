@@ -6,6 +6,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +89,8 @@ type Server struct {
 	Log *slog.Logger
 	// Stop, when set, starts the shutdown when closed, as SIGTERM does (tests).
 	Stop <-chan struct{}
+	// Drain overrides [DrainTimeout] (tests).
+	Drain time.Duration
 }
 
 // Serve serves s until SIGTERM or SIGINT (or ctx's end, or s.Stop), then shuts down: it stops
@@ -120,8 +123,9 @@ func Serve(ctx context.Context, s Server) error {
 	case <-s.Stop:
 	}
 	if len(errs) == 0 {
-		log.Info("shutting down: no new requests; draining those in flight", "drain", DrainTimeout)
-		errs = append(errs, drain(srv, cancelRequests, log))
+		bound := cmp.Or(s.Drain, DrainTimeout)
+		log.Info("shutting down: no new requests; draining those in flight", "drain", bound)
+		errs = append(errs, drain(srv, bound, cancelRequests, log))
 	}
 	for _, c := range s.Closers {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CloseTimeout)
@@ -137,10 +141,10 @@ func Serve(ctx context.Context, s Server) error {
 	return err
 }
 
-// drain stops srv accepting and waits for its in-flight requests: [DrainTimeout] as they are,
-// then [CancelGrace] after cancelling their contexts.
-func drain(srv *http.Server, cancelRequests context.CancelFunc, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+// drain stops srv accepting and waits for its in-flight requests: bound as they are, then
+// [CancelGrace] after cancelling their contexts.
+func drain(srv *http.Server, bound time.Duration, cancelRequests context.CancelFunc, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err == nil {
 		return nil
