@@ -45,7 +45,7 @@ when it is unset; the other verbs need it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd())
+	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), outboxCmd(), loadCmd())
 	return root
 }
 
