@@ -52,7 +52,7 @@ the database is checked (reachable with DATABASE_URL's credentials, migrated: ot
 couponctl migrate), the effective settings are printed once, and serve exits 1 with the
 reason if anything is wrong. DB_POOL_MAX_CONNS sizes the one pool the functions share.
 
-Ctrl-C or SIGTERM stops it as Cloud Run does: no new requests, those in flight get 7 s to
+Ctrl-C or SIGTERM stops it as Cloud Run does: no new requests, those in flight get 6 s to
 finish, then the pool is closed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

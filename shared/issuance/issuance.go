@@ -194,12 +194,17 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (o
 	}
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Severity == "ERROR" {
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
 			return out, err // the server refused the COMMIT: rolled back
+		case ctx.Err() != nil && pgconn.SafeToRetry(err) && errors.Is(err, ctx.Err()):
+			// pgx checks the context before sending: the budget (or the caller) ended first and
+			// the COMMIT never left; pgx closed the connection, so the server rolls back.
+			return out, err
 		}
-		// Anything else is settled by a look-up, even pgconn.SafeToRetry: pgx v5.12 reports a
-		// connection that dropped while COMMIT's answer was awaited as "conn closed", safe to
-		// retry, though the server had committed (TestLostCommitAnswer).
+		// Anything else is settled by a look-up, even a plain pgconn.SafeToRetry: pgx v5.12
+		// reports a connection that dropped while COMMIT's answer was awaited as "conn closed",
+		// safe to retry, though the server had committed (TestLostCommitAnswer).
 		return out, &commitUnknownError{err: err, pid: conn.Conn().PgConn().PID(), xid: xid}
 	}
 	return out, nil
@@ -253,8 +258,8 @@ func (s *Service) statements(ctx context.Context, tx pgx.Tx, r request, left tim
 }
 
 // resolve settles an attempt whose COMMIT answer was lost (CONTRACT.md: never "nothing was
-// written" for a coupon that exists), on a fresh context of [ResolveTimeout]: the caller's
-// deadline has often passed already. It first makes sure the attempt's transaction is over
+// written" for a coupon that exists), on a fresh connection and a fresh context of
+// [ResolveTimeout]: the caller's deadline has often passed already. It first makes sure the attempt's transaction is over
 // (if its backend still runs it, COMMIT is in flight or never arrived: the backend is
 // terminated and waited for), then looks the coupon up by (campaign_id, member_id):
 //
@@ -267,13 +272,20 @@ func (s *Service) statements(ctx context.Context, tx pgx.Tx, r request, left tim
 func (s *Service) resolve(ctx context.Context, r request, attempted Outcome, lost *commitUnknownError) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ResolveTimeout)
 	defer cancel()
+	// A connection of its own, not one from the pool: under load every pooled connection may
+	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	var ended bool
 	wait := max(1, ResolveTimeout.Milliseconds()/2)
-	if err := s.pool.QueryRow(ctx, sqlTransactionEnd, int64(lost.pid), lost.xid, wait).Scan(&ended); err != nil {
+	if err := conn.QueryRow(ctx, sqlTransactionEnd, int64(lost.pid), lost.xid, wait).Scan(&ended); err != nil {
 		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
 	}
 	var existing *string
-	if err := s.pool.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing); err != nil {
+	if err := conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing); err != nil {
 		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
 	}
 	switch {
