@@ -24,12 +24,11 @@ import (
 )
 
 type loadOptions struct {
-	url                 string
-	campaigns, clients  int
-	members             int
-	duration            time.Duration
-	seed                uint64
-	discountYen, budget int
+	url                string
+	campaigns, clients int
+	members, budget    int
+	duration           time.Duration
+	seed               uint64
 }
 
 // contractAnswers are the (status, result) pairs CONTRACT.md allows IssueCoupon to answer a
