@@ -494,3 +494,119 @@ func TestCallerCancelStorm(t *testing.T) {
 		t.Errorf("%d sessions idle in a transaction", n)
 	}
 }
+
+// TestConnectionCutDuringCommit: the connection is cut while COMMIT runs (a deferred trigger
+// holds it; the test stops the proxy in between), so the service cannot know the outcome. It
+// settles it (the server ended that transaction), finds no coupon, retries and issues: one
+// coupon, answered ISSUED with its id, and no session left behind.
+func TestConnectionCutDuringCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := startProxy(t, dbURL)
+	pool := prodPool(t, proxied, 2)
+	svc := faultService(t, pool, issuance.Config{}, "CUT")
+	admin := connect(t, dbURL)
+	if _, err := admin.Exec(ctx, `
+CREATE SEQUENCE commit_fault;
+CREATE FUNCTION slow_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF nextval('commit_fault') = 1 THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_first_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out issuance.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := svc.Issue(ctx, "cut", "CUT")
+		done <- result{out, err}
+	}()
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	proxy.Stop() // cuts every connection through it, the one waiting for COMMIT's answer included
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out.Result != issuance.ResultIssued {
+		t.Fatalf("connection cut during COMMIT: %+v %v, want ISSUED", r.out, r.err)
+	}
+	if id := scalar[string](t, admin, `SELECT coupon_id::text FROM issued_coupons`); id != r.out.CouponID {
+		t.Errorf("answered %s, the coupon is %s", r.out.CouponID, id)
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND (wait_event = 'PgSleep' OR state LIKE 'idle in transaction%')`); n != 0 {
+		t.Errorf("%d sessions still sleeping or idle in a transaction", n)
+	}
+	assertRules(t, admin)
+}
+
+// TestCommitNeverArrives: the network drops the COMMIT (the test blackholes the client-to-server
+// stream while the last statement runs, held by a trigger, and lifts it once the session sits
+// idle in its transaction; toxiproxy then closes the link). The service cannot know whether the
+// COMMIT arrived: it settles it, and its answer agrees with the table (ISSUED with the coupon
+// that exists, or RETRY_EXHAUSTED and none), with no session left idle in a transaction to
+// block the next request. (Termination of a session that stays open, as in a real partition,
+// is proved by TestResolveTerminatesTheSession.)
+func TestCommitNeverArrives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := startProxy(t, dbURL)
+	pool := prodPool(t, proxied, 2)
+	svc := faultService(t, pool, issuance.Config{Budget: time.Second, LockTimeout: 300 * time.Millisecond,
+		StatementTimeout: 600 * time.Millisecond}, "DROP")
+	admin := connect(t, dbURL)
+	if _, err := admin.Exec(ctx, `
+CREATE SEQUENCE budget_fault;
+CREATE FUNCTION slow_first_budget() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF nextval('budget_fault') = 1 THEN PERFORM pg_sleep(0.2); END IF; RETURN NEW; END $$;
+CREATE TRIGGER slow_first_budget BEFORE UPDATE ON campaign_budgets FOR EACH ROW EXECUTE FUNCTION slow_first_budget()`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out issuance.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := svc.Issue(ctx, "drop", "DROP")
+		done <- result{out, err}
+	}()
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name": "drop-commit", "type": "timeout", "stream": "upstream", "attributes": {"timeout": 0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the service sends COMMIT as soon as the UPDATE answers; let it be dropped
+	if err := proxy.Toxics.RemoveToxic(ctx, "drop-commit"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	coupon := scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons), '')`)
+	switch {
+	case r.err != nil:
+		t.Fatalf("COMMIT dropped: %v, want an answer", r.err)
+	case r.out.Result == issuance.ResultIssued && r.out.CouponID == coupon:
+	case r.out.Result == issuance.ResultRetryExhausted && coupon == "":
+	default:
+		t.Fatalf("COMMIT dropped: %+v, but the table holds coupon %q", r.out, coupon)
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
+		t.Errorf("%d sessions left idle in a transaction, holding the campaign row", n)
+	}
+	if out, err := svc.Issue(ctx, "drop", "DROP"); err != nil || (out.Result != issuance.ResultIssued && out.Result != issuance.ResultAlreadyIssued) {
+		t.Errorf("re-send: %+v %v, want ISSUED or ALREADY_ISSUED", out, err)
+	}
+	assertRules(t, admin)
+}
