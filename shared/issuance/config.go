@@ -54,6 +54,11 @@ const (
 	// fits in what the budget leaves of the app's timeout: 2.5 s + 0.3 s < 3 s.
 	ResolveTimeout = 300 * time.Millisecond
 
+	// terminateStep is how long one pg_terminate_backend call of that look-up waits for the
+	// lost transaction's backend before the look-up checks again, and how long it waits before
+	// dialling again when the database cannot be reached.
+	terminateStep = 20 * time.Millisecond
+
 	// rollbackTimeout bounds the ROLLBACK after a failed attempt, on a context without the
 	// caller's cancellation: a ROLLBACK that cannot finish that fast is on a dead connection,
 	// which the pool then drops.

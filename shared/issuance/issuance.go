@@ -274,15 +274,26 @@ func (s *Service) resolve(ctx context.Context, r request, attempted Outcome, los
 	defer cancel()
 	// A connection of its own, not one from the pool: under load every pooled connection may
 	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
+	// The network that lost the answer may be back a moment later: dial again until the
+	// look-up's time is up.
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	for err != nil && ctx.Err() == nil {
+		time.Sleep(terminateStep)
+		conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// Terminate and wait in short steps, each re-reading whether the backend still runs the
+	// transaction: it drops it (backend_xid) as soon as the abort is done, before it exits, and
+	// pg_terminate_backend itself only looks every 100 ms.
 	var ended bool
-	wait := max(1, ResolveTimeout.Milliseconds()/2)
-	if err := conn.QueryRow(ctx, sqlTransactionEnd, int64(lost.pid), lost.xid, wait).Scan(&ended); err != nil {
-		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+	deadline, _ := ctx.Deadline()
+	for !ended && time.Until(deadline) > 2*terminateStep {
+		if err := conn.QueryRow(ctx, sqlTransactionEnd, int64(lost.pid), lost.xid, terminateStep.Milliseconds()).Scan(&ended); err != nil {
+			return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+		}
 	}
 	var existing *string
 	if err := conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing); err != nil {
