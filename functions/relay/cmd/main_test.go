@@ -59,6 +59,10 @@ c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
   SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, 3) g
   RETURNING coupon_id, member_id
+),
+l AS (
+  INSERT INTO member_line_accounts (member_id, line_user_id)
+  SELECT member_id, 'U' || md5(member_id) FROM c
 )
 INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`); err != nil {
 		t.Fatal(err)
