@@ -141,7 +141,8 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox)\n", baseURL)
+	fmt.Fprintf(errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox), a pool of %d connections each\n",
+		baseURL, min(o.workers, demoPoolMax))
 
 	reqs := silverweek.Requests(o.members, silverweek.Campaigns, o.tapGap, o.seed)
 	fmt.Fprintf(errOut, "replaying %d requests (%d members x %d campaigns x 2 taps) with %d clients\n",
@@ -219,7 +220,7 @@ func newProgress(w io.Writer, total int, what string) (step func(done int), end 
 // loopback port, configured through the environment as Cloud Run configures it, and returns
 // its base URL once it accepts connections. The server lives as long as the process.
 func serveFunctions(ctx context.Context, dbURL string, workers int) (string, error) {
-	poolURL, err := withPoolSize(dbURL, workers)
+	poolURL, err := withPoolSize(dbURL, min(workers, demoPoolMax))
 	if err != nil {
 		return "", err
 	}
@@ -250,8 +251,14 @@ func serveFunctions(ctx context.Context, dbURL string, workers int) (string, err
 	return "", fmt.Errorf("functions framework not listening on %s", addr)
 }
 
-// withPoolSize sets pgxpool's pool_max_conns in a database URL or keyword/value string, so that
-// the function has one connection per concurrent client, as that many Cloud Run instances would.
+// demoPoolMax caps each served function's pool, in connections. The pool is sized for the
+// database, not for the callers: past a few backends per core the extra ones only queue on the
+// CPU and on the hot campaign rows (docs/performance.md), and 300 workers with a pool each
+// would pass the throwaway server's max_connections of 300 (two functions' pools, the demo's
+// own and the relay's come to about 2 x 16 + 5 here).
+const demoPoolMax = 16
+
+// withPoolSize sets pgxpool's pool_max_conns in a database URL or keyword/value string.
 func withPoolSize(dbURL string, n int) (string, error) {
 	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
 		return fmt.Sprintf("%s pool_max_conns=%d", dbURL, n), nil

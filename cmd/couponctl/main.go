@@ -47,7 +47,7 @@ PostgreSQL when it is unset.`,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		SilenceErrors:     true,
 	}
-	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), benchCmd(), outboxCmd(), lineCmd(), legacyCmd())
+	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), benchCmd(), loadCmd(), outboxCmd(), lineCmd(), legacyCmd())
 	return root
 }
 

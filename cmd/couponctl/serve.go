@@ -1,78 +1,121 @@
 package main
 
 import (
-	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
-	"github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
+	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/functions/relay"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/lifecycle"
+	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// preflights are the functions couponctl serves, by FUNCTION_TARGET, each with the check that
-// builds its configuration and pool before serving.
-var preflights = map[string]func(context.Context) error{
-	"IssueCoupon": issue.Preflight,
-	"RelayOutbox": relay.Preflight,
+// servable are the functions couponctl serves, by FUNCTION_TARGET: each reads and validates its
+// own settings, builds its handler on the shared pool, and says what it runs with.
+var servable = map[string]func(*pgxpool.Pool) (http.Handler, string, error){
+	"IssueCoupon": func(pool *pgxpool.Pool) (http.Handler, string, error) {
+		cfg, err := issuance.ConfigFromEnv()
+		if err != nil {
+			return nil, "", err
+		}
+		h, err := issue.NewHandler(pool, cfg)
+		if err != nil {
+			return nil, "", err
+		}
+		return issue.Instrument(h), cfg.String(), issue.RegisterGauges(pool)
+	},
+	"RelayOutbox": func(pool *pgxpool.Pool) (http.Handler, string, error) {
+		cfg, err := outbox.ConfigFromEnv()
+		if err != nil {
+			return nil, "", err
+		}
+		h, err := relay.NewHandler(pool, cfg)
+		if err != nil {
+			return nil, "", err
+		}
+		return relay.Instrument(h), "", relay.RegisterGauges(pool)
+	},
 }
 
 func serveCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
-		Short: "Serve FUNCTION_TARGET on PORT through the functions framework, as deployed",
-		Long: `Serve a function through the functions framework, as Cloud Run does.
+		Short: "Serve FUNCTION_TARGET on PORT, as deployed",
+		Long: `Serve a function as its deployable main does on Cloud Run.
 
 FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox); unset, every function is
-served at /<Name>. PORT defaults to 8080. Each served function reads and validates its
-configuration (DATABASE_URL, MONTHLY_CAP_YEN, ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN,
-RELAY_RETRY_BASE, ...) before serving starts, and serve exits 1 if one refuses it.
+served at /<Name>. PORT defaults to 8080. Before serving, each function reads and validates its
+configuration (MONTHLY_CAP_YEN, ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN, RELAY_RETRY_BASE, ...),
+the database is checked (reachable with DATABASE_URL's credentials, migrated: otherwise run
+couponctl migrate), the effective settings are printed once, and serve exits 1 with the
+reason if anything is wrong. DB_POOL_MAX_CONNS sizes the one pool the functions share.
+
 Telemetry follows the OTEL_* environment (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...;
-nothing is exported when neither is set) and is flushed on exit. Ctrl-C or SIGTERM stops it.`,
+nothing is exported when neither is set). Ctrl-C or SIGTERM stops it as Cloud Run does: no new
+requests, those in flight get 6 s to finish, then the pool is closed and telemetry flushed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			port := os.Getenv("PORT")
-			if port == "" {
-				port = "8080"
-			}
-			shutdownTelemetry, err := telemetry.Setup(cmd.Context())
+			targets, err := serveTargets(os.Getenv("FUNCTION_TARGET"))
 			if err != nil {
 				return err
 			}
-			defer flushTelemetry(cmd, shutdownTelemetry)
-			target := os.Getenv("FUNCTION_TARGET")
-			targets := []string{target}
-			if target == "" {
-				targets = nil
-				for name := range preflights {
-					targets = append(targets, name)
-				}
-				sort.Strings(targets)
+			ctx := cmd.Context()
+			shutdownTelemetry, err := telemetry.Setup(ctx)
+			if err != nil {
+				return err
 			}
+			flush := lifecycle.Closer{Name: "telemetry flush", Close: shutdownTelemetry}
+			pool, closePool, dbSettings, err := lifecycle.OpenDB(ctx)
+			if err != nil {
+				return err
+			}
+			mux := http.NewServeMux()
 			for _, name := range targets {
-				preflight, ok := preflights[name]
-				if !ok {
-					return fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon or RelayOutbox", name)
-				}
-				if err := preflight(cmd.Context()); err != nil {
+				h, settings, err := servable[name](pool)
+				if err != nil {
+					_ = closePool.Close(ctx)
 					return fmt.Errorf("%s refuses its configuration: %w", name, err)
 				}
+				path := "/" + name
+				if len(targets) == 1 {
+					path = "/"
+				}
+				mux.Handle(path, h)
+				if settings != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", name, settings)
+				}
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "serving %s on :%s (Ctrl-C stops)\n", strings.Join(targets, ", "), port)
-			served := make(chan error, 1)
-			go func() { served <- funcframework.Start(port) }()
-			select {
-			case err := <-served:
-				return err
-			case <-cmd.Context().Done():
-				fmt.Fprintln(cmd.ErrOrStderr(), "stopped")
-				return nil
-			}
+			addr := ":" + lifecycle.Port()
+			fmt.Fprintf(cmd.ErrOrStderr(), "db: %s\nserving %s on %s (Ctrl-C stops)\n",
+				dbSettings, strings.Join(targets, ", "), addr)
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: mux,
+				Closers: []lifecycle.Closer{closePool, flush}, Log: log})
 		},
 	}
+}
+
+// serveTargets is the function FUNCTION_TARGET names, or every servable one when it is empty.
+func serveTargets(target string) ([]string, error) {
+	if target != "" {
+		if _, ok := servable[target]; !ok {
+			return nil, fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon or RelayOutbox", target)
+		}
+		return []string{target}, nil
+	}
+	var all []string
+	for name := range servable {
+		all = append(all, name)
+	}
+	sort.Strings(all)
+	return all, nil
 }

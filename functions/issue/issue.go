@@ -22,9 +22,10 @@ func init() {
 	functions.HTTP("IssueCoupon", Instrument(http.HandlerFunc(issueCoupon)).ServeHTTP)
 }
 
-// instance is the per-instance state: the pool and the service, built once at start-up by
-// [Preflight] (or by the first request where no main called it, as in a bare functions-framework
-// run) and kept for the instance's life.
+// instance is the per-instance state when the functions framework serves IssueCoupon (the
+// demo does): the pool and the service, built on the first request and kept for the
+// instance's life. The deployable main (functions/issue/cmd) builds its own, checks the
+// database first and closes the pool on SIGTERM.
 var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {
@@ -34,20 +35,11 @@ var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := registerGauges(pool); err != nil {
+	if err := RegisterGauges(pool); err != nil {
 		return nil, err
 	}
 	return NewHandler(pool, cfg)
 })
-
-// Preflight builds the instance's state now instead of on the first request: it reads and
-// validates the configuration from the environment and makes the pool (which connects lazily).
-// Deployable mains call it before serving, so that a configuration the function refuses stops
-// the instance at start-up rather than answering 500 to every request.
-func Preflight(ctx context.Context) error {
-	_, err := instance.Get(ctx)
-	return err
-}
 
 func issueCoupon(w http.ResponseWriter, r *http.Request) {
 	h, err := instance.Get(r.Context())

@@ -1,12 +1,14 @@
 package issue
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/mops/coupon-api/shared/ids"
 )
@@ -20,9 +22,13 @@ type request struct {
 	CampaignID string
 }
 
-// decodeRequest checks method, content type and size, then decodes the body strictly: one JSON
-// object with exactly the string fields member_id and campaign_id, each once, nothing after it.
-// On failure it returns the HTTP status to answer with (400, 405, 413 or 415).
+// decodeRequest judges the request in this order, and returns the HTTP status of the first
+// failure: the method (405), the headers (415: a Content-Type other than application/json, a
+// Content-Encoding other than identity, since a compressed body is not JSON until inflated),
+// the size (413: the whole body is read up to [MaxBodyBytes] before any of it is parsed, so an
+// oversized body is 413 whatever it holds, CONTRACT.md), then the content (400): one JSON object
+// with exactly the string fields member_id and campaign_id, each once, nothing after it, and
+// ids of the contract's formats.
 func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error) {
 	var req request
 	if r.Method != http.MethodPost {
@@ -32,19 +38,40 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return req, http.StatusUnsupportedMediaType, errors.New("Content-Type must be application/json")
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	err := decodeObject(dec, &req)
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return req, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", MaxBodyBytes)
+	if enc := contentEncoding(r.Header); enc != "" {
+		return req, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Encoding %q: send the body uncompressed", enc)
 	}
-	if err == nil {
-		err = ids.Request(req.MemberID, req.CampaignID)
+	tooLarge := fmt.Errorf("body over %d bytes", MaxBodyBytes)
+	if r.ContentLength > MaxBodyBytes {
+		return req, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if errors.As(err, new(*http.MaxBytesError)) {
+		return req, http.StatusRequestEntityTooLarge, tooLarge
 	}
 	if err != nil {
+		return req, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
+	}
+	if err := decodeObject(json.NewDecoder(bytes.NewReader(body)), &req); err != nil {
+		return req, http.StatusBadRequest, err
+	}
+	if err := ids.Request(req.MemberID, req.CampaignID); err != nil {
 		return req, http.StatusBadRequest, err
 	}
 	return req, 0, nil
+}
+
+// contentEncoding returns the first Content-Encoding coding other than identity, or "" when
+// the body is sent as is (RFC 9110, 8.4).
+func contentEncoding(h http.Header) string {
+	for _, v := range h.Values("Content-Encoding") {
+		for coding := range strings.SplitSeq(v, ",") {
+			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // decodeObject walks the tokens of {"member_id": "...", "campaign_id": "..."}: encoding/json

@@ -38,7 +38,7 @@ var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := registerGauges(pool); err != nil {
+	if err := RegisterGauges(pool); err != nil {
 		return nil, err
 	}
 	return NewHandler(pool, cfg)

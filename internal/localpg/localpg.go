@@ -65,6 +65,10 @@ type Server struct {
 	port    int
 	cmd     *exec.Cmd
 	done    chan error
+	// postgres and args start the server again after [Server.Down].
+	postgres string
+	args     []string
+	cred     *syscall.Credential
 }
 
 // URL is a connection URL for the superuser "postgres" on database "postgres".
@@ -102,7 +106,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localpg: temp dir: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin, version: ver, done: make(chan error, 1)}
+	s := &Server{dir: dir, bin: bin, version: ver}
 	ok := false
 	defer func() {
 		if !ok {
@@ -133,46 +137,91 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	for k, v := range opt.Settings {
 		args = append(args, "-c", k+"="+v)
 	}
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return nil, fmt.Errorf("localpg: server log: %w", err)
-	}
-	defer logf.Close()
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	// Setpgid keeps a terminal's Ctrl-C away from the server, so Stop decides how it ends;
-	// Pdeathsig ends it at once if this process dies without calling Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("localpg: start postgres: %w", err)
-	}
-	cmd := s.cmd // Stop clears s.cmd; the waiter keeps its own reference
-	go func() { s.done <- cmd.Wait() }()
-	if err := s.waitReady(ctx); err != nil {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
+	s.postgres, s.args, s.cred = filepath.Join(bin, "postgres"), args, cred
+	if err := s.launch(ctx); err != nil {
+		return nil, err
 	}
 	ok = true
 	return s, nil
 }
 
-// Stop shuts the server down (fast shutdown: open sessions are rolled back) and deletes its
-// directory. It is safe to call more than once.
-func (s *Server) Stop() error {
-	if s == nil || s.cmd == nil {
-		return nil
+// launch starts postgres on the server's directory and port and waits until it accepts
+// connections.
+func (s *Server) launch(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("localpg: server log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(s.postgres, s.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Setpgid keeps a terminal's Ctrl-C away from the server, so Stop decides how it ends;
+	// Pdeathsig ends it at once if this process dies without calling Stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("localpg: start postgres: %w", err)
+	}
+	s.cmd = cmd
+	done := make(chan error, 1)
+	s.done = done
+	go func() { done <- cmd.Wait() }()
+	if err := s.waitReady(ctx); err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		s.cmd = nil
+		return fmt.Errorf("%w\n%s", err, s.logTail())
+	}
+	return nil
+}
+
+// Down stops the server as `pg_ctl stop -m fast` does (open sessions are rolled back and get
+// 57P01 admin_shutdown) but keeps its files, so that [Server.Up] starts it again on the same
+// port with the same data: a database restart or failover, for fault tests.
+func (s *Server) Down() error {
+	if s.cmd == nil {
+		return errors.New("localpg: server is not running")
 	}
 	cmd := s.cmd
 	s.cmd = nil
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-s.done:
+		return nil
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		<-s.done
+		return errors.New("localpg: fast shutdown took over 30 s; killed")
 	}
-	return os.RemoveAll(s.dir)
+}
+
+// Up starts a server stopped by [Server.Down] again, on the same port and data.
+func (s *Server) Up(ctx context.Context) error {
+	if s.cmd != nil {
+		return errors.New("localpg: server is already running")
+	}
+	return s.launch(ctx)
+}
+
+// Restart is [Server.Down] then [Server.Up]: `pg_ctl restart -m fast`.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Down(); err != nil {
+		return err
+	}
+	return s.Up(ctx)
+}
+
+// Stop shuts the server down (fast shutdown: open sessions are rolled back) and deletes its
+// directory. It is safe to call more than once.
+func (s *Server) Stop() error {
+	if s == nil || s.dir == "" {
+		return nil
+	}
+	if s.cmd != nil {
+		_ = s.Down()
+	}
+	dir := s.dir
+	s.dir = ""
+	return os.RemoveAll(dir)
 }
 
 func (s *Server) waitReady(ctx context.Context) error {

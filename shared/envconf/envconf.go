@@ -48,3 +48,25 @@ func Bool(name string) (bool, error) {
 	}
 	return b, nil
 }
+
+// PositiveInt is [Int] for a setting where zero or less has no meaning: it refuses an explicit
+// value below 1 instead of taking it for "unset", so MONTHLY_CAP_YEN=0 fails at start-up rather
+// than quietly becoming the default.
+func PositiveInt(name string, def int) (int, error) {
+	n, err := Int(name, def)
+	if err == nil && n < 1 {
+		return 0, fmt.Errorf("%s=%q: must be at least 1 (unset it for the default %d)", name, os.Getenv(name), def)
+	}
+	return n, err
+}
+
+// PositiveDuration is [Duration] for a setting where zero or less has no meaning: it refuses an
+// explicit value at or below zero instead of taking it for "unset". PostgreSQL, for one, reads
+// lock_timeout=0 as "wait forever".
+func PositiveDuration(name string, def time.Duration) (time.Duration, error) {
+	d, err := Duration(name, def)
+	if err == nil && d <= 0 {
+		return 0, fmt.Errorf("%s=%q: must be above zero (unset it for the default %s)", name, os.Getenv(name), def)
+	}
+	return d, err
+}

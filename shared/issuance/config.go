@@ -43,6 +43,27 @@ const (
 	// minAttemptTime is the least time left for which an attempt is still started: below it a
 	// transaction of about ten round trips cannot finish, and starting one only adds load.
 	minAttemptTime = 20 * time.Millisecond
+
+	// serverMargin is how much earlier than the call's deadline an attempt's statement_timeout
+	// fires, so that a statement running late is cancelled by the server (57014, the pooled
+	// connection stays usable) before the client's deadline cuts it: a round trip to Cloud SQL in
+	// the same region is a few ms; the rest covers scheduling on a busy instance.
+	serverMargin = 100 * time.Millisecond
+
+	// ResolveTimeout bounds the look-up that settles a lost COMMIT answer (CONTRACT.md: the
+	// service resolves it before answering). It runs after the budget, on a fresh context, and
+	// fits in what the budget leaves of the app's timeout: 2.5 s + 0.3 s < 3 s.
+	ResolveTimeout = 300 * time.Millisecond
+
+	// terminateStep is how long one pg_terminate_backend call of that look-up waits for the
+	// lost transaction's backend before the look-up checks again, and how long it waits before
+	// dialling again when the database cannot be reached.
+	terminateStep = 20 * time.Millisecond
+
+	// rollbackTimeout bounds the ROLLBACK after a failed attempt, on a context without the
+	// caller's cancellation: a ROLLBACK that cannot finish that fast is on a dead connection,
+	// which the pool then drops.
+	rollbackTimeout = 200 * time.Millisecond
 )
 
 // Config tunes a [Service]. Zero fields take the defaults above.
@@ -97,6 +118,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("lock timeout %s: must be positive and below the statement timeout %s",
 			c.LockTimeout, c.StatementTimeout))
 	}
+	if c.StatementTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("statement timeout %s: must be positive", c.StatementTimeout))
+	}
 	if c.StatementTimeout > c.Budget {
 		errs = append(errs, fmt.Errorf("statement timeout %s: must not exceed the budget %s", c.StatementTimeout, c.Budget))
 	}
@@ -107,28 +131,35 @@ func (c Config) Validate() error {
 }
 
 // attemptTimeouts derives one attempt's lock_timeout and statement_timeout from the time left
-// in the budget: the statement timeout never outlasts the budget, and the lock timeout stays
-// strictly below it (three quarters at most), so a lock wait ends as 55P03 before the
-// statement is cancelled.
+// in the budget: the statement timeout ends [serverMargin] before the budget does, and the lock
+// timeout stays strictly below it (three quarters at most), so a lock wait ends as 55P03
+// before the statement is cancelled, and both end on the server before the client gives up.
 func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Duration) {
-	statement = min(c.StatementTimeout, left)
+	statement = min(c.StatementTimeout, left-serverMargin)
 	lock = min(c.LockTimeout, statement*3/4)
 	return lock, statement
 }
 
 // ConfigFromEnv reads MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT and
 // ISSUE_STATEMENT_TIMEOUT (docs/api.md, "Configuration"), defaults for the unset ones, and
-// refuses what [Config.Validate] refuses.
+// refuses what [Config.Validate] refuses. An explicit zero or negative value is refused, never
+// taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be PostgreSQL's "wait forever".
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	var errs [4]error
-	c.MonthlyCapYen, errs[0] = envconf.Int("MONTHLY_CAP_YEN", DefaultMonthlyCapYen)
-	c.Budget, errs[1] = envconf.Duration("ISSUE_BUDGET", DefaultBudget)
-	c.LockTimeout, errs[2] = envconf.Duration("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout)
-	c.StatementTimeout, errs[3] = envconf.Duration("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout)
+	c.MonthlyCapYen, errs[0] = envconf.PositiveInt("MONTHLY_CAP_YEN", DefaultMonthlyCapYen)
+	c.Budget, errs[1] = envconf.PositiveDuration("ISSUE_BUDGET", DefaultBudget)
+	c.LockTimeout, errs[2] = envconf.PositiveDuration("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout)
+	c.StatementTimeout, errs[3] = envconf.PositiveDuration("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout)
 	if err := errors.Join(errs[:]...); err != nil {
 		return c, fmt.Errorf("issuance: %w", err)
 	}
-	c = c.WithDefaults()
+	c = c.WithDefaults() // only Now is still zero here
 	return c, c.Validate()
+}
+
+// String lists the effective settings, for the start-up log line.
+func (c Config) String() string {
+	return fmt.Sprintf("monthly_cap_yen=%d budget=%s lock_timeout=%s statement_timeout=%s",
+		c.MonthlyCapYen, c.Budget, c.LockTimeout, c.StatementTimeout)
 }

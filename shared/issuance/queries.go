@@ -64,19 +64,20 @@ INSERT INTO notification_outbox (coupon_id, member_id, created_at, trace_parent)
 
 // sqlBudgetStripeAdd is R1 on one budget stripe row, the hottest row of the system, so it is
 // taken last and held only until COMMIT: judge and add in one statement, waiting for the row if
-// another transaction holds it. No row back means the stripe has no room for the coupon.
-// $1 campaign_id, $2 stripe, $3 amount_yen.
+// another transaction holds it. No row back means the stripe has no room for the coupon. It
+// also returns the transaction's id, which [sqlTransactionEnd] needs if the COMMIT answer is
+// lost. $1 campaign_id, $2 stripe, $3 amount_yen.
 const sqlBudgetStripeAdd = `
 UPDATE campaign_budgets SET issued_yen = issued_yen + $3
  WHERE campaign_id = $1 AND stripe = $2 AND issued_yen + $3 <= budget_yen
-RETURNING issued_yen`
+RETURNING pg_current_xact_id()::text`
 
 // sqlBudgetFreeStripeAdd is R1 on a striped campaign: it locks one stripe with room that no other
 // transaction holds, chosen at random so that concurrent issuances spread over the stripes
 // (FOR UPDATE SKIP LOCKED, PostgreSQL 15 docs, SELECT "The Locking Clause"), and adds to it. A
 // stripe updated since the statement's snapshot is re-checked on its newest version before it is
 // locked. No row back means every stripe with room is held by another transaction, or none has
-// room. $1 campaign_id, $2 amount_yen.
+// room. Like [sqlBudgetStripeAdd] it returns the transaction's id. $1 campaign_id, $2 amount_yen.
 const sqlBudgetFreeStripeAdd = `
 WITH free AS (
   SELECT campaign_id, stripe FROM campaign_budgets
@@ -87,7 +88,7 @@ WITH free AS (
 UPDATE campaign_budgets b SET issued_yen = b.issued_yen + $2
   FROM free
  WHERE b.campaign_id = free.campaign_id AND b.stripe = free.stripe
-RETURNING b.stripe`
+RETURNING pg_current_xact_id()::text`
 
 // sqlBudgetStripeWithRoom picks, without locking, a stripe that has room for the coupon in the
 // committed state; no row means the campaign's budget is spent. Committed counters only grow, so
@@ -96,3 +97,23 @@ const sqlBudgetStripeWithRoom = `
 SELECT stripe FROM campaign_budgets
  WHERE campaign_id = $1 AND issued_yen + $2 <= budget_yen
  ORDER BY random() LIMIT 1`
+
+// The statements that settle a lost COMMIT answer, each on a fresh pooled connection.
+
+// sqlTransactionEnd makes sure the transaction whose COMMIT answer was lost is over: if its
+// backend still runs it (the COMMIT is in flight, or never arrived and the session sits idle in
+// transaction), the backend is terminated and waited for, which ends the transaction one way
+// or the other. The transaction id guards against a pid already reused by another session.
+// True when the transaction is over. A role may terminate its own backends (PostgreSQL 15 docs,
+// 9.27.2 "Server Signaling Functions"). $1 backend pid, $2 transaction id (xid8 as text),
+// $3 wait in ms.
+const sqlTransactionEnd = `
+SELECT coalesce(bool_and(pg_terminate_backend(pid, $3)), true)
+  FROM pg_stat_activity
+ WHERE pid = $1 AND backend_xid = $2::xid8::xid`
+
+// sqlCouponOf is the coupon of (campaign, member), if any, once no transaction that could
+// insert it is in flight. $1 campaign_id, $2 member_id.
+const sqlCouponOf = `
+SELECT (SELECT coupon_id::text FROM issued_coupons
+         WHERE campaign_id = $1 AND member_id = $2 AND NOT legacy_duplicate)`

@@ -7,8 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// addToBudget is R1: it adds amountYen to the campaign's budget, or returns the BUDGET_EXCEEDED
-// rejection when the budget has no room for it.
+// addToBudget is R1: it adds amountYen to the campaign's budget and returns the transaction's
+// id (for settling a lost COMMIT answer), or returns the BUDGET_EXCEEDED rejection when the
+// budget has no room for it.
 //
 // A campaign of one stripe is one conditional UPDATE of its row, waiting for the row while another
 // transaction holds it: the R1 statement of docs/design.md ("One lock row per invariant").
@@ -20,37 +21,37 @@ import (
 // counters show no stripe with room, so no request is refused while budget remains, even when a
 // single stripe holds the last coupon. The transaction holds at most one stripe at a time, so
 // stripes add no deadlock.
-func addToBudget(ctx context.Context, tx pgx.Tx, campaignID string, amountYen, stripes int) error {
+func addToBudget(ctx context.Context, tx pgx.Tx, campaignID string, amountYen, stripes int) (xid string, err error) {
 	if stripes <= 1 {
 		return addToStripe(ctx, tx, campaignID, 0, amountYen)
 	}
 	for {
-		err := tx.QueryRow(ctx, sqlBudgetFreeStripeAdd, campaignID, amountYen).Scan(new(int))
+		err := tx.QueryRow(ctx, sqlBudgetFreeStripeAdd, campaignID, amountYen).Scan(&xid)
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return err // nil: a free stripe took the coupon
+			return xid, err // nil: a free stripe took the coupon
 		}
 		var stripe int
 		err = tx.QueryRow(ctx, sqlBudgetStripeWithRoom, campaignID, amountYen).Scan(&stripe)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return &rejection{Outcome{Result: ResultBudgetExceeded}}
+			return "", &rejection{Outcome{Result: ResultBudgetExceeded}}
 		}
 		if err != nil {
-			return err
+			return "", err
 		}
-		err = addToStripe(ctx, tx, campaignID, stripe, amountYen)
+		xid, err = addToStripe(ctx, tx, campaignID, stripe, amountYen)
 		var rej *rejection
 		if !errors.As(err, &rej) {
-			return err // nil: the waited-for stripe still had room
+			return xid, err // nil: the waited-for stripe still had room
 		}
 	}
 }
 
-// addToStripe adds amountYen to one budget stripe, waiting for its row if it is held, or returns
-// the BUDGET_EXCEEDED rejection when the stripe has no room.
-func addToStripe(ctx context.Context, tx pgx.Tx, campaignID string, stripe, amountYen int) error {
-	err := tx.QueryRow(ctx, sqlBudgetStripeAdd, campaignID, stripe, amountYen).Scan(new(int))
+// addToStripe adds amountYen to one budget stripe, waiting for its row if it is held, and returns
+// the transaction's id, or returns the BUDGET_EXCEEDED rejection when the stripe has no room.
+func addToStripe(ctx context.Context, tx pgx.Tx, campaignID string, stripe, amountYen int) (xid string, err error) {
+	err = tx.QueryRow(ctx, sqlBudgetStripeAdd, campaignID, stripe, amountYen).Scan(&xid)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &rejection{Outcome{Result: ResultBudgetExceeded}}
+		return "", &rejection{Outcome{Result: ResultBudgetExceeded}}
 	}
-	return err
+	return xid, err
 }

@@ -1,49 +1,57 @@
-// Command issue serves the IssueCoupon function through the functions framework on $PORT
-// (default 8080), as Cloud Run runs it.
+// Command issue serves the IssueCoupon function on $PORT (default 8080), as Cloud Run runs it
+// (built by the Go buildpack with GOOGLE_BUILDABLE=./functions/issue/cmd).
+//
+// Before serving it sets up telemetry from the OTEL_* environment (shared/telemetry), reads and
+// validates its settings (MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT,
+// ISSUE_STATEMENT_TIMEOUT, DATABASE_URL or the Cloud SQL variables, DB_POOL_MAX_CONNS), checks
+// that the database is reachable and migrated, prints the effective settings once, and exits 1
+// with the reason if anything is wrong. On SIGTERM it drains, closes the pool, flushes the
+// telemetry and exits 0 (shared/lifecycle).
 package main
 
 import (
 	"context"
-	"log"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
-
-	"github.com/mops/coupon-api/functions/issue" // registers IssueCoupon
+	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// flushTimeout bounds the telemetry flush on SIGTERM, inside the 10 s Cloud Run gives an
-// instance before SIGKILL.
-const flushTimeout = 5 * time.Second
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	if err := run(context.Background()); err != nil {
+		slog.Error("IssueCoupon: " + err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
 	shutdownTelemetry, err := telemetry.Setup(ctx)
 	if err != nil {
-		log.Fatalf("IssueCoupon: refusing to start: %v", err)
+		return err
 	}
-	go func() {
-		<-ctx.Done() // flush the queued spans and metrics, then exit
-		flushCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		defer cancel()
-		if err := shutdownTelemetry(flushCtx); err != nil {
-			log.Printf("IssueCoupon: telemetry flush: %v", err)
-		}
-		os.Exit(0)
-	}()
-	if err := issue.Preflight(context.Background()); err != nil {
-		log.Fatalf("IssueCoupon: refusing to start: %v", err)
+	cfg, err := issuance.ConfigFromEnv()
+	if err != nil {
+		return err
 	}
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
+	pool, closePool, dbSettings, err := lifecycle.OpenDB(ctx)
+	if err != nil {
+		return err
 	}
-	if err := funcframework.Start(port); err != nil {
-		log.Fatalf("funcframework.Start: %v", err)
+	h, err := issue.NewHandler(pool, cfg)
+	if err != nil {
+		return err
 	}
+	if err := issue.RegisterGauges(pool); err != nil {
+		return err
+	}
+	addr := ":" + lifecycle.Port()
+	slog.Info("IssueCoupon: serving", "addr", addr, "issuance", cfg.String(), "db", dbSettings,
+		"drain", lifecycle.DrainTimeout)
+	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: issue.Instrument(h), Closers: []lifecycle.Closer{
+		closePool,
+		{Name: "telemetry flush", Close: shutdownTelemetry},
+	}})
 }

@@ -1,50 +1,58 @@
-// Command relay serves the RelayOutbox function through the functions framework on $PORT
-// (default 8080), as Cloud Run runs it. Deploy it with a request timeout above the relay's run
-// budget (RELAY_RUN_BUDGET, 50 s by default; cloudbuild.yaml sets 120 s).
+// Command relay serves the RelayOutbox function on $PORT (default 8080), as Cloud Run runs it
+// (built by the Go buildpack with GOOGLE_BUILDABLE=./functions/relay/cmd). Deploy it with a
+// request timeout above the relay's run budget (RELAY_RUN_BUDGET, 50 s by default;
+// cloudbuild.yaml sets 120 s).
+//
+// Before serving it sets up telemetry from the OTEL_* environment (shared/telemetry), reads and
+// validates its settings, checks that the database is reachable and
+// migrated, prints the effective settings once, and exits 1 with the reason if anything is
+// wrong. On SIGTERM it stops taking requests, gives a run in flight the drain bound to finish,
+// then cancels it (the relay then stops claiming and releases the rows it has not pushed),
+// closes the pool, flushes the telemetry and exits 0 (shared/lifecycle).
 package main
 
 import (
 	"context"
-	"log"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
-
-	"github.com/mops/coupon-api/functions/relay" // registers RelayOutbox
+	"github.com/mops/coupon-api/functions/relay"
+	"github.com/mops/coupon-api/shared/lifecycle"
+	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// flushTimeout bounds the telemetry flush on SIGTERM, inside the 10 s Cloud Run gives an
-// instance before SIGKILL.
-const flushTimeout = 5 * time.Second
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	if err := run(context.Background()); err != nil {
+		slog.Error("RelayOutbox: " + err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
 	shutdownTelemetry, err := telemetry.Setup(ctx)
 	if err != nil {
-		log.Fatalf("RelayOutbox: refusing to start: %v", err)
+		return err
 	}
-	go func() {
-		<-ctx.Done() // flush the queued spans and metrics, then exit
-		flushCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		defer cancel()
-		if err := shutdownTelemetry(flushCtx); err != nil {
-			log.Printf("RelayOutbox: telemetry flush: %v", err)
-		}
-		os.Exit(0)
-	}()
-	if err := relay.Preflight(context.Background()); err != nil {
-		log.Fatalf("RelayOutbox: refusing to start: %v", err)
+	cfg, err := outbox.ConfigFromEnv()
+	if err != nil {
+		return err
 	}
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
+	pool, closePool, dbSettings, err := lifecycle.OpenDB(ctx)
+	if err != nil {
+		return err
 	}
-	if err := funcframework.Start(port); err != nil {
-		log.Fatalf("funcframework.Start: %v", err)
+	h, err := relay.NewHandler(pool, cfg)
+	if err != nil {
+		return err
 	}
+	if err := relay.RegisterGauges(pool); err != nil {
+		return err
+	}
+	addr := ":" + lifecycle.Port()
+	slog.Info("RelayOutbox: serving", "addr", addr, "db", dbSettings, "drain", lifecycle.DrainTimeout)
+	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: relay.Instrument(h), Closers: []lifecycle.Closer{
+		closePool,
+		{Name: "telemetry flush", Close: shutdownTelemetry},
+	}})
 }

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// binary builds this deployable main once per test binary.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "issue-main-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "issue")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// start runs the main with env added to this process's environment, its stderr in the
+// returned buffer.
+func start(t *testing.T, env ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, &stderr
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestStartUpRefusesABadDatabase: against a closed port, an unmigrated database or a zero lock
+// timeout, the main exits 1 at start-up with what is wrong, instead of serving 500s.
+func TestStartUpRefusesABadDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	unmigrated := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, unmigrated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `DROP TABLE goose_db_version`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	closed := "postgres://u@127.0.0.1:" + freePort(t) + "/coupons?sslmode=disable"
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"closed port", []string{"DATABASE_URL=" + closed}, "database unreachable"},
+		{"unmigrated", []string{"DATABASE_URL=" + unmigrated}, "couponctl migrate"},
+		{"zero lock timeout", []string{"DATABASE_URL=" + unmigrated, "ISSUE_LOCK_TIMEOUT=0s"}, "ISSUE_LOCK_TIMEOUT"},
+	} {
+		cmd, out := start(t, append(tc.env, "PORT="+freePort(t))...)
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s: %v, output %q; want exit 1 saying %q", tc.name, err, out.String(), tc.want)
+		}
+		if strings.Contains(out.String(), "serving") {
+			t.Errorf("%s: said it was serving: %q", tc.name, out.String())
+		}
+	}
+}
+
+// TestSIGTERMDrains: SIGTERM arrives while 10 requests wait on a locked campaign row. The main
+// stops accepting at once, lets the 10 finish once the row is free (every one answered 201,
+// none cut), closes the pool and exits 0.
+func TestSIGTERMDrains(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	holder, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	observer, err := pgx.Connect(ctx, dbURL) // pg_stat_activity is a snapshot per transaction: not the holder's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer observer.Close(ctx)
+	if err := campaign.Create(ctx, holder, campaign.Campaign{ID: "HELD", DiscountYen: 100, BudgetYen: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	cmd, out := start(t, "DATABASE_URL="+dbURL, "PORT="+port, "DB_POOL_MAX_CONNS=10", "FUNCTION_TARGET=IssueCoupon",
+		"ISSUE_LOCK_TIMEOUT=2s", "ISSUE_STATEMENT_TIMEOUT=2400ms")
+	base := "http://127.0.0.1:" + port + "/"
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			break
+		}
+		if i > 500 {
+			t.Fatalf("never served: %s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "pool_max_conns=10") {
+		t.Errorf("start-up line without the effective pool size: %s", out.String())
+	}
+
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HELD' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	statuses := make(chan string, 10)
+	for i := range 10 {
+		go func() {
+			body := fmt.Sprintf(`{"member_id": "t%d", "campaign_id": "HELD"}`, i)
+			resp, err := http.Post(base, "application/json", strings.NewReader(body))
+			if err != nil {
+				statuses <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.Status
+		}()
+	}
+	for i := 0; ; i++ {
+		var waiting int
+		if err := observer.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 10 {
+			break
+		}
+		if i > 500 {
+			close(statuses)
+			for s := range statuses {
+				t.Log(s)
+			}
+			t.Fatalf("%d requests wait on the row, want 10; log: %s", waiting, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // stops accepting: new connections are refused while the 10 drain
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if i > 200 {
+			t.Fatal("still accepting connections after SIGTERM")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if s := <-statuses; s != "201 Created" {
+			t.Errorf("request in flight at SIGTERM: %s, want 201 Created", s)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v, want 0\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "shut down cleanly") {
+		t.Errorf("no clean shutdown in the log: %s", out.String())
+	}
+	var coupons int
+	if err := observer.QueryRow(ctx, `SELECT count(*) FROM issued_coupons`).Scan(&coupons); err != nil || coupons != 10 {
+		t.Errorf("coupons: %d (%v), want 10", coupons, err)
+	}
+}

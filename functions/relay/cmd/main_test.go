@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSIGTERMDuringARun: SIGTERM arrives while a relay run waits on LINE (the stand-in holds
+// every push). The main stops accepting, gives the run the drain bound, then cancels it; the
+// run's caller gets an answer (not a cut connection), the pool is closed and the main exits 0.
+func TestSIGTERMDuringARun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, 3) g
+  RETURNING coupon_id, member_id
+),
+l AS (
+  INSERT INTO member_line_accounts (member_id, line_user_id)
+  SELECT member_id, 'U' || md5(member_id) FROM c
+)
+INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`); err != nil {
+		t.Fatal(err)
+	}
+	pushing := make(chan struct{}, 16)
+	line := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read it all, so that a closed connection cancels r's context
+		select {
+		case pushing <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // LINE never answers while the test runs
+	}))
+	t.Cleanup(line.Close)
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "relay")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PORT="+port,
+		"LINE_CHANNEL_ACCESS_TOKEN=test-token", "LINE_API_BASE_URL="+line.URL, "FUNCTION_TARGET=RelayOutbox")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	answered := make(chan string, 1)
+	go func() {
+		for i := 0; ; i++ {
+			resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json", strings.NewReader(`{}`))
+			if err != nil && i < 300 && strings.Contains(err.Error(), "refused") {
+				time.Sleep(20 * time.Millisecond) // not serving yet
+				continue
+			}
+			if err != nil {
+				answered <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			answered <- fmt.Sprint(resp.StatusCode)
+			return
+		}
+	}()
+	select {
+	case <-pushing:
+	case a := <-answered:
+		t.Fatalf("the run ended before pushing: %s\n%s", a, out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answered; strings.Contains(a, "EOF") || strings.Contains(a, "reset") {
+		t.Errorf("the run in flight at SIGTERM was cut: %s", a)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v, want 0\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "shut down cleanly") {
+		t.Errorf("no clean shutdown in the log:\n%s", out.String())
+	}
+}

@@ -1,0 +1,625 @@
+package issuance_test
+
+// Production faults, each injected by the test on a real PostgreSQL: sessions killed under the
+// pool (a failover), a restart in the middle of the Silver Week traffic, a column type changed
+// under prepared statements, a COMMIT whose answer is lost, a statement running into the
+// deadline, and callers that give up while waiting on a lock. The pools are built by shared/db,
+// as the deployed functions build theirs.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/internal/silverweek"
+	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+var faultDay = time.Date(2026, 9, 21, 10, 0, 0, 0, issuance.Tokyo)
+
+// prodPool opens databaseURL through shared/db with maxConns connections, closed when t ends.
+func prodPool(t *testing.T, databaseURL string, maxConns int) *pgxpool.Pool {
+	t.Helper()
+	pool, closePool, err := db.Open(context.Background(), db.Config{DatabaseURL: databaseURL, MaxConns: maxConns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closePool)
+	return pool
+}
+
+// faultService is a Service on pool with cfg and the fixed clock, after creating campaigns of
+// 1,000 yen coupons with a budget of 10,000,000 yen.
+func faultService(t *testing.T, pool *pgxpool.Pool, cfg issuance.Config, campaigns ...string) *issuance.Service {
+	t.Helper()
+	for _, id := range campaigns {
+		if err := campaign.Create(context.Background(), pool, campaign.Campaign{ID: id, DiscountYen: 1000, BudgetYen: 10_000_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Now = func() time.Time { return faultDay }
+	svc, err := issuance.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// connect opens a connection of its own to databaseURL (a lock holder, an observer).
+func connect(t *testing.T, databaseURL string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func scalar[T any](t *testing.T, q db.Querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// holdCampaign makes holder take campaign's budget row and keep it until the returned
+// function ends its transaction.
+func holdCampaign(t *testing.T, holder *pgx.Conn, campaignID string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = $1 FOR UPDATE`, campaignID); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitBlocked polls through observer until exactly n sessions of its database wait for a lock.
+// (Only the first waiter on a row is blocked by the holder itself; the others queue behind it.)
+func waitBlocked(t *testing.T, observer *pgx.Conn, n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if got := blocked(t, observer); got == n {
+			return
+		} else if i > 1000 {
+			t.Fatalf("%d sessions wait for a lock, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// blocked counts the sessions of observer's database waiting for a lock.
+func blocked(t *testing.T, observer *pgx.Conn) int {
+	return scalar[int](t, observer, `SELECT count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`)
+}
+
+// assertRules checks R1-R3 and one outbox row per coupon, by SQL.
+func assertRules(t *testing.T, q db.Querier) reconcile.Report {
+	t.Helper()
+	rep, err := reconcile.Check(context.Background(), q, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("rules broken: %v", v)
+	}
+	return rep
+}
+
+// TestPooledSessionsTerminated: every pooled session is ended by the server (57P01, as in a
+// restart or failover) while the pool still holds them. Each request is retried on a fresh
+// connection: all ISSUED, none doubled.
+func TestPooledSessionsTerminated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	pool := prodPool(t, dbURL, 4)
+	svc := faultService(t, pool, issuance.Config{}, "FAILOVER")
+	warm := make([]*pgxpool.Conn, 4)
+	for i := range warm {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm[i] = c
+	}
+	for _, c := range warm {
+		c.Release()
+	}
+	admin := connect(t, dbURL)
+	if n := scalar[int](t, admin, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))::int
+		FROM (SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND usename = current_user
+		      AND pid <> pg_backend_pid() OFFSET 0) pooled`); n != 4 {
+		t.Fatalf("terminated %d pooled sessions, want 4", n)
+	}
+	for i := range 8 {
+		out, err := svc.Issue(ctx, fmt.Sprintf("f%d", i), "FAILOVER")
+		if err != nil || out.Result != issuance.ResultIssued {
+			t.Fatalf("request %d after the sessions were ended: %+v %v, want ISSUED", i, out, err)
+		}
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM issued_coupons`); n != 8 {
+		t.Errorf("coupons: %d, want 8", n)
+	}
+	assertRules(t, admin)
+}
+
+// TestRestartDuringSilverWeek restarts PostgreSQL (fast shutdown, as `pg_ctl restart -m fast`)
+// once a third of the Silver Week traffic has been answered, then stops it and starts it again.
+// No request fails with an error; every answer is true (an ISSUED coupon exists with its id,
+// every coupon was answered ISSUED to someone); the re-sends of those sent away complete the
+// scenario (600 coupons); reconcile finds no drift and every coupon has its outbox row; while
+// the database is down the answer is RETRY_EXHAUSTED; the same Service recovers.
+func TestRestartDuringSilverWeek(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := localpg.Start(ctx, localpg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	if _, err := schema.MigrateURL(ctx, srv.URL()); err != nil {
+		t.Fatal(err)
+	}
+	pool := prodPool(t, srv.URL(), 8)
+	if err := silverweek.CreateCampaigns(ctx, pool, silverweek.Campaigns); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := issuance.New(pool, issuance.Config{Budget: 1500 * time.Millisecond, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond, Now: func() time.Time { return faultDay }})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type answer struct {
+		member, campaign string
+		out              issuance.Outcome
+		err              error
+	}
+	var mu sync.Mutex
+	var answers []answer
+	issueFn := func(ctx context.Context, r silverweek.Request) (string, error) {
+		out, err := svc.Issue(ctx, r.MemberID, r.CampaignID)
+		mu.Lock()
+		answers = append(answers, answer{r.MemberID, r.CampaignID, out, err})
+		mu.Unlock()
+		return string(out.Result), err
+	}
+	reqs := silverweek.Requests(silverweek.DefaultMembers, silverweek.Campaigns, silverweek.DefaultTapGap, 7)
+	restarted := make(chan error, 1)
+	var once sync.Once
+	var answeredBefore, answeredAfter int
+	silverweek.Run(ctx, reqs, 32, issueFn, func(done int) {
+		if done >= len(reqs)/3 {
+			once.Do(func() {
+				answeredBefore = done
+				go func() {
+					err := srv.Restart(ctx)
+					mu.Lock()
+					answeredAfter = len(answers)
+					mu.Unlock()
+					restarted <- err
+				}()
+			})
+		}
+	})
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if answeredAfter == len(reqs) {
+		t.Fatalf("the traffic ended before the server was back up: no request met the restart")
+	}
+
+	issuedIDs := map[string]bool{}
+	unknownPairs := map[string]bool{}
+	exhausted, failed := 0, 0
+	for _, a := range answers {
+		switch {
+		case errors.Is(a.err, issuance.ErrOutcomeUnknown):
+			unknownPairs[a.member+"/"+a.campaign] = true
+		case a.err != nil:
+			if failed++; failed <= 3 {
+				t.Errorf("%s %s: %v", a.member, a.campaign, a.err)
+			}
+		case a.out.Result == issuance.ResultIssued:
+			issuedIDs[a.out.CouponID] = true
+		case a.out.Result == issuance.ResultRetryExhausted:
+			exhausted++
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT coupon_id::text, member_id || '/' || campaign_id FROM issued_coupons`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coupons, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ ID, Pair string }])
+	if err != nil {
+		t.Fatal(err)
+	}
+	inDB := map[string]bool{}
+	for _, c := range coupons {
+		inDB[c.ID] = true
+		if !issuedIDs[c.ID] && !unknownPairs[c.Pair] {
+			t.Errorf("coupon %s of %s exists, but no answer said ISSUED with it", c.ID, c.Pair)
+		}
+	}
+	for id := range issuedIDs {
+		if !inDB[id] {
+			t.Errorf("answered ISSUED with %s, which does not exist", id)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d requests failed with an error", failed)
+	}
+	t.Logf("restart began after %d answers, was over after %d; %d answers, %d coupons, %d RETRY_EXHAUSTED, %d outcome unknown",
+		answeredBefore, answeredAfter, len(answers), len(coupons), exhausted, len(unknownPairs))
+
+	// The callers sent away re-send; the same Service, never restarted, completes the scenario.
+	for _, r := range reqs {
+		if _, err := svc.Issue(ctx, r.MemberID, r.CampaignID); err != nil {
+			t.Fatalf("re-send %s %s: %v", r.MemberID, r.CampaignID, err)
+		}
+	}
+	rep := assertRules(t, pool)
+	if rep.Coupons != 600 {
+		t.Errorf("coupons after the re-sends: %d, want 600", rep.Coupons)
+	}
+
+	if err := srv.Down(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := svc.Issue(ctx, "m9999", "SW-B")
+	if err != nil || out.Result != issuance.ResultRetryExhausted {
+		t.Errorf("with the database down: %+v %v, want RETRY_EXHAUSTED", out, err)
+	}
+	if err := srv.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err = svc.Issue(ctx, "m9999", "SW-B")
+	if err != nil || out.Result != issuance.ResultIssued {
+		t.Errorf("once the database is back: %+v %v, want ISSUED", out, err)
+	}
+}
+
+// TestColumnTypeChangedUnderPreparedStatements: a migration changes amount_yen to bigint while
+// every pooled connection holds the coupon insert prepared (0A000 "cached plan must not change
+// result type" on each). Every request is still ISSUED.
+func TestColumnTypeChangedUnderPreparedStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	pool := prodPool(t, dbURL, 4)
+	svc := faultService(t, pool, issuance.Config{}, "PLAN")
+	holder, observer := connect(t, dbURL), connect(t, dbURL)
+
+	// Four requests at once, all parked on the campaign row after their coupon insert, so that
+	// each of the four connections runs (and prepares) every statement.
+	round := func(name string) {
+		release := holdCampaign(t, holder, "PLAN")
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				out, err := svc.Issue(ctx, fmt.Sprintf("%s%d", name, i), "PLAN")
+				if err != nil || out.Result != issuance.ResultIssued {
+					t.Errorf("%s request %d: %+v %v, want ISSUED", name, i, out, err)
+				}
+			})
+		}
+		waitBlocked(t, observer, 4)
+		release()
+		wg.Wait()
+	}
+	round("before")
+	if _, err := observer.Exec(ctx, `ALTER TABLE issued_coupons ALTER COLUMN amount_yen TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	round("after")
+	if n := scalar[int](t, observer, `SELECT count(*)::int FROM issued_coupons`); n != 8 {
+		t.Errorf("coupons: %d, want 8", n)
+	}
+	assertRules(t, observer)
+}
+
+// startProxy puts a toxiproxy in front of databaseURL's server and returns the proxy and a URL
+// through it.
+func startProxy(t *testing.T, databaseURL string) (*toxiproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	proxy := toxiproxy.NewProxy(srv, "pg", "127.0.0.1:0", u.Host)
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Stop)
+	u.Host = proxy.Listen
+	if _, _, err := net.SplitHostPort(proxy.Listen); err != nil {
+		t.Fatalf("proxy address %q: %v", proxy.Listen, err)
+	}
+	return proxy, u.String()
+}
+
+// TestLostCommitAnswer: the server commits, but its answer to COMMIT never reaches the service
+// (the network drops it; the test blackholes the server-to-client stream while a deferred
+// trigger holds the COMMIT). The service settles it before answering: ISSUED with the coupon
+// that exists, never RETRY_EXHAUSTED ("nothing was written").
+func TestLostCommitAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := startProxy(t, dbURL)
+	pool := prodPool(t, proxied, 2)
+	svc := faultService(t, pool, issuance.Config{Budget: time.Second, LockTimeout: 300 * time.Millisecond,
+		StatementTimeout: 600 * time.Millisecond}, "LOST")
+	admin := connect(t, dbURL)
+	if _, err := admin.Exec(ctx, `
+CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON issued_coupons
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.member_id = 'lost') EXECUTE FUNCTION slow_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out issuance.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := svc.Issue(ctx, "lost", "LOST")
+		done <- result{out, err}
+	}()
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name": "lost-answer", "type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	var couponID string
+	for couponID == "" {
+		couponID = scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons WHERE member_id = 'lost'), '')`)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := proxy.Toxics.RemoveToxic(ctx, "lost-answer"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out.Result != issuance.ResultIssued || r.out.CouponID != couponID {
+		t.Fatalf("COMMIT answer lost: %+v %v, want ISSUED with %s", r.out, r.err, couponID)
+	}
+	assertRules(t, admin)
+}
+
+// TestStatementEndsOnTheServer: a statement runs into the end of the budget (a trigger sleeps).
+// The server's statement_timeout ends it before the client's deadline would cut the
+// connection, so the pooled connection survives, even in a pool built with pgx's defaults
+// (which close a connection whose context ends).
+func TestStatementEndsOnTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 1)
+	svc := faultService(t, pool, issuance.Config{Budget: time.Second, StatementTimeout: time.Second,
+		LockTimeout: 500 * time.Millisecond}, "SLOW")
+	if _, err := pool.Exec(ctx, `
+CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$;
+CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW EXECUTE FUNCTION slow_insert()`); err != nil {
+		t.Fatal(err)
+	}
+	before := scalar[int64](t, pool, `SELECT pg_backend_pid()`)
+	out, err := svc.Issue(ctx, "slow", "SLOW")
+	if err != nil || out.Result != issuance.ResultRetryExhausted {
+		t.Fatalf("%+v %v, want RETRY_EXHAUSTED", out, err)
+	}
+	if after := scalar[int64](t, pool, `SELECT pg_backend_pid()`); after != before {
+		t.Errorf("the pooled connection was cut (backend %d, then %d): the client's deadline fired first", before, after)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM issued_coupons`); n != 0 {
+		t.Errorf("coupons: %d, want 0", n)
+	}
+}
+
+// TestCallerCancelStorm: 200 times, a caller gives up while its request waits on a locked
+// campaign row (pool of one connection). Each time: Issue returns context.Canceled, the server
+// stops waiting (no orphaned session keeps queueing on the lock), and the pooled connection,
+// kept, serves the next query unharmed (no stray cancel, no transaction left open). Then one
+// request is ISSUED and the 200 wrote nothing.
+func TestCallerCancelStorm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	pool := prodPool(t, dbURL, 1)
+	svc := faultService(t, pool, issuance.Config{LockTimeout: 2 * time.Second, StatementTimeout: 2400 * time.Millisecond}, "HELD")
+	holder, observer := connect(t, dbURL), connect(t, dbURL)
+	release := holdCampaign(t, holder, "HELD")
+	pooledPID := scalar[int64](t, pool, `SELECT pg_backend_pid()`)
+	replaced := 0
+	for round := range 200 {
+		callCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := svc.Issue(callCtx, fmt.Sprintf("c%03d", round), "HELD")
+			done <- err
+		}()
+		waitBlocked(t, observer, 1)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: Issue after cancel: %v, want context.Canceled", round, err)
+		}
+		// Only a session whose cancel request came late, its connection closed by pgx after
+		// db.CancelGrace, may still wait a moment: it must stop then, not queue until its
+		// lock_timeout of 2 s as the session of a closed connection does.
+		for i := 0; blocked(t, observer) > 0; i++ {
+			if i > 100 {
+				t.Fatalf("round %d: a session still waits on the lock a second after its caller left", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if pid := scalar[int64](t, pool, `SELECT pg_backend_pid()`); pid != pooledPID {
+			replaced++
+			pooledPID = pid
+		}
+	}
+	// pgx's default closes the connection on every cancel (200 of 200); cancel-then-wait keeps
+	// it, but on an overloaded machine a cancel request may take longer than the grace.
+	if replaced > 10 {
+		t.Errorf("the pooled connection was replaced in %d of 200 rounds, want it kept", replaced)
+	}
+	release()
+	if out, err := svc.Issue(ctx, "next", "HELD"); err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("next request: %+v %v, want ISSUED", out, err)
+	}
+	for _, table := range []string{"issued_coupons", "member_monthly_usage", "notification_outbox"} {
+		if n := scalar[int](t, observer, `SELECT count(*)::int FROM `+table); n != 1 {
+			t.Errorf("%s: %d rows, want 1 (the cancelled requests wrote nothing)", table, n)
+		}
+	}
+	if n := scalar[int](t, observer, `SELECT count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
+		t.Errorf("%d sessions idle in a transaction", n)
+	}
+}
+
+// TestConnectionCutDuringCommit: the connection is cut while COMMIT runs (a deferred trigger
+// holds it; the test stops the proxy in between), so the service cannot know the outcome. It
+// settles it (the server ended that transaction), finds no coupon, retries and issues: one
+// coupon, answered ISSUED with its id, and no session left behind.
+func TestConnectionCutDuringCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := startProxy(t, dbURL)
+	pool := prodPool(t, proxied, 2)
+	svc := faultService(t, pool, issuance.Config{}, "CUT")
+	admin := connect(t, dbURL)
+	if _, err := admin.Exec(ctx, `
+CREATE SEQUENCE commit_fault;
+CREATE FUNCTION slow_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF nextval('commit_fault') = 1 THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_first_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out issuance.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := svc.Issue(ctx, "cut", "CUT")
+		done <- result{out, err}
+	}()
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	proxy.Stop() // cuts every connection through it, the one waiting for COMMIT's answer included
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out.Result != issuance.ResultIssued {
+		t.Fatalf("connection cut during COMMIT: %+v %v, want ISSUED", r.out, r.err)
+	}
+	if id := scalar[string](t, admin, `SELECT coupon_id::text FROM issued_coupons`); id != r.out.CouponID {
+		t.Errorf("answered %s, the coupon is %s", r.out.CouponID, id)
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND (wait_event = 'PgSleep' OR state LIKE 'idle in transaction%')`); n != 0 {
+		t.Errorf("%d sessions still sleeping or idle in a transaction", n)
+	}
+	assertRules(t, admin)
+}
+
+// TestCommitNeverArrives: the network drops the COMMIT (the test blackholes the client-to-server
+// stream while the last statement runs, held by a trigger, and lifts it once the session sits
+// idle in its transaction; toxiproxy then closes the link). The service cannot know whether the
+// COMMIT arrived: it settles it, and its answer agrees with the table (ISSUED with the coupon
+// that exists, or RETRY_EXHAUSTED and none), with no session left idle in a transaction to
+// block the next request. (Termination of a session that stays open, as in a real partition,
+// is proved by TestResolveTerminatesTheSession.)
+func TestCommitNeverArrives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := startProxy(t, dbURL)
+	pool := prodPool(t, proxied, 2)
+	svc := faultService(t, pool, issuance.Config{Budget: time.Second, LockTimeout: 300 * time.Millisecond,
+		StatementTimeout: 600 * time.Millisecond}, "DROP")
+	admin := connect(t, dbURL)
+	if _, err := admin.Exec(ctx, `
+CREATE SEQUENCE budget_fault;
+CREATE FUNCTION slow_first_budget() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF nextval('budget_fault') = 1 THEN PERFORM pg_sleep(0.2); END IF; RETURN NEW; END $$;
+CREATE TRIGGER slow_first_budget BEFORE UPDATE ON campaign_budgets FOR EACH ROW EXECUTE FUNCTION slow_first_budget()`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out issuance.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := svc.Issue(ctx, "drop", "DROP")
+		done <- result{out, err}
+	}()
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name": "drop-commit", "type": "timeout", "stream": "upstream", "attributes": {"timeout": 0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the service sends COMMIT as soon as the UPDATE answers; let it be dropped
+	if err := proxy.Toxics.RemoveToxic(ctx, "drop-commit"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	coupon := scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons), '')`)
+	switch {
+	case r.err != nil:
+		t.Fatalf("COMMIT dropped: %v, want an answer", r.err)
+	case r.out.Result == issuance.ResultIssued && r.out.CouponID == coupon:
+	case r.out.Result == issuance.ResultRetryExhausted && coupon == "":
+	default:
+		t.Fatalf("COMMIT dropped: %+v, but the table holds coupon %q", r.out, coupon)
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
+		t.Errorf("%d sessions left idle in a transaction, holding the campaign row", n)
+	}
+	if out, err := svc.Issue(ctx, "drop", "DROP"); err != nil || (out.Result != issuance.ResultIssued && out.Result != issuance.ResultAlreadyIssued) {
+		t.Errorf("re-send: %+v %v, want ISSUED or ALREADY_ISSUED", out, err)
+	}
+	assertRules(t, admin)
+}
