@@ -87,6 +87,14 @@ func TestOpenAPI(t *testing.T) {
 		}
 	}
 
+	// 415 for a Content-Encoding other than identity, whatever the body.
+	gz := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(ask("m1", "OPEN")))
+	gz.Header.Set("Content-Type", "application/json")
+	gz.Header.Set("Content-Encoding", "gzip")
+	if resp := spec.Do(t, h, gz); resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("Content-Encoding gzip: %d, want 415", resp.StatusCode)
+	}
+
 	// RETRY_EXHAUSTED: another session holds the campaign's budget row past a short budget.
 	short, err := issue.NewHandler(pool, issuance.Config{Budget: 600 * time.Millisecond,
 		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
