@@ -50,7 +50,7 @@ const (
 	// the same region is a few ms; the rest covers scheduling on a busy instance.
 	serverMargin = 100 * time.Millisecond
 
-	// ResolveTimeout bounds the look-up that settles a lost COMMIT answer (CONTRACT.md: the
+	// ResolveTimeout bounds the look-up that settles a lost COMMIT answer (docs/api.md: the
 	// service resolves it before answering). It runs after the budget, on a fresh context, and
 	// fits in what the budget leaves of the app's timeout: 2.5 s + 0.3 s < 3 s.
 	ResolveTimeout = 300 * time.Millisecond
