@@ -256,6 +256,17 @@ func TestRelayRole(t *testing.T) {
 	if err != nil || res != (outbox.Result{Sent: 2, Skipped: 1, Parked: 1}) {
 		t.Errorf("relay run: %+v, %v; want 2 sent, 1 skipped (m3), 1 parked (m4)", res, err)
 	}
+	// The marks' failures are only logged: judge the rows themselves.
+	var states string
+	if err := db.owner.QueryRow(ctx, `SELECT string_agg(member_id || ':' || CASE
+	    WHEN sent_at IS NOT NULL THEN 'sent' WHEN skipped_at IS NOT NULL THEN 'skipped'
+	    WHEN parked_at IS NOT NULL THEN 'parked' ELSE 'open' END, ' ' ORDER BY member_id)
+	  FROM notification_outbox WHERE claimed_by IS NULL`).Scan(&states); err != nil {
+		t.Fatal(err)
+	}
+	if want := "m1:sent m2:sent m3:skipped m4:parked"; states != want {
+		t.Errorf("outbox rows after the run: %q, want %q", states, want)
+	}
 	if err := collectGauges(ctx, db.as, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
 		_, err := telemetry.RegisterOutboxGauges(mp, p)
 		return err
