@@ -11,9 +11,12 @@
 -- states exactly what each role may do. A later migration that adds a table or a column a role
 -- needs grants it in the same file. Foreign-key checks run with the table owner's rights, so no
 -- role needs any privilege on the referenced table (campaigns, issued_coupons) for them.
--- Functions run with PUBLIC's default EXECUTE (gen_random_uuid, pg_terminate_backend); no
--- sequence exists (the ids are uuids).
+-- Functions run with PUBLIC's default EXECUTE (gen_random_uuid, pg_terminate_backend); no role
+-- uses a sequence (the ids are uuids; goose_db_version's id sequence is the migration's).
 
+-- Two databases of one server migrated at once may both find a role missing: the second
+-- CREATE ROLE then waits for the first and fails on pg_authid's unique index (23505), which
+-- means the role is there.
 -- +goose StatementBegin
 DO $$
 DECLARE
@@ -21,7 +24,11 @@ DECLARE
 BEGIN
   FOREACH r IN ARRAY ARRAY['coupon_issue', 'coupon_relay', 'coupon_admin'] LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-      EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+      BEGIN
+        EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+      EXCEPTION WHEN unique_violation OR duplicate_object THEN
+        NULL; -- created meanwhile by a concurrent migration
+      END;
     END IF;
   END LOOP;
 END $$;
