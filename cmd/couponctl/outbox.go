@@ -12,6 +12,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -131,10 +132,18 @@ func outboxPruneCmd() *cobra.Command {
 		Use:   "prune [--older-than 720h]",
 		Short: "Delete sent and skipped outbox rows older than the retention, in batches",
 		Long: fmt.Sprintf(`Delete sent and skipped outbox rows closed longer ago than --older-than, oldest first, %d
-rows per statement, until none is left. Open and parked rows are never deleted. Each relay run
-does one such batch by itself (RELAY_RETENTION); this verb catches up at once.`, outbox.PruneBatch),
+rows per statement, until none is left. Open and parked rows are never deleted. The relay
+deletes nothing (its database role, coupon_relay, may not): run this verb daily as an operator
+job, as a user in coupon_admin (docs/roles.md). Without --older-than it keeps RELAY_RETENTION
+(default %s), the window couponctl reconcile checks.`, outbox.PruneBatch, outbox.DefaultRetention),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("older-than") {
+				var err error
+				if olderThan, err = envconf.Duration("RELAY_RETENTION", outbox.DefaultRetention); err != nil {
+					return err
+				}
+			}
 			if olderThan <= 0 {
 				return fmt.Errorf("--older-than %s: must be positive", olderThan)
 			}
@@ -158,6 +167,6 @@ does one such batch by itself (RELAY_RETENTION); this verb catches up at once.`,
 			return nil
 		},
 	}
-	c.Flags().DurationVar(&olderThan, "older-than", outbox.DefaultRetention, "retention: keep rows closed more recently than this")
+	c.Flags().DurationVar(&olderThan, "older-than", outbox.DefaultRetention, "retention: keep rows closed more recently than this (unset: RELAY_RETENTION if set)")
 	return c
 }

@@ -71,3 +71,37 @@ RETURNING coupon_id::text`).Scan(&id)
 		t.Errorf("after --force: parked or first push kept (%v), want an open row with a fresh window", err)
 	}
 }
+
+// TestPruneAsAdminKeepsRelayRetention runs "outbox prune", the daily operator job, as a user in
+// coupon_admin (docs/roles.md): without --older-than it keeps RELAY_RETENTION (168h here, so the
+// row sent 10 days ago goes and the one sent 3 days ago stays); --older-than 48h takes that too.
+func TestPruneAsAdminKeepsRelayRetention(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+      VALUES ('T', 'm1', '2026-11', 1000), ('T', 'm2', '2026-11', 1000) RETURNING coupon_id, member_id)
+INSERT INTO notification_outbox (coupon_id, member_id, sent_at)
+SELECT coupon_id, member_id, now() - CASE member_id WHEN 'm1' THEN interval '10 days' ELSE interval '3 days' END FROM c`); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", pgtest.LoginAs(t, url, "coupon_admin"))
+	t.Setenv("RELAY_RETENTION", "168h")
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"outbox", "prune"}, "deleted 1 sent and skipped rows closed more than 168h0m0s ago"},
+		{[]string{"outbox", "prune", "--older-than", "48h"}, "deleted 1 sent and skipped rows closed more than 48h0m0s ago"},
+	} {
+		if out, err := couponctl(step.args...); err != nil || !strings.Contains(out, step.want) {
+			t.Errorf("%v: %v\n%s; want %q", step.args, err, out, step.want)
+		}
+	}
+}

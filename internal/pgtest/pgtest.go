@@ -11,9 +11,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +30,15 @@ import (
 
 // serverURL is the server under test, set by Main.
 var serverURL string
+
+// testRole owns the test databases and runs their migrations, like the migration's user in
+// production: not a superuser, but allowed to create roles (00008_roles.sql creates the group
+// roles when missing), so that tests can also create login users in them ([LoginAs]).
+var testRole = pgtestdb.Role{
+	Username:     "coupon_test_owner",
+	Password:     pgtestdb.DefaultRolePassword,
+	Capabilities: "NOSUPERUSER NOCREATEDB CREATEROLE",
+}
 
 // Main runs the package's tests against TEST_DATABASE_URL or a throwaway server, and exits.
 func Main(m *testing.M) {
@@ -77,6 +90,7 @@ func newDB(t testing.TB, m pgtestdb.Migrator) string {
 		Password:   cc.Password,
 		Database:   cc.Database,
 		Options:    "sslmode=disable",
+		TestRole:   &testRole,
 	}, m)
 	return conf.URL()
 }
@@ -106,4 +120,44 @@ func (migrator) Hash() (string, error) { return schema.Hash() }
 func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
 	_, err := schema.Migrate(ctx, db)
 	return err
+}
+
+// loginPassword is the password of every login user [LoginAs] creates.
+const loginPassword = "coupon-test-login"
+
+// LoginAs creates a login user that is a member of the group role group (coupon_issue,
+// coupon_relay or coupon_admin, 00008_roles.sql) and nothing else, as a deploy script grants a
+// runtime user, and returns databaseURL (from [URL]) connecting as that user. The user is
+// dropped when t ends.
+func LoginAs(t testing.TB, databaseURL, group string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	user := fmt.Sprintf("%s_%s", group, strings.ReplaceAll(uuid.NewString(), "-", "")[:12])
+	name := pgx.Identifier{user}.Sanitize()
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD '%s' IN ROLE %s`,
+		name, loginPassword, pgx.Identifier{group}.Sanitize())); err != nil {
+		t.Fatalf("pgtest: create login user in %s: %v", group, err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, databaseURL)
+		if err != nil {
+			t.Errorf("pgtest: drop %s: %v", user, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP ROLE `+name); err != nil {
+			t.Errorf("pgtest: drop %s: %v", user, err)
+		}
+	})
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		t.Fatalf("pgtest: parse %s: %v", databaseURL, err)
+	}
+	u.User = url.UserPassword(user, loginPassword)
+	return u.String()
 }

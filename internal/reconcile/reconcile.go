@@ -29,9 +29,10 @@ import (
 type Config struct {
 	// CapYen is R3's monthly cap in yen (env MONTHLY_CAP_YEN).
 	CapYen int
-	// OutboxRetention is how long the relay keeps sent and skipped outbox rows (env
-	// RELAY_RETENTION; shared/outbox.DefaultRetention): a coupon issued longer ago may have lost
-	// its delivered outbox row to the retention, so only younger coupons are checked for one.
+	// OutboxRetention is how long sent and skipped outbox rows are kept (env RELAY_RETENTION;
+	// shared/outbox.DefaultRetention), the daily `couponctl outbox prune` deleting older ones: a
+	// coupon issued longer ago may have lost its delivered outbox row to the retention, so only
+	// younger coupons are checked for one.
 	// Zero checks every coupon.
 	OutboxRetention time.Duration
 }

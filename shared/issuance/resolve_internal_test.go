@@ -40,18 +40,26 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, Out
 // COMMIT never arrived, the server's session sits idle in its transaction, holding its rows) is
 // settled by terminating that session, which rolls the transaction back: resolve reports nothing
 // written, and no session is left. A lost COMMIT that did commit is answered ISSUED with its id.
+// All of it as a user in coupon_issue, the function's role (00008_roles.sql).
 func TestResolveTerminatesTheSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.URL(t)
+	ownerURL := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, ownerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	if err := campaign.Create(ctx, owner, campaign.Campaign{ID: "LOST", DiscountYen: 1000, BudgetYen: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	// The function's own role (00008_roles.sql): it may read and terminate its own sessions.
+	dbURL := pgtest.LoginAs(t, ownerURL, "coupon_issue")
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "LOST", DiscountYen: 1000, BudgetYen: 1_000_000}); err != nil {
-		t.Fatal(err)
-	}
 	s, err := New(pool, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +71,7 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 		t.Fatalf("session idle in its transaction: %v, want nothing written (a connection lost)", err)
 	}
 	var sessions, coupons int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = $1),
+	if err := owner.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = $1),
 		(SELECT count(*) FROM issued_coupons)`, int64(lost.pid)).Scan(&sessions, &coupons); err != nil {
 		t.Fatal(err)
 	}

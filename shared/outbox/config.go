@@ -47,7 +47,7 @@ const (
 	DefaultBatchTimeout = 15 * time.Second
 
 	// DefaultMarkTimeout bounds the database work around the pushes (env RELAY_MARK_TIMEOUT):
-	// the run's start, each claim, the prune, and the marks of one batch together (every mark
+	// the run's start, each claim, and the marks of one batch together (every mark
 	// of a batch ends by its start + BatchTimeout + MarkTimeout). A mark runs even when the
 	// run's caller has gone away: the push happened and should be recorded.
 	DefaultMarkTimeout = 2 * time.Second
@@ -90,13 +90,15 @@ const (
 	// each waiting out its push timeout and using up an attempt.
 	DefaultBreakerFailures = 10
 
-	// DefaultRetention is how long sent and skipped outbox rows are kept (env RELAY_RETENTION,
-	// e.g. 720h): each run deletes up to [PruneBatch] older ones, so the table and its indexes
-	// stay small. Parked and open rows are never deleted.
+	// DefaultRetention is how long sent and skipped outbox rows are kept: `couponctl outbox
+	// prune` (the daily operator job, as coupon_admin) deletes older ones with [Prune], so the
+	// table and its indexes stay small; env RELAY_RETENTION (e.g. 720h) overrides it there and
+	// in `couponctl reconcile`. Parked and open rows are never deleted. The relay itself deletes
+	// nothing (its role may not, docs/roles.md).
 	DefaultRetention = 30 * 24 * time.Hour
 
-	// PruneBatch bounds the rows one prune statement deletes, in rows: one run's share of the
-	// retention work, short enough to stay inside MarkTimeout.
+	// PruneBatch bounds the rows one prune statement deletes, in rows: a short statement that
+	// holds its row locks briefly, repeated until the backlog is gone.
 	PruneBatch = 1000
 )
 
@@ -134,8 +136,6 @@ type Config struct {
 	// BreakerFailures is the streak of outage failures that ends a run early. Default
 	// [DefaultBreakerFailures].
 	BreakerFailures int
-	// Retention is how long sent and skipped rows are kept. Default [DefaultRetention].
-	Retention time.Duration
 	// RetryBase and RetryCap bound the full-jitter backoff; 0 retries on the next run.
 	// [Config.WithDefaults] leaves them as they are; [ConfigFromEnv] defaults them to
 	// [DefaultRetryBase] and [DefaultRetryCap].
@@ -164,7 +164,6 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.RunBudget, DefaultRunBudget)
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.BreakerFailures, DefaultBreakerFailures)
-	setDefault(&c.Retention, DefaultRetention)
 	if c.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = c.Parallelism
@@ -205,7 +204,6 @@ func (c Config) Validate() error {
 	add(c.RetryCap >= RetryKeyWindow,
 		"retry cap %s: must be below %s, the part of LINE's 24-hour retry-key window the relay uses", c.RetryCap, RetryKeyWindow)
 	add(c.BreakerFailures <= 0, "breaker failures %d: must be positive", c.BreakerFailures)
-	add(c.Retention <= 0, "retention %s: must be positive", c.Retention)
 	add(c.PushTimeout <= 0 || c.PushTimeout > c.BatchTimeout,
 		"push timeout %s: must be positive and at most the batch timeout %s", c.PushTimeout, c.BatchTimeout)
 	add(c.MarkTimeout <= 0, "mark timeout %s: must be positive", c.MarkTimeout)
@@ -254,7 +252,6 @@ func ConfigFromEnv() (Config, error) {
 	durationVar(&c.RunBudget, "RELAY_RUN_BUDGET", DefaultRunBudget)
 	durationVar(&c.RetryBase, "RELAY_RETRY_BASE", DefaultRetryBase)
 	durationVar(&c.RetryCap, "RELAY_RETRY_CAP", DefaultRetryCap)
-	durationVar(&c.Retention, "RELAY_RETENTION", DefaultRetention)
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("outbox: %w", err)
 	}

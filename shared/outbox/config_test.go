@@ -3,20 +3,18 @@ package outbox_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
-// TestConfigFromEnvNewSettings reads the breaker and retention settings, and refuses a retry
+// TestConfigFromEnvNewSettings reads the breaker setting, and refuses a retry
 // cap that would let a row's retries outlast LINE's retry-key window.
 func TestConfigFromEnvNewSettings(t *testing.T) {
 	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "t")
 	t.Setenv("RELAY_BREAKER_FAILURES", "4")
-	t.Setenv("RELAY_RETENTION", "168h")
 	c, err := outbox.ConfigFromEnv()
-	if err != nil || c.BreakerFailures != 4 || c.Retention != 7*24*time.Hour {
-		t.Errorf("ConfigFromEnv: %+v, %v; want 4 failures, 168h retention", c, err)
+	if err != nil || c.BreakerFailures != 4 {
+		t.Errorf("ConfigFromEnv: %+v, %v; want 4 failures", c, err)
 	}
 	t.Setenv("RELAY_RETRY_CAP", "23h")
 	if _, err := outbox.ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), "retry-key window") {

@@ -26,6 +26,8 @@
 // A crash after a push and before its mark leaves the row claimed; when the lease ends, another
 // run re-sends it with the same retry key, LINE answers 409, and the row is marked sent.
 //
-// [Prune] deletes closed rows past the retention (each run calls it). The operator's view of the
+// A run deletes nothing (its role, coupon_relay, may not: docs/roles.md). [Prune] deletes closed
+// rows past the retention; the daily operator job runs it (`couponctl outbox prune`, as
+// coupon_admin). The operator's view of the
 // outbox, its dead letters and the members' LINE accounts is couponctl's (internal/outboxadmin).
 package outbox

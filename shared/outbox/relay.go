@@ -87,7 +87,7 @@ type claimed struct {
 // each claim are statements bounded by MarkTimeout; a batch's pushes end by the batch's start +
 // BatchTimeout and all of its marks by its start + BatchTimeout + MarkTimeout (one deadline
 // shared by the batch, not one per mark); a claim is made only while more than
-// BatchTimeout + 2*MarkTimeout is left, and the prune only while more than MarkTimeout is left.
+// BatchTimeout + 2*MarkTimeout is left.
 //
 // Each row ends in one of these ways:
 //   - its member has no LINE account linked: marked skipped, never pushed;
@@ -108,7 +108,9 @@ type claimed struct {
 // with the same retry key and gets 409; if even that fails, the lease runs out and the row comes
 // back the same way.
 //
-// At its end a run deletes up to [PruneBatch] sent and skipped rows older than Retention.
+// A run deletes nothing: its database role, coupon_relay, may only update the relay's columns
+// (docs/roles.md). Closed rows past the retention go with [Prune], run by the daily operator job
+// `couponctl outbox prune` as coupon_admin.
 //
 // Errors: a claim that fails ends the run with the error and the counts so far, as do
 // [ErrTokenRefused] and [ErrLINEUnavailable] (errors.Is).
@@ -143,9 +145,6 @@ func (r *Relay) Run(ctx context.Context, maxRows int) (Result, error) {
 		if stop = run.stopped(); stop != nil {
 			break
 		}
-	}
-	if time.Until(deadline) > r.cfg.MarkTimeout {
-		r.prune(ctx)
 	}
 	return res, stop
 }
@@ -184,23 +183,6 @@ func (r *Relay) claim(ctx context.Context, run uuid.UUID, start time.Time, n int
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
 	return batch, nil
-}
-
-// prune deletes one batch of closed rows past the retention; a failure is logged and left to
-// the next run.
-func (r *Relay) prune(ctx context.Context) {
-	var n int64
-	err := r.withTimeout(ctx, func(ctx context.Context) error {
-		var err error
-		n, err = Prune(ctx, r.pool, r.cfg.Retention, PruneBatch)
-		return err
-	})
-	switch {
-	case err != nil:
-		r.cfg.Logger.WarnContext(ctx, "outbox: prune failed; the next run tries again", "err", err)
-	case n > 0:
-		r.cfg.Logger.InfoContext(ctx, "outbox: pruned closed outbox rows", "rows", n, "retention", r.cfg.Retention.String())
-	}
 }
 
 // runState is what the pushes of one run share: its id (the claim), its circuit breaker, and

@@ -1,0 +1,420 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/legacy"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// The roles tests (00008_roles.sql, docs/roles.md) log in as a user of each group role, as the
+// deploy scripts make the runtime users, run the role's real work through the real code, and
+// prove that every write the role must not make fails with 42501 (insufficient privilege).
+
+// rolesDay is a fixed clock for the issuances, 10:00 JST on 20 September 2026.
+var rolesDay = time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo)
+
+// roleDB is one test's migrated database: a pool as its owner (the migration's user, for the
+// set-up and the counts) and a pool as a login user in role.
+type roleDB struct {
+	owner, as *pgxpool.Pool
+}
+
+func newRoleDB(t *testing.T, role string) roleDB {
+	t.Helper()
+	dbURL := pgtest.URL(t)
+	return roleDB{owner: openPool(t, dbURL), as: openPool(t, pgtest.LoginAs(t, dbURL, role))}
+}
+
+// forbidden is a write the role must not make, and why.
+type forbidden struct {
+	why, sql string
+}
+
+// refusals runs each statement on pool and returns one line per statement that was not
+// refused with 42501: run, or failed otherwise.
+func refusals(ctx context.Context, pool *pgxpool.Pool, writes []forbidden) []string {
+	var wrong []string
+	for _, w := range writes {
+		_, err := pool.Exec(ctx, w.sql)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InsufficientPrivilege {
+			wrong = append(wrong, fmt.Sprintf("%s (%s): %v, want 42501", w.why, w.sql, err))
+		}
+	}
+	return wrong
+}
+
+func checkRefused(t *testing.T, pool *pgxpool.Pool, writes []forbidden) {
+	t.Helper()
+	for _, w := range refusals(context.Background(), pool, writes) {
+		t.Error(w)
+	}
+}
+
+// collectGauges reads the gauges registered by register through pool once; a query the role
+// may not make fails the collection.
+func collectGauges(ctx context.Context, pool *pgxpool.Pool,
+	register func(*sdkmetric.MeterProvider, *pgxpool.Pool) error) error {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+	if err := register(mp, pool); err != nil {
+		return err
+	}
+	var rm metricdata.ResourceMetrics
+	return reader.Collect(ctx, &rm)
+}
+
+// issueWork is IssueCoupon's real work as pool's user: the start-up check, then issuances
+// answered ISSUED, ALREADY_ISSUED, MONTHLY_CAP, BUDGET_EXCEEDED (on one row and on budget
+// stripes) and UNKNOWN_CAMPAIGN, then the budget gauge. Campaigns ONE (2,000 yen, one stripe),
+// STRIPED (2,000 yen over 2 stripes) and THIRD must exist.
+func issueWork(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := schema.Check(ctx, pool); err != nil {
+		return err
+	}
+	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return rolesDay }})
+	if err != nil {
+		return err
+	}
+	for _, step := range []struct {
+		member, campaign string
+		want             issuance.Result
+	}{
+		{"m1", "ONE", issuance.ResultIssued},
+		{"m1", "ONE", issuance.ResultAlreadyIssued},
+		{"m2", "ONE", issuance.ResultIssued},
+		{"m3", "ONE", issuance.ResultBudgetExceeded},
+		{"m1", "STRIPED", issuance.ResultIssued},
+		{"m1", "THIRD", issuance.ResultMonthlyCap},
+		{"m2", "STRIPED", issuance.ResultIssued},
+		{"m3", "STRIPED", issuance.ResultBudgetExceeded},
+		{"m3", "NONE", issuance.ResultUnknownCampaign},
+	} {
+		out, err := svc.Issue(ctx, step.member, step.campaign)
+		if err != nil || out.Result != step.want {
+			return fmt.Errorf("issue %s %s: %+v, %v; want %s", step.member, step.campaign, out, err, step.want)
+		}
+	}
+	return collectGauges(ctx, pool, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
+		_, err := telemetry.RegisterBudgetGauge(mp, p)
+		return err
+	})
+}
+
+func createIssueCampaigns(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for _, c := range []campaign.Campaign{
+		{ID: "ONE", DiscountYen: 1000, BudgetYen: 2000},
+		{ID: "STRIPED", DiscountYen: 1000, BudgetYen: 2000, Stripes: 2},
+		{ID: "THIRD", DiscountYen: 1000, BudgetYen: 100_000},
+	} {
+		if err := campaign.Create(context.Background(), pool, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// issueForbidden: never a budget, a campaign or a coupon after the fact, never the relay's
+// columns or a LINE account, never a delete.
+var issueForbidden = []forbidden{
+	{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
+	{"a discount", `UPDATE campaign_budgets SET discount_yen = 1`},
+	{"a period", `UPDATE campaign_budgets SET ends_at = NULL`},
+	{"a new campaign", `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('X', 1, 1)`},
+	{"a new budget row", `INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen) VALUES ('ONE', 9, 1, 1)`},
+	{"a campaign", `UPDATE campaigns SET budget_yen = 1`},
+	{"a coupon's value", `UPDATE issued_coupons SET amount_yen = 1`},
+	{"a coupon voided", `UPDATE issued_coupons SET voided_at = now()`},
+	{"a coupon redeemed", `UPDATE issued_coupons SET redeemed_at = now()`},
+	{"a coupon's member", `UPDATE issued_coupons SET member_id = 'x'`},
+	{"a usage row's key", `UPDATE member_monthly_usage SET month = '2026-01'`},
+	{"the relay's sent_at", `UPDATE notification_outbox SET sent_at = now()`},
+	{"the relay's parked_at", `UPDATE notification_outbox SET parked_at = now()`},
+	{"the relay's next_attempt_at", `INSERT INTO notification_outbox (coupon_id, member_id, next_attempt_at) VALUES (gen_random_uuid(), 'm1', now())`},
+	{"a LINE account", `INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('m1', 'U0123456789abcdef0123456789abcdef')`},
+	{"delete a coupon", `DELETE FROM issued_coupons`},
+	{"delete a budget", `DELETE FROM campaign_budgets`},
+	{"delete usage", `DELETE FROM member_monthly_usage`},
+	{"delete an outbox row", `DELETE FROM notification_outbox`},
+	{"truncate", `TRUNCATE issued_coupons`},
+	{"a coupon's redemption read", `SELECT redeemed_at FROM issued_coupons`},
+	{"the schema", `ALTER TABLE campaign_budgets ADD COLUMN x integer`},
+}
+
+// TestIssueRole: a user in coupon_issue passes the start-up check, issues (ISSUED,
+// ALREADY_ISSUED, MONTHLY_CAP, BUDGET_EXCEEDED on one row and on stripes, UNKNOWN_CAMPAIGN) and
+// reads the budget gauge; every forbidden write is refused with 42501.
+func TestIssueRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newRoleDB(t, "coupon_issue")
+	createIssueCampaigns(t, db.owner)
+	if err := issueWork(ctx, db.as); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := reconcile.Check(ctx, db.owner, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) != 0 || rep.Coupons != 4 {
+		t.Errorf("after the issuances: %d coupons, violations %v; want 4, none", rep.Coupons, v)
+	}
+	checkRefused(t, db.as, issueForbidden)
+}
+
+// TestRolesTestSeesWrongGrants is the roles tests' own check, red by construction: on a
+// database where coupon_issue was granted too much (a budget's UPDATE), the forbidden-write
+// check reports the budget write; where it was granted too little (no UPDATE of issued_yen),
+// its real work fails.
+func TestRolesTestSeesWrongGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	tooMuch := newRoleDB(t, "coupon_issue")
+	createIssueCampaigns(t, tooMuch.owner)
+	if _, err := tooMuch.owner.Exec(ctx, `GRANT UPDATE (budget_yen) ON campaign_budgets TO coupon_issue`); err != nil {
+		t.Fatal(err)
+	}
+	if wrong := refusals(ctx, tooMuch.as, issueForbidden); len(wrong) != 1 {
+		t.Errorf("granted UPDATE (budget_yen): the check reports %q, want the budget write alone", wrong)
+	}
+
+	tooLittle := newRoleDB(t, "coupon_issue")
+	createIssueCampaigns(t, tooLittle.owner)
+	if _, err := tooLittle.owner.Exec(ctx, `REVOKE UPDATE (issued_yen) ON campaign_budgets FROM coupon_issue`); err != nil {
+		t.Fatal(err)
+	}
+	if err := issueWork(ctx, tooLittle.as); err == nil {
+		t.Error("without UPDATE (issued_yen): the issuances passed, want them to fail")
+	}
+}
+
+// TestRelayRole: a user in coupon_relay passes the start-up check, runs a real relay run against
+// the LINE stand-in that sends the linked members' rows and skips the unlinked one, parks a row
+// LINE refuses, and reads the outbox gauges; every forbidden write is refused with 42501, the
+// prune included.
+func TestRelayRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newRoleDB(t, "coupon_relay")
+	if err := campaign.Create(ctx, db.owner, campaign.Campaign{ID: "RELAY", DiscountYen: 1000, BudgetYen: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := issuance.New(db.owner, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coupons := map[string]string{}
+	for _, m := range []string{"m1", "m2", "m3", "m4"} {
+		out, err := svc.Issue(ctx, m, "RELAY")
+		if err != nil || out.Result != issuance.ResultIssued {
+			t.Fatalf("issue %s: %+v, %v", m, out, err)
+		}
+		coupons[m] = out.CouponID
+	}
+	for _, m := range []string{"m1", "m2", "m4"} {
+		if err := outboxadmin.Link(ctx, db.owner, m, fmt.Sprintf("U%032x", len(m)+int(m[1]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stub := linestub.New()
+	stub.Always(coupons["m4"], linestub.Response{Status: 400, Message: "refused"})
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+
+	if err := schema.Check(ctx, db.as); err != nil {
+		t.Fatal(err)
+	}
+	r, err := outbox.New(db.as, outbox.Config{ChannelAccessToken: "test-token", BaseURL: srv.URL,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, 0)
+	if err != nil || res != (outbox.Result{Sent: 2, Skipped: 1, Parked: 1}) {
+		t.Errorf("relay run: %+v, %v; want 2 sent, 1 skipped (m3), 1 parked (m4)", res, err)
+	}
+	// The marks' failures are only logged: judge the rows themselves.
+	var states string
+	if err := db.owner.QueryRow(ctx, `SELECT string_agg(member_id || ':' || CASE
+	    WHEN sent_at IS NOT NULL THEN 'sent' WHEN skipped_at IS NOT NULL THEN 'skipped'
+	    WHEN parked_at IS NOT NULL THEN 'parked' ELSE 'open' END, ' ' ORDER BY member_id)
+	  FROM notification_outbox WHERE claimed_by IS NULL`).Scan(&states); err != nil {
+		t.Fatal(err)
+	}
+	if want := "m1:sent m2:sent m3:skipped m4:parked"; states != want {
+		t.Errorf("outbox rows after the run: %q, want %q", states, want)
+	}
+	if err := collectGauges(ctx, db.as, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
+		_, err := telemetry.RegisterOutboxGauges(mp, p)
+		return err
+	}); err != nil {
+		t.Errorf("outbox gauges: %v", err)
+	}
+
+	if _, err := outbox.Prune(ctx, db.as, time.Nanosecond, outbox.PruneBatch); !isRefused(err) {
+		t.Errorf("prune as coupon_relay: %v, want 42501 (the relay deletes nothing)", err)
+	}
+	checkRefused(t, db.as, []forbidden{
+		{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('RELAY', 'm9', '2026-11', 1000)`},
+		{"a coupon's value", `UPDATE issued_coupons SET amount_yen = 1`},
+		{"a coupon's redemption read", `SELECT redeemed_at FROM issued_coupons`},
+		{"a budget counter", `UPDATE campaign_budgets SET issued_yen = 0`},
+		{"a budget read", `SELECT budget_yen FROM campaign_budgets`},
+		{"a usage read", `SELECT used_yen FROM member_monthly_usage`},
+		{"an outbox row", `INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, 'x' FROM notification_outbox`},
+		{"an outbox row's coupon", `UPDATE notification_outbox SET coupon_id = gen_random_uuid()`},
+		{"an outbox row's member", `UPDATE notification_outbox SET member_id = 'x'`},
+		{"an outbox row's trace", `UPDATE notification_outbox SET trace_parent = NULL`},
+		{"an outbox row's creation", `UPDATE notification_outbox SET created_at = now()`},
+		{"delete an outbox row", `DELETE FROM notification_outbox`},
+		{"a LINE account", `INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('m9', 'U0123456789abcdef0123456789abcdef')`},
+		{"a LINE account changed", `UPDATE member_line_accounts SET line_user_id = 'U0123456789abcdef0123456789abcdef'`},
+		{"the schema", `DROP TABLE notification_outbox`},
+	})
+}
+
+func isRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege
+}
+
+// TestAdminRole: a user in coupon_admin runs the operator verbs: campaign create and show,
+// reconcile and reconcile --repair (a drifted campaign counter and a drifted and a missing
+// usage row), line link, relink and unlink, outbox status, requeue and prune, legacy report
+// and rollback; it cannot change the schema, a coupon or a budget.
+func TestAdminRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newRoleDB(t, "coupon_admin")
+	if err := schema.Check(ctx, db.as); err != nil {
+		t.Fatal(err)
+	}
+	if err := campaign.Create(ctx, db.as, campaign.Campaign{ID: "ADMIN", DiscountYen: 1000, BudgetYen: 10_000, Stripes: 4}); err != nil {
+		t.Fatalf("campaign create: %v", err)
+	}
+	if s, err := campaign.Show(ctx, db.as, "ADMIN"); err != nil || s.BudgetYen != 10_000 || s.Stripes != 4 {
+		t.Fatalf("campaign show: %+v, %v", s, err)
+	}
+	svc, err := issuance.New(db.owner, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coupons := map[string]string{}
+	for _, m := range []string{"m1", "m2", "m3"} {
+		out, err := svc.Issue(ctx, m, "ADMIN")
+		if err != nil || out.Result != issuance.ResultIssued {
+			t.Fatalf("issue %s: %+v, %v", m, out, err)
+		}
+		coupons[m] = out.CouponID
+	}
+
+	// Drift, made by the owner: reconcile finds it, --repair rebuilds it.
+	for _, sql := range []string{
+		`UPDATE campaign_budgets SET issued_yen = 0`,
+		`UPDATE member_monthly_usage SET used_yen = 0 WHERE member_id = 'm1'`,
+		`DELETE FROM member_monthly_usage WHERE member_id = 'm2'`,
+	} {
+		if _, err := db.owner.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen}
+	if rep, err := reconcile.Check(ctx, db.as, cfg); err != nil || len(rep.Violations()) == 0 {
+		t.Fatalf("reconcile: %v, %v; want the drifts", rep.Violations(), err)
+	}
+	if rep, err := reconcile.Repair(ctx, db.as); err != nil || len(rep.Campaigns) != 1 || len(rep.Usage) != 2 {
+		t.Fatalf("reconcile --repair: %+v, %v; want 1 campaign and 2 usage rows rebuilt", rep, err)
+	}
+	if rep, err := reconcile.Check(ctx, db.as, cfg); err != nil || len(rep.Violations()) != 0 {
+		t.Fatalf("reconcile after repair: %v, %v; want none", rep.Violations(), err)
+	}
+
+	// line link, relink, unlink.
+	for _, u := range []string{"U" + fmt.Sprintf("%032x", 1), "U" + fmt.Sprintf("%032x", 2)} {
+		if err := outboxadmin.Link(ctx, db.as, "m1", u); err != nil {
+			t.Fatalf("line link %s: %v", u, err)
+		}
+	}
+	if err := outboxadmin.Link(ctx, db.as, "m3", "U"+fmt.Sprintf("%032x", 3)); err != nil {
+		t.Fatalf("line link: %v", err)
+	}
+	if had, err := outboxadmin.Unlink(ctx, db.as, "m3"); err != nil || !had {
+		t.Fatalf("line unlink: %v, %v", had, err)
+	}
+
+	// outbox: m1's row parked, m2's sent long ago; status, requeue, prune.
+	for _, sql := range []string{
+		`UPDATE notification_outbox SET parked_at = now(), attempts = 10, last_error = 'refused' WHERE member_id = 'm1'`,
+		`UPDATE notification_outbox SET sent_at = now() - interval '40 days' WHERE member_id = 'm2'`,
+	} {
+		if _, err := db.owner.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := outboxadmin.ReadStatus(ctx, db.as, 10); err != nil || st.Parked != 1 || st.Sent != 1 {
+		t.Fatalf("outbox status: %+v, %v; want 1 parked, 1 sent", st, err)
+	}
+	if rq, err := outboxadmin.Requeue(ctx, db.as, true, nil, false); err != nil || len(rq.Requeued) != 1 || rq.Requeued[0] != coupons["m1"] {
+		t.Fatalf("outbox requeue --all: %+v, %v; want m1's row", rq, err)
+	}
+	if n, err := outbox.Prune(ctx, db.as, outbox.DefaultRetention, outbox.PruneBatch); err != nil || n != 1 {
+		t.Fatalf("outbox prune: %d, %v; want m2's row", n, err)
+	}
+
+	// legacy report (refused politely on a migrated database) and rollback.
+	if _, err := legacy.Read(ctx, db.as, issuance.DefaultMonthlyCapYen); !errors.Is(err, legacy.ErrMigrated) {
+		t.Fatalf("legacy report: %v, want %v", err, legacy.ErrMigrated)
+	}
+	if n, err := legacy.Rollback(ctx, db.as); err != nil || n != 1 {
+		t.Fatalf("legacy rollback: %d, %v; want 1 campaign", n, err)
+	}
+	var legacyIssued int
+	if err := db.owner.QueryRow(ctx, `SELECT issued_yen FROM campaigns WHERE campaign_id = 'ADMIN'`).Scan(&legacyIssued); err != nil || legacyIssued != 3000 {
+		t.Fatalf("campaigns.issued_yen after rollback: %d, %v; want 3000", legacyIssued, err)
+	}
+
+	checkRefused(t, db.as, []forbidden{
+		{"drop a table", `DROP TABLE issued_coupons`},
+		{"alter a table", `ALTER TABLE campaign_budgets ADD COLUMN x integer`},
+		{"create a table", `CREATE TABLE x (id integer)`},
+		{"truncate", `TRUNCATE notification_outbox`},
+		{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
+		{"a discount", `UPDATE campaign_budgets SET discount_yen = 1`},
+		{"a campaign's definition", `UPDATE campaigns SET budget_yen = 1`},
+		{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('ADMIN', 'm9', '2026-11', 1000)`},
+		{"a coupon's value", `UPDATE issued_coupons SET amount_yen = 1`},
+		{"a coupon voided", `UPDATE issued_coupons SET voided_at = now()`},
+		{"delete a coupon", `DELETE FROM issued_coupons`},
+		{"delete a budget", `DELETE FROM campaign_budgets`},
+		{"delete a campaign", `DELETE FROM campaigns`},
+		{"delete usage", `DELETE FROM member_monthly_usage`},
+		{"an outbox row", `INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, 'x' FROM notification_outbox`},
+		{"an outbox row marked sent", `UPDATE notification_outbox SET sent_at = now()`},
+		{"an outbox row's member", `UPDATE notification_outbox SET member_id = 'x'`},
+		{"the legacy overshoot", `DELETE FROM legacy_overshoot`},
+		{"the schema version", `DELETE FROM goose_db_version`},
+	})
+}
