@@ -173,6 +173,8 @@ func TestIAMBindings(t *testing.T) {
 		{"projects", p, sa("coupon-issue"), "roles/cloudsql.instanceUser"},
 		{"projects", p, sa("coupon-relay"), "roles/cloudsql.client"},
 		{"projects", p, sa("coupon-relay"), "roles/cloudsql.instanceUser"},
+		{"projects", p, sa("coupon-admin"), "roles/cloudsql.client"},
+		{"projects", p, sa("coupon-admin"), "roles/cloudsql.instanceUser"},
 		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.client"},
 		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.instanceUser"},
 		{"secrets", "line-channel-access-token", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
@@ -370,7 +372,7 @@ func TestMigrationIdentity(t *testing.T) {
 }
 
 // TestGrantRoles: the database group roles go to the IAM users of the functions and of the
-// migrations, as the migrations' own user.
+// operators, as the migrations' own user.
 func TestGrantRoles(t *testing.T) {
 	out, err := script(t, "grant-roles.sh", "--project", testProject, "--dry-run")
 	if err != nil {
@@ -379,7 +381,7 @@ func TestGrantRoles(t *testing.T) {
 	for _, want := range []string{
 		`GRANT coupon_issue TO "coupon-issue@` + testProject + `.iam"`,
 		`GRANT coupon_relay TO "coupon-relay@` + testProject + `.iam"`,
-		`GRANT coupon_admin TO "coupon-deploy@` + testProject + `.iam"`,
+		`GRANT coupon_admin TO "coupon-admin@` + testProject + `.iam"`,
 		"+ cloud-sql-proxy --auto-iam-authn",
 		"user=coupon-deploy@" + testProject + ".iam",
 	} {

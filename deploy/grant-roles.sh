@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Step 5 of docs/deploy.md: grant the database group roles to the IAM database users
-# (docs/api.md, "Database roles"): coupon_issue to IssueCoupon's user, coupon_relay to
-# RelayOutbox's, coupon_admin to the deploy build's (couponctl's operator verbs). The roles
+# (docs/roles.md): coupon_issue to IssueCoupon's user, coupon_relay to RelayOutbox's,
+# coupon_admin to the operators' (coupon-admin, couponctl's operator verbs). The roles
 # themselves, and what each may read and write, are created by the schema migrations; this
-# script only grants them, as the migrations' own user (coupon-deploy, impersonated), through
-# the Cloud SQL Auth Proxy and psql. Idempotent: granting a role twice changes nothing.
+# script only grants them, as the migrations' own user (coupon-deploy, impersonated, which has
+# CREATEROLE: docs/deploy.md, step 2), through the Cloud SQL Auth Proxy and psql. Idempotent:
+# granting a role twice changes nothing.
 set -euo pipefail
 usage="Usage: deploy/grant-roles.sh --project ID [--region R] [--instance NAME] [--dry-run]
 
@@ -17,7 +18,7 @@ parse_common_flags "$@"
 readonly PROXY_PORT=5439
 grants="GRANT coupon_issue TO \"$(db_user "$SA_ISSUE")\";
 GRANT coupon_relay TO \"$(db_user "$SA_RELAY")\";
-GRANT coupon_admin TO \"$(db_user "$SA_DEPLOY")\";"
+GRANT coupon_admin TO \"$(db_user "$SA_ADMIN")\";"
 
 if [ "$DRY_RUN" = false ]; then
   for tool in cloud-sql-proxy psql pg_isready; do

@@ -16,12 +16,14 @@ readonly DATABASE=coupons
 readonly LINE_SECRET=line-channel-access-token
 readonly MEMBER_KEY_SECRET=telemetry-member-key # TELEMETRY_MEMBER_KEY: member hashes in logs
 # One service account per function, one for each caller, one for the deploy build (whose
-# identity is also the migrations' database user), one for the source builds of Cloud Run.
+# identity is also the migrations' database user), one for the source builds of Cloud Run, one
+# for the operators' couponctl (docs/roles.md).
 readonly SA_ISSUE=coupon-issue
 readonly SA_RELAY=coupon-relay
 readonly SA_SCHEDULER=coupon-scheduler
 readonly SA_GATEWAY=coupon-gateway
 readonly SA_DEPLOY=coupon-deploy
+readonly SA_ADMIN=coupon-admin # operators' couponctl, as database role coupon_admin
 readonly SA_BUILD=coupon-build
 
 PROJECT=""

@@ -27,7 +27,7 @@ run gcloud services enable --project="$PROJECT" \
   sqladmin.googleapis.com secretmanager.googleapis.com cloudscheduler.googleapis.com \
   iam.googleapis.com iamcredentials.googleapis.com
 
-accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD")
+accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN")
 if [ "$GATEWAY_SA" = "$(sa_email "$SA_GATEWAY")" ]; then
   accounts+=("$SA_GATEWAY")
 fi
@@ -54,9 +54,10 @@ exists gcloud sql instances describe "$INSTANCE" --project="$PROJECT" ||
 exists gcloud sql databases describe "$DATABASE" --instance="$INSTANCE" --project="$PROJECT" ||
   run gcloud sql databases create "$DATABASE" --instance="$INSTANCE" --project="$PROJECT"
 
-# One IAM database user per identity that connects: each function's, and the deploy build's,
-# which runs the migrations (so the migration logs in as the identity it runs with).
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_DEPLOY"; do
+# One IAM database user per identity that connects: each function's, the operators', and the
+# deploy build's, which runs the migrations (so the migration logs in as the identity it runs
+# with).
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN" "$SA_DEPLOY"; do
   exists gcloud sql users describe "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" ||
     run gcloud sql users create "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" \
       --type=cloud_iam_service_account
@@ -80,7 +81,7 @@ fi
 
 # Runtime identities: connect to Cloud SQL (client) and log in as their IAM user
 # (instanceUser); nothing else in the project.
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_DEPLOY"; do
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN" "$SA_DEPLOY"; do
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.client
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.instanceUser
 done
