@@ -1,13 +1,18 @@
 package deploy_test
 
 import (
+	"bytes"
+	"fmt"
 	"go/build"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -16,15 +21,21 @@ import (
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
+// testProject is the project id the scripts are run with in these tests.
+const testProject = "coupon-test-123"
+
+type step struct {
+	ID      string   `yaml:"id"`
+	Name    string   `yaml:"name"`
+	Args    []string `yaml:"args"`
+	Env     []string `yaml:"env"`
+	WaitFor []string `yaml:"waitFor"`
+}
+
 type cloudBuild struct {
-	Substitutions map[string]string `yaml:"substitutions"`
-	Steps         []struct {
-		ID      string   `yaml:"id"`
-		Name    string   `yaml:"name"`
-		Args    []string `yaml:"args"`
-		Env     []string `yaml:"env"`
-		WaitFor []string `yaml:"waitFor"`
-	} `yaml:"steps"`
+	ServiceAccount string            `yaml:"serviceAccount"`
+	Substitutions  map[string]string `yaml:"substitutions"`
+	Steps          []step            `yaml:"steps"`
 }
 
 // builtinSubstitutions are the ones Cloud Build provides itself (Cloud Build docs,
@@ -39,25 +50,30 @@ func loadCloudBuild(t *testing.T) cloudBuild {
 		t.Fatal(err)
 	}
 	var cb cloudBuild
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	if err := dec.Decode(&cb); err != nil {
+	if err := yaml.Unmarshal(b, &cb); err != nil {
 		t.Fatalf("cloudbuild.yaml: %v", err)
 	}
 	return cb
 }
 
-// TestCloudBuildSteps: ids unique, waitFor names earlier steps, and every $VAR is a defined
-// user substitution or a built-in (Cloud Build refuses others; a shell variable must be $$VAR).
+// TestCloudBuildSteps: ids unique, waitFor names earlier steps (or "-", start at once), and
+// every $VAR is a defined user substitution or a built-in (Cloud Build refuses others; a shell
+// variable must be $$VAR).
 func TestCloudBuildSteps(t *testing.T) {
 	cb := loadCloudBuild(t)
 	ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+	for _, m := range ref.FindAllStringSubmatch(cb.ServiceAccount, -1) {
+		if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
+			t.Errorf("serviceAccount: $%s is not a built-in substitution", m[1])
+		}
+	}
 	seen := map[string]bool{}
 	for _, s := range cb.Steps {
 		if s.ID == "" || s.Name == "" || seen[s.ID] {
 			t.Errorf("step %q: needs a unique id and an image name", s.ID)
 		}
 		for _, w := range s.WaitFor {
-			if !seen[w] {
+			if w != "-" && !seen[w] {
 				t.Errorf("step %s waits for %q, which is not an earlier step", s.ID, w)
 			}
 		}
@@ -76,10 +92,206 @@ func TestCloudBuildSteps(t *testing.T) {
 	}
 }
 
+// substitute replaces Cloud Build substitutions in s as a build in testProject would.
+func substitute(cb cloudBuild, s string) string {
+	vals := map[string]string{"PROJECT_ID": testProject}
+	for k, v := range cb.Substitutions {
+		vals[k] = v
+	}
+	return regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`).ReplaceAllStringFunc(s, func(m string) string {
+		return vals[strings.Trim(m, "${}")]
+	})
+}
+
+// script runs deploy/NAME with args and returns what it printed (stdout and stderr) and its
+// error. A gcloud on PATH that fails the test is put first, so that a --dry-run that would run
+// a command shows.
+func script(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	bin := t.TempDir()
+	marker := filepath.Join(bin, "called")
+	for _, tool := range []string{"gcloud", "cloud-sql-proxy", "psql", "pg_isready"} {
+		fake := fmt.Sprintf("#!/bin/sh\necho \"%s $*\" >> %s\nexit 1\n", tool, marker)
+		if err := os.WriteFile(filepath.Join(bin, tool), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("bash", append([]string{name}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if called, _ := os.ReadFile(marker); len(called) > 0 && slices.Contains(args, "--dry-run") {
+		t.Errorf("%s %v ran commands under --dry-run:\n%s", name, args, called)
+	}
+	return string(out), err
+}
+
+// binding is one IAM grant: on which resource, to whom, which role.
+type binding struct{ kind, resource, member, role string }
+
+func (b binding) String() string {
+	return fmt.Sprintf("%s %s: %s %s", b.kind, b.resource, b.member, b.role)
+}
+
+// bindings parses the add-iam-policy-binding commands of a dry run.
+func bindings(t *testing.T, out string) []binding {
+	t.Helper()
+	var bs []binding
+	for _, line := range strings.Split(out, "\n") {
+		words := strings.Fields(strings.TrimPrefix(line, "+ "))
+		i := slices.Index(words, "add-iam-policy-binding")
+		if !strings.HasPrefix(line, "+ gcloud ") || i < 0 {
+			continue
+		}
+		b := binding{kind: strings.Join(words[1:i], " "), resource: words[i+1]}
+		for _, w := range words[i+2:] {
+			if v, ok := strings.CutPrefix(w, "--member="); ok {
+				b.member = v
+			}
+			if v, ok := strings.CutPrefix(w, "--role="); ok {
+				b.role = v
+			}
+		}
+		if b.member == "" || b.role == "" {
+			t.Errorf("binding without --member= or --role=: %s", line)
+		}
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+func sa(name string) string {
+	return "serviceAccount:" + name + "@" + testProject + ".iam.gserviceaccount.com"
+}
+
+// TestIAMBindings compares every grant the scripts make with the expected set, exactly: a
+// grant that opens a function to anyone else (allUsers, another caller) or widens a role fails.
+func TestIAMBindings(t *testing.T) {
+	const gateway = "serviceAccount:app-gateway@gateway-prod-1.iam.gserviceaccount.com"
+	p := testProject
+	want := []binding{
+		{"projects", p, sa("coupon-issue"), "roles/cloudsql.client"},
+		{"projects", p, sa("coupon-issue"), "roles/cloudsql.instanceUser"},
+		{"projects", p, sa("coupon-relay"), "roles/cloudsql.client"},
+		{"projects", p, sa("coupon-relay"), "roles/cloudsql.instanceUser"},
+		{"projects", p, sa("coupon-admin"), "roles/cloudsql.client"},
+		{"projects", p, sa("coupon-admin"), "roles/cloudsql.instanceUser"},
+		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.client"},
+		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.instanceUser"},
+		{"secrets", "line-channel-access-token", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
+		{"secrets", "telemetry-member-key", sa("coupon-issue"), "roles/secretmanager.secretAccessor"},
+		{"secrets", "telemetry-member-key", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
+		{"projects", p, sa("coupon-deploy"), "roles/run.sourceDeveloper"},
+		{"projects", p, sa("coupon-deploy"), "roles/serviceusage.serviceUsageConsumer"},
+		{"projects", p, sa("coupon-deploy"), "roles/logging.logWriter"},
+		{"projects", p, sa("coupon-deploy"), "roles/storage.objectViewer"},
+		{"iam service-accounts", "coupon-issue@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
+		{"iam service-accounts", "coupon-relay@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
+		{"iam service-accounts", "coupon-build@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
+		{"projects", p, sa("coupon-build"), "roles/run.builder"},
+		// Who may call the functions: the gateway IssueCoupon, the scheduler RelayOutbox; nobody else.
+		{"run services", "issue-coupon", gateway, "roles/run.invoker"},
+		{"run services", "relay-outbox", sa("coupon-scheduler"), "roles/run.invoker"},
+	}
+	var got []binding
+	for _, name := range []string{"setup.sh", "access.sh"} {
+		out, err := script(t, name, "--project", p, "--gateway-sa", strings.TrimPrefix(gateway, "serviceAccount:"), "--dry-run")
+		if err != nil {
+			t.Fatalf("%s --dry-run: %v\n%s", name, err, out)
+		}
+		got = append(got, bindings(t, out)...)
+	}
+	for _, b := range got {
+		if !slices.Contains(want, b) {
+			t.Errorf("unexpected grant: %s", b)
+		}
+	}
+	for _, b := range want {
+		if !slices.Contains(got, b) {
+			t.Errorf("missing grant: %s", b)
+		}
+	}
+}
+
+// TestNotPublic: no deployable file and no dry run opens a function to unauthenticated
+// callers, and each deploy step says --no-allow-unauthenticated.
+func TestNotPublic(t *testing.T) {
+	public := regexp.MustCompile(`allUsers|allAuthenticatedUsers|--allow-unauthenticated|--ingress[= ]all\b.*--allow`)
+	for _, f := range deployableFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := public.Find(b); m != nil {
+			t.Errorf("%s opens a function to the public: %q", f, m)
+		}
+	}
+	for _, name := range []string{"setup.sh", "access.sh"} {
+		out, err := script(t, name, "--project", testProject, "--dry-run")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		if m := public.FindString(out); m != "" {
+			t.Errorf("%s --dry-run opens a function to the public: %q", name, m)
+		}
+	}
+	for _, s := range loadCloudBuild(t).Steps {
+		if slices.Contains(s.Args, "deploy") && !slices.Contains(s.Args, "--no-allow-unauthenticated") {
+			t.Errorf("step %s deploys without --no-allow-unauthenticated", s.ID)
+		}
+	}
+}
+
+// deployableFiles are the files a deploy reads or runs.
+func deployableFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"../cloudbuild.yaml"}
+	for _, pattern := range []string{"*.sh", "*.yaml"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	return files
+}
+
+// placeholder matches text that stands for a value someone was meant to fill in. In
+// cloudbuild.yaml, $PROJECT_ID and ${PROJECT_ID} are Cloud Build's substitution, not a
+// placeholder; they are removed before matching.
+var placeholder = regexp.MustCompile(`PROJECT_ID|PROJECT_NUMBER|YOUR[_-]|CHANGE[_-]?ME|REPLACE[_-]?ME|<[a-z][a-z _-]*>|example\.(com|org)|TODO|FIXME|XXX`)
+
+// TestNoPlaceholders fails on any placeholder left in a deployable file or in the environment
+// files that deploy/env.sh generates.
+func TestNoPlaceholders(t *testing.T) {
+	files := deployableFiles(t)
+	out := t.TempDir()
+	if o, err := script(t, "env.sh", "--project", testProject, "--out", out); err != nil {
+		t.Fatalf("env.sh: %v\n%s", err, o)
+	}
+	files = append(files, filepath.Join(out, "issue.env.yaml"), filepath.Join(out, "relay.env.yaml"))
+	substitution := regexp.MustCompile(`\$\{?PROJECT_ID\}?`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if filepath.Base(f) == "cloudbuild.yaml" {
+				line = substitution.ReplaceAllString(line, "")
+			}
+			if m := placeholder.FindString(line); m != "" {
+				t.Errorf("%s:%d: placeholder %q left in a deployable file", f, i+1, m)
+			}
+		}
+	}
+}
+
 // TestDeployedServices: each deploy step builds a main package that exists and reads an
-// environment file that the function's configuration loaders accept.
+// environment file, generated by deploy/env.sh, that the function's configuration loaders
+// accept, with the secrets it mounts.
 func TestDeployedServices(t *testing.T) {
 	cb := loadCloudBuild(t)
+	envDir := generatedEnv(t, cb)
 	deployed := 0
 	for _, s := range cb.Steps {
 		buildable, envFile := argValue(s.Args, "--set-build-env-vars=GOOGLE_BUILDABLE="), argValue(s.Args, "--env-vars-file=")
@@ -91,10 +303,18 @@ func TestDeployedServices(t *testing.T) {
 		if err != nil || pkg.Name != "main" {
 			t.Errorf("step %s: GOOGLE_BUILDABLE %s is not a main package: %v", s.ID, buildable, err)
 		}
-		env := loadEnv(t, filepath.Join("..", envFile))
+		env := loadEnv(t, filepath.Join(envDir, filepath.Base(envFile)))
 		target := env["FUNCTION_TARGET"]
 		if !registers(t, filepath.Join("..", filepath.Dir(buildable)), target) {
 			t.Errorf("step %s: FUNCTION_TARGET %q is not registered with functions.HTTP in %s", s.ID, target, filepath.Dir(buildable))
+		}
+		if want := testProject + ":asia-northeast1:coupon-db"; env["INSTANCE_CONNECTION_NAME"] != want {
+			t.Errorf("%s: INSTANCE_CONNECTION_NAME %q, want %q", envFile, env["INSTANCE_CONNECTION_NAME"], want)
+		}
+		// The IAM database user is the runtime service account's, which Cloud SQL names by the
+		// account's email without ".gserviceaccount.com".
+		if runtime := argValue(s.Args, "--service-account="); substitute(cb, runtime) != env["DB_USER"]+".gserviceaccount.com" {
+			t.Errorf("step %s: DB_USER %q is not the runtime service account %s", s.ID, env["DB_USER"], substitute(cb, runtime))
 		}
 		for k, v := range env {
 			t.Setenv(k, v)
@@ -124,6 +344,198 @@ func TestDeployedServices(t *testing.T) {
 	}
 }
 
+// TestMigrationIdentity: the migrate step logs in as the IAM database user of the account the
+// build runs as (cloudbuild.yaml's serviceAccount), and deploy/setup.sh creates that user.
+func TestMigrationIdentity(t *testing.T) {
+	cb := loadCloudBuild(t)
+	i := slices.IndexFunc(cb.Steps, func(s step) bool { return s.ID == "migrate" })
+	if i < 0 {
+		t.Fatal("no migrate step")
+	}
+	var user string
+	for _, e := range cb.Steps[i].Env {
+		if v, ok := strings.CutPrefix(e, "DB_USER="); ok {
+			user = substitute(cb, v)
+		}
+	}
+	runsAs := substitute(cb, cb.ServiceAccount)
+	if want := "projects/" + testProject + "/serviceAccounts/" + user + ".gserviceaccount.com"; user == "" || runsAs != want {
+		t.Errorf("migrate logs in as %q, but the build runs as %q", user, runsAs)
+	}
+	setup, err := script(t, "setup.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("setup.sh: %v\n%s", err, setup)
+	}
+	if !strings.Contains(setup, "gcloud sql users create "+user+" ") {
+		t.Errorf("setup.sh does not create the IAM database user %s", user)
+	}
+}
+
+// TestGrantRoles: the database group roles go to the IAM users of the functions and of the
+// operators, as the migrations' own user.
+func TestGrantRoles(t *testing.T) {
+	out, err := script(t, "grant-roles.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("grant-roles.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`GRANT coupon_issue TO "coupon-issue@` + testProject + `.iam"`,
+		`GRANT coupon_relay TO "coupon-relay@` + testProject + `.iam"`,
+		`GRANT coupon_admin TO "coupon-admin@` + testProject + `.iam"`,
+		"+ cloud-sql-proxy --auto-iam-authn",
+		"user=coupon-deploy@" + testProject + ".iam",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("grant-roles.sh --dry-run lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// Connection budget (docs/deploy.md, "Connections"): what couponctl's operators may hold at
+// once, in connections: two sessions of pgxpool's default pool (max(4, CPUs) on a laptop).
+const operatorConns = 2 * 4
+
+// headroom is the share of max_connections the budget may use: the rest is for Cloud SQL's
+// reserved superuser connections, its own agents, and a rolling deploy's old revision.
+const headroom = 0.75
+
+// TestConnectionBudget: instances x pool of both functions, plus the migration and the
+// operators, stays under the Cloud SQL instance's max_connections with headroom.
+func TestConnectionBudget(t *testing.T) {
+	cb := loadCloudBuild(t)
+	envDir := generatedEnv(t, cb)
+	total := operatorConns
+	for _, s := range cb.Steps {
+		switch {
+		case argValue(s.Args, "--env-vars-file=") != "":
+			env := loadEnv(t, filepath.Join(envDir, filepath.Base(argValue(s.Args, "--env-vars-file="))))
+			pool := atoi(t, env["DB_POOL_MAX_CONNS"])
+			instances := atoi(t, argValue(s.Args, "--max-instances="))
+			t.Logf("%s: %d instances x %d connections", s.ID, instances, pool)
+			total += instances * pool
+		case s.ID == "migrate":
+			for _, e := range s.Env {
+				if v, ok := strings.CutPrefix(e, "DB_POOL_MAX_CONNS="); ok {
+					total += atoi(t, v)
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile("setup.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`DB_MAX_CONNECTIONS=(\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("setup.sh sets no DB_MAX_CONNECTIONS")
+	}
+	limit := atoi(t, string(m[1]))
+	t.Logf("connections: %d of max_connections %d (budget %.0f)", total, limit, headroom*float64(limit))
+	if float64(total) > headroom*float64(limit) {
+		t.Errorf("instances x pool + migration + operators = %d connections, over %.0f%% of max_connections %d",
+			total, 100*headroom, limit)
+	}
+}
+
+// TestTimeouts: IssueCoupon's request timeout is above the app's 3 s budget; RelayOutbox's run
+// budget < the Scheduler's attempt deadline <= its request timeout.
+func TestTimeouts(t *testing.T) {
+	cb := loadCloudBuild(t)
+	envDir := generatedEnv(t, cb)
+	timeouts := map[string]time.Duration{}
+	for _, s := range cb.Steps {
+		if v := argValue(s.Args, "--timeout="); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			timeouts[filepath.Base(argValue(s.Args, "--env-vars-file="))] = d
+		}
+	}
+	if d := timeouts["issue.env.yaml"]; d <= issuance.AppTimeout {
+		t.Errorf("IssueCoupon's request timeout %s: want above the app's %s", d, issuance.AppTimeout)
+	}
+	budget, err := time.ParseDuration(loadEnv(t, filepath.Join(envDir, "relay.env.yaml"))["RELAY_RUN_BUDGET"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("access.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`ATTEMPT_DEADLINE=(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("access.sh sets no ATTEMPT_DEADLINE")
+	}
+	deadline, err := time.ParseDuration(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if relay := timeouts["relay.env.yaml"]; !(budget < deadline && deadline <= relay) {
+		t.Errorf("relay: run budget %s, attempt deadline %s, request timeout %s: want budget < deadline <= timeout",
+			budget, deadline, relay)
+	}
+}
+
+// TestShellcheck runs shellcheck on the scripts when it is installed (.ci/run installs it).
+func TestShellcheck(t *testing.T) {
+	if _, err := exec.LookPath("shellcheck"); err != nil {
+		t.Skip("shellcheck not installed (apt-get install shellcheck)")
+	}
+	scripts, _ := filepath.Glob("*.sh")
+	out, err := exec.Command("shellcheck", append([]string{"-x"}, scripts...)...).CombinedOutput()
+	if err != nil {
+		t.Errorf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// TestUsage: every script answers --help and refuses a missing project and an unknown flag.
+func TestUsage(t *testing.T) {
+	scripts, _ := filepath.Glob("*.sh")
+	for _, s := range scripts {
+		if s == "lib.sh" {
+			continue
+		}
+		if out, err := script(t, s, "--help"); err != nil || !strings.Contains(out, "Usage: deploy/"+s) {
+			t.Errorf("%s --help: %v\n%s", s, err, out)
+		}
+		if out, err := script(t, s, "--dry-run"); err == nil || !strings.Contains(out, "--project is required") {
+			t.Errorf("%s without --project: %v\n%s", s, err, out)
+		}
+		if out, err := script(t, s, "--project", testProject, "--bogus"); err == nil || !strings.Contains(out, "unknown flag --bogus") {
+			t.Errorf("%s --bogus: %v\n%s", s, err, out)
+		}
+	}
+}
+
+// generatedEnv runs deploy/env.sh as the env-files step of cloudbuild.yaml does, for
+// testProject, and returns the directory it wrote.
+func generatedEnv(t *testing.T, cb cloudBuild) string {
+	t.Helper()
+	i := slices.IndexFunc(cb.Steps, func(s step) bool { return slices.Contains(s.Args, "deploy/env.sh") })
+	if i < 0 {
+		t.Fatal("cloudbuild.yaml: no step runs deploy/env.sh")
+	}
+	dir := t.TempDir()
+	var args []string
+	for _, a := range cb.Steps[i].Args[1:] {
+		if strings.HasPrefix(a, "--out=") {
+			a = "--out=" + dir
+		}
+		args = append(args, substitute(cb, a))
+	}
+	// env.sh takes --flag value; the step passes --flag=value.
+	var split []string
+	for _, a := range args {
+		k, v, _ := strings.Cut(a, "=")
+		split = append(split, k, v)
+	}
+	if out, err := script(t, "env.sh", split...); err != nil {
+		t.Fatalf("env.sh %v: %v\n%s", split, err, out)
+	}
+	return dir
+}
+
 func argValue(args []string, prefix string) string {
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(a, prefix); ok {
@@ -133,6 +545,15 @@ func argValue(args []string, prefix string) string {
 	return ""
 }
 
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
+}
+
 func loadEnv(t *testing.T, path string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -140,7 +561,7 @@ func loadEnv(t *testing.T, path string) map[string]string {
 		t.Fatal(err)
 	}
 	var env map[string]string // Cloud Run wants every value a string
-	if err := yaml.Unmarshal(b, &env); err != nil {
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&env); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return env

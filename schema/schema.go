@@ -2,7 +2,7 @@
 // applied with goose (github.com/pressly/goose/v3).
 //
 // The tables and what each serializes are described in migrations/00001_issuance.sql and in
-// CONTRACT.md ("Tables").
+// docs/api.md ("Tables").
 package schema
 
 import (

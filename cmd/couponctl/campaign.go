@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,7 +16,7 @@ import (
 )
 
 func campaignCmd() *cobra.Command {
-	return groupCmd("campaign", "Create and show campaigns", campaignCreateCmd(), campaignShowCmd())
+	return groupCmd("campaign", "Create, show and list campaigns", campaignCreateCmd(), campaignShowCmd(), campaignListCmd())
 }
 
 func campaignCreateCmd() *cobra.Command {
@@ -30,8 +32,9 @@ func campaignCreateCmd() *cobra.Command {
 (whole coupons each, as even as possible). One stripe suits an ordinary campaign; a first-come
 campaign expected to take many requests per second gets one stripe per ` + fmt.Sprint(campaign.StripeRateTPS) + ` requests/s
 (--expected-rps), at most ` + fmt.Sprint(campaign.MaxStripes) + ` (docs/hot-campaigns.md).`,
-		Example: `  couponctl campaign create --id SW-A --discount-yen 1000 --budget-yen 100000 \
-    --starts 2026-09-19T00:00:00+09:00 --ends 2026-09-24T00:00:00+09:00`,
+		Example: `  couponctl campaign create --id SW-A --discount-yen 1000 --budget-yen 100000
+  couponctl campaign create --id WEEK --discount-yen 500 --budget-yen 50000 \
+    --starts "$(date --iso-8601=seconds)" --ends "$(date -d '+7 days' --iso-8601=seconds)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -126,6 +129,52 @@ func campaignShowCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func campaignListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List every campaign: budget, issued, remaining (yen), period (Asia/Tokyo) and whether it is active now",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			list, err := campaign.List(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			writeCampaignList(cmd.OutOrStdout(), list, time.Now())
+			return nil
+		},
+	}
+}
+
+// writeCampaignList writes list as a table, amounts in yen, periods in Asia/Tokyo time, and
+// whether each campaign issues coupons at now (else why not: not started, or ended).
+func writeCampaignList(w io.Writer, list []campaign.Status, now time.Time) {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no campaigns (couponctl campaign create adds one)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tstarts\tends\tactive now")
+	for _, s := range list {
+		active := "yes"
+		switch {
+		case s.StartsAt != nil && now.Before(*s.StartsAt):
+			active = "no (not started)"
+		case s.EndsAt != nil && !now.Before(*s.EndsAt):
+			active = "no (ended)"
+		case s.RemainingYen() < s.DiscountYen:
+			active = "yes (budget spent)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen,
+			s.RemainingYen(), fmtTime(s.StartsAt), fmtTime(s.EndsAt), active)
+	}
+	_ = tw.Flush()
 }
 
 func fmtTime(t *time.Time) string {

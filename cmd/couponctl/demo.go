@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -34,6 +35,7 @@ type demoOptions struct {
 	workers int
 	seed    uint64
 	tapGap  time.Duration
+	yes     bool // write into the database DATABASE_URL names
 	// telemetry is show, export or off (see demoTelemetryModes).
 	telemetry string
 }
@@ -64,7 +66,11 @@ func demoCmd() *cobra.Command {
      or any app-only member's coupon was pushed.
 
 With the defaults (300 members) the right outcome is exactly 600 coupons, every member
-holding two, SW-A issuing exactly 100,000 yen.`,
+holding two, SW-A issuing exactly 100,000 yen.
+
+The functions' own log lines (JSON, and the framework's) go to a file named at the end, so
+that the report reads top to bottom. With DATABASE_URL set the demo writes its campaigns,
+coupons and outbox rows into that database, so it asks for --yes first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd, o) },
 	}
@@ -73,6 +79,7 @@ holding two, SW-A issuing exactly 100,000 yen.`,
 	f.IntVar(&o.workers, "workers", 32, "concurrent HTTP clients")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the shuffle and the tap delays (same seed, same traffic)")
 	f.DurationVar(&o.tapGap, "tap-gap", silverweek.DefaultTapGap, "longest delay of a member's second tap")
+	f.BoolVar(&o.yes, "yes", false, "with DATABASE_URL set: migrate that database and write the demo's campaigns, coupons and outbox rows into it")
 	f.StringVar(&o.telemetry, "telemetry", telemetryShow, "show: record traces and metrics in memory and print them after the report, and export them as OTEL_* says; "+
 		"export: only export as OTEL_* says, as deployed; off: no telemetry (to measure its overhead)")
 	return c
@@ -84,6 +91,11 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 	if o.tapGap < 0 {
 		return fmt.Errorf("--tap-gap %s: must not be negative", o.tapGap)
+	}
+	if u := os.Getenv("DATABASE_URL"); u != "" && !o.yes {
+		return fmt.Errorf("DATABASE_URL is set (%s): the demo would migrate that database and write the Silver Week "+
+			"campaigns, coupons and outbox rows into it. Run again with --yes to allow it, or unset DATABASE_URL "+
+			"to use a throwaway server", redactURL(u))
 	}
 	ctx := cmd.Context()
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -110,11 +122,21 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 	fmt.Fprintln(errOut, "migrated; created SW-A (100,000 yen), SW-B and SW-C (300,000 yen each), 1,000 yen coupons")
 
-	tel, err := startDemoTelemetry(cmd, o.telemetry)
+	logs, err := captureLogs()
 	if err != nil {
 		return err
 	}
-	defer tel.close(cmd)
+	tel, err := startDemoTelemetry(cmd, o.telemetry, logs.f)
+	if err != nil {
+		logs.restore()
+		logs.finish(out)
+		return err
+	}
+	defer func() {
+		logs.restore() // first, so that a telemetry flush error reaches the terminal
+		tel.close(cmd)
+		logs.finish(out)
+	}()
 	baseURL, err := serveFunctions(ctx, dbURL, o.workers)
 	if err != nil {
 		return err
@@ -325,4 +347,67 @@ func scenarioExpectations(ctx context.Context, pool *pgxpool.Pool, members int, 
 		}
 	}
 	return f
+}
+
+// redactURL is u without its password, for messages; a keyword/value string is not shown.
+func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil && p.Scheme != "" {
+		return p.Redacted()
+	}
+	return "a keyword/value connection string"
+}
+
+// functionLogs holds the process's standard output and error while the demo's functions run:
+// their log lines and the functions framework's "Serving function" lines go to a file instead of
+// between the report's lines.
+type functionLogs struct {
+	f              *os.File
+	stdout, stderr *os.File
+	logOutput      io.Writer
+}
+
+// captureLogs points os.Stdout, os.Stderr and the log package at a new temporary file. The
+// report's writers, taken before, still reach the terminal.
+func captureLogs() (*functionLogs, error) {
+	f, err := os.CreateTemp("", "couponctl-demo-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("demo: log file: %w", err)
+	}
+	l := &functionLogs{f: f, stdout: os.Stdout, stderr: os.Stderr, logOutput: log.Writer()}
+	log.SetOutput(f)
+	os.Stdout, os.Stderr = f, f
+	return l, nil
+}
+
+// restore gives the process its standard streams back; writers that took the file keep it until
+// finish.
+func (l *functionLogs) restore() {
+	os.Stdout, os.Stderr = l.stdout, l.stderr
+	log.SetOutput(l.logOutput)
+}
+
+// finish closes the log file and tells w where it is, with its lines by level (the JSON lines'
+// "level" or "severity"; the relay's warnings about the injected failures are expected).
+func (l *functionLogs) finish(w io.Writer) {
+	_ = l.f.Close()
+	b, err := os.ReadFile(l.f.Name())
+	if err != nil {
+		return
+	}
+	var lines []string
+	if len(b) > 0 {
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	levels := map[string]int{}
+	for _, line := range lines {
+		var v struct {
+			Level    string `json:"level"`
+			Severity string `json:"severity"`
+		}
+		if json.Unmarshal([]byte(line), &v) == nil {
+			levels[strings.ToUpper(v.Level+v.Severity)]++
+		}
+	}
+	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %d ERROR, %d WARN, %d INFO; the relay's lines about the injected failures are expected)\n",
+		l.f.Name(), len(lines), levels["ERROR"], levels["WARN"]+levels["WARNING"], levels["INFO"])
 }

@@ -93,9 +93,12 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 
 	fmt.Fprintf(w, "\nRelay (RelayOutbox -> local LINE stand-in at %s; %d first pushes answered with injected 5xx/429):\n",
 		l.Addr(), len(victims))
+	fmt.Fprintln(w, "  (on purpose: the failed pushes are retried by later runs with the same retry key, and the\n"+
+		"  429s carry Retry-After: 1, so the last runs wait about a second, as the relay waits for LINE)")
 	client := &http.Client{Timeout: 2 * time.Minute}
 	started := time.Now()
 	var total outbox.Result
+	waited := false
 	for run := 1; ; run++ {
 		res, err := postRelay(ctx, client, functionsBaseURL+"/RelayOutbox")
 		if err != nil {
@@ -114,6 +117,10 @@ func demoRelay(ctx context.Context, w io.Writer, pool *pgxpool.Pool, functionsBa
 			break
 		}
 		if res.Rows() == 0 { // the rows left wait for a Retry-After or a lease
+			if !waited {
+				fmt.Fprintln(w, "  waiting for the injected Retry-After before the next run...")
+				waited = true
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

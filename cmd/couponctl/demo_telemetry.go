@@ -37,10 +37,11 @@ const (
 	telemetryOff    = "off"    // none: the baseline of the overhead measurement
 )
 
-// startDemoTelemetry sets up telemetry for the demo's process as mode says; nil for off.
-func startDemoTelemetry(cmd *cobra.Command, mode string) (*demoTelemetry, error) {
-	// The demo's report is its output; one log line per request would drown it.
-	opts := []telemetry.Option{telemetry.WithLogWriter(io.Discard)}
+// startDemoTelemetry sets up telemetry for the demo's process as mode says, the functions' log
+// lines going to logs (the demo's log file: one line per request would drown the report); nil
+// for off.
+func startDemoTelemetry(cmd *cobra.Command, mode string, logs io.Writer) (*demoTelemetry, error) {
+	opts := []telemetry.Option{telemetry.WithLogWriter(logs)}
 	t := &demoTelemetry{}
 	switch mode {
 	case telemetryOff:

@@ -31,14 +31,14 @@ type loadOptions struct {
 	seed               uint64
 }
 
-// contractAnswers are the (status, result) pairs CONTRACT.md allows IssueCoupon to answer a
+// contractAnswers are the (status, result) pairs docs/api.md allows IssueCoupon to answer a
 // well-formed request with; anything else is counted as a violation.
 var contractAnswers = map[int]string{
 	http.StatusCreated: "ISSUED", http.StatusOK: "ALREADY_ISSUED", http.StatusNotFound: "UNKNOWN_CAMPAIGN",
 	http.StatusServiceUnavailable: "RETRY_EXHAUSTED",
 }
 
-// contractConflicts are the results CONTRACT.md answers with 409.
+// contractConflicts are the results docs/api.md answers with 409.
 var contractConflicts = map[string]bool{"MONTHLY_CAP": true, "BUDGET_EXCEEDED": true, "CAMPAIGN_NOT_ACTIVE": true}
 
 func loadCmd() *cobra.Command {
@@ -191,7 +191,7 @@ func loadResultOf(res *vegeta.Result) string {
 	return body.Result
 }
 
-// inContract reports whether status and result agree with CONTRACT.md's table for a
+// inContract reports whether status and result agree with docs/api.md's table for a
 // well-formed request.
 func inContract(status uint16, result string) bool {
 	if status == http.StatusConflict {

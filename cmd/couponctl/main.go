@@ -79,6 +79,7 @@ func databaseOrThrowaway(ctx context.Context, cmd *cobra.Command) (string, func(
 	if err != nil {
 		return "", nil, err
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "throwaway PostgreSQL on 127.0.0.1:%d (removed on exit)\n", srv.Port())
+	fmt.Fprintf(cmd.ErrOrStderr(), "throwaway server on 127.0.0.1:%d (removed on exit): %s, binaries in %s\n",
+		srv.Port(), srv.Version(), srv.BinDir())
 	return srv.URL(), func() { _ = srv.Stop() }, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -39,7 +41,10 @@ func simCmd() *cobra.Command {
 		Long: `sim runs the same load through each strategy against a real PostgreSQL, a fresh database per
 strategy x workers x run, and counts with SQL afterwards what broke: coupons issued, R1 overshoot
 per campaign and counter drift (yen), R2 duplicate pairs, R3 members over the cap, pushes for
-coupons that do not exist; then retries, RETRY_EXHAUSTED, throughput and latency.
+coupons that do not exist; then retries, RETRY_EXHAUSTED, throughput and latency. A verdict
+follows the table: per strategy, the rules any of its runs broke. "retried %" is the
+transactions started beyond each request's first, per 100 requests: over 100 means more than
+one retry per request on average.
 
 Strategies:
   before           the incident's code: read-judge-write in Go at READ COMMITTED, push inside the
@@ -88,6 +93,18 @@ PostgreSQL when unset. Progress goes to stderr.`,
 			if plan.Load.Members < 1 || runs < 1 || len(workers) == 0 || slices.Min(workers) < 1 {
 				return fmt.Errorf("--members, --runs and every --workers must be at least 1")
 			}
+			// The chart's path is checked before the runs, which take minutes: its extension
+			// names a known format and its directory takes a new file.
+			var chartFormat string
+			if chart != "" {
+				var err error
+				if chartFormat, err = isolationlab.ChartFormat(chart); err != nil {
+					return fmt.Errorf("--chart: %w", err)
+				}
+				if err := checkWritableDir(filepath.Dir(chart)); err != nil {
+					return fmt.Errorf("--chart %s: %w", chart, err)
+				}
+			}
 			var err error
 			if plan.Load.CapYen == 0 {
 				if plan.Load.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
@@ -109,21 +126,24 @@ PostgreSQL when unset. Progress goes to stderr.`,
 			if err := isolationlab.WriteTable(cmd.OutOrStdout(), format, ms); err != nil {
 				return err
 			}
+			// The verdict is prose: after a text or markdown table on stdout; beside JSON or
+			// CSV, on stderr, so that stdout stays machine-readable.
+			verdictOut := cmd.OutOrStdout()
+			if format == "json" || format == "csv" {
+				verdictOut = cmd.ErrOrStderr()
+			}
+			if err := isolationlab.WriteVerdict(verdictOut, ms); err != nil {
+				return err
+			}
 			if chart == "" {
 				return nil
 			}
-			f, err := os.Create(chart)
-			if err != nil {
-				return err
+			if err := writeFileAtomic(chart, func(w io.Writer) error {
+				return isolationlab.WriteChart(w, ms, 30*vg.Centimeter, 32*vg.Centimeter, chartFormat)
+			}); err != nil {
+				return fmt.Errorf("--chart: %w", err)
 			}
-			if err := isolationlab.WriteChart(f, ms, 30*vg.Centimeter, 22*vg.Centimeter); err != nil {
-				_ = f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "chart written to %s\n", chart)
+			fmt.Fprintf(cmd.ErrOrStderr(), "chart (%s) written to %s\n", chartFormat, chart)
 			return nil
 		},
 	}
@@ -140,7 +160,8 @@ PostgreSQL when unset. Progress goes to stderr.`,
 	f.DurationVar(&load.TapGap, "tap-gap", load.TapGap, "the second tap comes up to this long after the first")
 	f.Uint64Var(&load.Seed, "seed", load.Seed, "shuffle seed; each run adds its workers and run number")
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", "))
-	f.StringVar(&chart, "chart", "", "also write a PNG chart of violations and retries to this file")
+	f.StringVar(&chart, "chart", "", "also write a chart of violations and retries to this file, in the format its extension names ("+
+		strings.Join(isolationlab.ChartFormats, ", ")+")")
 	f.StringVar(&scenario, "scenario", "silver-week", "load: silver-week, or black-friday (one first-come campaign: good, stripes-16, preallocated, serializable; docs/hot-campaigns.md)")
 	friday.register(f)
 	return c
@@ -165,4 +186,34 @@ func completeLoad(load *isolationlab.Load, n, discountYen int, budgets []int) er
 		load.Campaigns[i] = silverweek.Campaign{ID: id, DiscountYen: discountYen, BudgetYen: b}
 	}
 	return nil
+}
+
+// checkWritableDir reports whether dir exists and a file can be created in it (by creating and
+// removing one).
+func checkWritableDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".couponctl-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot create a file in %s: %w", dir, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
+}
+
+// writeFileAtomic writes path through write into a temporary file beside it, then renames it
+// into place, so that a failure leaves no half-written file (and an older file untouched).
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a successful rename there is nothing left to remove
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

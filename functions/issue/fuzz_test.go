@@ -12,7 +12,7 @@ import (
 )
 
 // The contract's id formats, written out again as an oracle independent of shared/ids
-// (CONTRACT.md: member_id 1-128 bytes of visible ASCII, campaign_id 1-64 bytes of [A-Za-z0-9_-]).
+// (docs/api.md: member_id 1-128 bytes of visible ASCII, campaign_id 1-64 bytes of [A-Za-z0-9_-]).
 var (
 	contractMemberID   = regexp.MustCompile(`^[\x21-\x7E]{1,128}$`)
 	contractCampaignID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

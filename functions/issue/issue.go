@@ -1,6 +1,6 @@
 // Package issue is the IssueCoupon Cloud Run function: the app gateway's "クーポンを受け取る"
 // call. It decodes and validates the request, runs one issuance (shared/issuance) and answers
-// with the result codes of CONTRACT.md. It registers itself with the functions framework in init.
+// with the result codes of docs/api.md (docs/openapi.yaml). It registers itself with the functions framework in init.
 package issue
 
 import (
@@ -66,7 +66,7 @@ func NewHandler(pool *pgxpool.Pool, cfg issuance.Config) (*Handler, error) {
 	return &Handler{svc: svc, log: slog.Default()}, nil
 }
 
-// ServeHTTP answers one IssueCoupon request (CONTRACT.md, "IssueCoupon") and logs it in one
+// ServeHTTP answers one IssueCoupon request (docs/api.md, "IssueCoupon") and logs it in one
 // line (see logRequest).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -93,18 +93,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // retryAfterSeconds is the Retry-After of RETRY_EXHAUSTED, in seconds: contention on one
-// campaign row clears within a second at the measured 32-client p99 (perf/hot-row.md).
+// campaign row clears within a second at the measured 32-client p99 (docs/hot-row.md).
 const retryAfterSeconds = "1"
 
 // resultInvalidRequest and resultInternalError are the answers that no issuance produced.
-// INTERNAL_ERROR (500) is not in CONTRACT.md's table: it answers an unexpected failure whose
+// INTERNAL_ERROR (500) is the last row of docs/api.md's table: it answers an unexpected failure whose
 // detail goes to the log, never to the caller.
 const (
 	resultInvalidRequest = "INVALID_REQUEST"
 	resultInternalError  = "INTERNAL_ERROR"
 )
 
-// statusOf is the result-to-status table of CONTRACT.md.
+// statusOf is the result-to-status table of docs/api.md.
 var statusOf = map[issuance.Result]int{
 	issuance.ResultIssued:            http.StatusCreated,
 	issuance.ResultAlreadyIssued:     http.StatusOK,

@@ -77,7 +77,7 @@ func ask(member, campaignID string) string {
 	return string(b)
 }
 
-// TestResultTable walks every row of CONTRACT.md's result table through the handler.
+// TestResultTable walks every row of docs/api.md's result table through the handler.
 func TestResultTable(t *testing.T) {
 	t.Parallel()
 	h, _ := newTestHandler(t, issuance.Config{})

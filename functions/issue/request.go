@@ -13,7 +13,7 @@ import (
 	"github.com/mops/coupon-api/shared/ids"
 )
 
-// MaxBodyBytes is the largest request body accepted, in bytes (CONTRACT.md: 4 KiB).
+// MaxBodyBytes is the largest request body accepted, in bytes (docs/api.md: 4 KiB).
 const MaxBodyBytes = 4 << 10
 
 // request is the body of IssueCoupon.
@@ -26,7 +26,7 @@ type request struct {
 // failure: the method (405), the headers (415: a Content-Type other than application/json, a
 // Content-Encoding other than identity, since a compressed body is not JSON until inflated),
 // the size (413: the whole body is read up to [MaxBodyBytes] before any of it is parsed, so an
-// oversized body is 413 whatever it holds, CONTRACT.md), then the content (400): one JSON object
+// oversized body is 413 whatever it holds, docs/api.md), then the content (400): one JSON object
 // with exactly the string fields member_id and campaign_id, each once, nothing after it, and
 // ids of the contract's formats.
 func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error) {

@@ -1,7 +1,7 @@
 // Package relay is the RelayOutbox Cloud Run function: Cloud Scheduler calls it every minute
 // (and an operator may call it by hand) to deliver the transactional outbox to LINE. It decodes
 // the request, runs one relay pass (shared/outbox) and answers how many rows were sent, sent
-// back for a retry, parked, and skipped (CONTRACT.md, "RelayOutbox"). It registers itself with the
+// back for a retry, parked, and skipped (docs/api.md, "RelayOutbox"). It registers itself with the
 // functions framework in init.
 package relay
 

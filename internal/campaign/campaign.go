@@ -171,3 +171,24 @@ SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(sta
 	}
 	return s, nil
 }
+
+// List reads every campaign in id order, as [Show] reads one: a campaign whose budget is spread
+// over budget stripes is one Status with the stripes' sums. Errors: the database's.
+func List(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]Status, error) {
+	rows, err := db.Query(ctx, `
+SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*)
+  FROM campaign_budgets GROUP BY campaign_id ORDER BY campaign_id`)
+	if err != nil {
+		return nil, fmt.Errorf("campaign: list: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
+		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("campaign: list: %w", err)
+	}
+	return list, nil
+}

@@ -1,6 +1,6 @@
 // Package hotbench measures one hot campaign on one PostgreSQL, four ways, at several client
 // counts: the product's IssueCoupon over HTTP on a campaign of 1 and of 16 budget stripes, and
-// pgbench running the design write-up's transaction and the bare one-row UPDATE (the scripts in
+// pgbench running the transaction of docs/design.md as first written and the bare one-row UPDATE (the scripts in
 // pgbench/). After every cell it checks the rules with package reconcile and that the coupons
 // written match the answers. `couponctl bench` is its command line; docs/performance.md holds the
 // figures. It is a benchmark: nothing asserts its speed.
@@ -350,7 +350,7 @@ func percentileMs(l []time.Duration, p float64) float64 {
 var Formats = []string{"text", "markdown"}
 
 // WriteTable writes rs as a table, one row per cell, with each cell's throughput as a ratio of
-// the same client count's pgbench runs of the seed's transaction and of the bare one-row UPDATE.
+// the same client count's pgbench runs of the first-written transaction (docs/design.md) and of the bare one-row UPDATE.
 func WriteTable(w io.Writer, format string, rs []Result) error {
 	if !slices.Contains(Formats, format) {
 		return fmt.Errorf("hotbench: format %q: want one of %s", format, strings.Join(Formats, ", "))

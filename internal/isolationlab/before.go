@@ -18,11 +18,11 @@ import (
 const ResultSystemError = "SYSTEM_ERROR"
 
 // BeforeAttempts is how many transactions the Before code starts per call, without waiting
-// between them (design write-up, "for _ in range(3)").
+// between them (docs/design.md, "The seven problems", #7).
 const BeforeAttempts = 3
 
-// DefaultPushDelay is the simulated LINE push inside the Before transaction (design write-up:
-// "平均 20 ms、タイムアウト未設定").
+// DefaultPushDelay is the simulated LINE push inside the Before transaction (docs/design.md,
+// "The incident": about 20 ms, no timeout).
 const DefaultPushDelay = 20 * time.Millisecond
 
 // BreakSchema turns the production schema into the Before world: no unique index on
@@ -34,7 +34,7 @@ ALTER TABLE campaign_budgets DROP CONSTRAINT issued_within_budget`)
 	return err
 }
 
-// Before is the incident's issuance code (design write-up, "悪いコード (Before)") in Go: it reads
+// Before is the incident's issuance code (docs/design.md, "The incident") in Go: it reads
 // the budget counter and judges in Go, then writes back the value it computed (lost update); it
 // checks for an existing coupon and then inserts (two concurrent requests both see none: phantom);
 // it locks the member's existing coupons FOR UPDATE and sums them in Go, which locks nothing for a

@@ -5,15 +5,32 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+	_ "gonum.org/v1/plot/vg/vgimg" // registers png, jpg, jpeg, tif, tiff with draw.NewFormattedCanvas
+	_ "gonum.org/v1/plot/vg/vgpdf" // registers pdf
+	_ "gonum.org/v1/plot/vg/vgsvg" // registers svg
 )
+
+// ChartFormats are the file formats [WriteChart] writes, named by a chart file's extension.
+var ChartFormats = []string{"png", "svg", "pdf", "jpg", "jpeg", "tif", "tiff"}
+
+// ChartFormat returns the format a chart file's extension names (".png" -> "png"), or an error
+// that lists the formats for another extension.
+func ChartFormat(path string) (string, error) {
+	ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if !slices.Contains(ChartFormats, ext) {
+		return "", fmt.Errorf("chart %s: the extension names the format; want one of .%s", path, strings.Join(ChartFormats, ", ."))
+	}
+	return ext, nil
+}
 
 // series is one bar of each group in the chart: a label and the figure it shows of a measurement.
 type series struct {
@@ -21,19 +38,30 @@ type series struct {
 	value func(m Measurement) float64
 }
 
+// panel is one plot of the chart: its series share one unit, named on the y axis.
+type panel struct {
+	title, unit string
+	series      []series
+	ticks       plot.Ticker
+}
+
 var (
-	violationSeries = []series{
-		{"R1 overshoot (1,000 yen)", func(m Measurement) float64 { return float64(m.OvershootYen()) / 1000 }},
-		{"R1 counter drift (1,000 yen)", func(m Measurement) float64 { return float64(m.CounterDriftYen) / 1000 }},
-		{"R2 duplicate pairs", func(m Measurement) float64 { return float64(m.DuplicatePairs) }},
-		{"R3 members over the cap", func(m Measurement) float64 { return float64(m.MembersOverCap) }},
-		{"pushes for coupons that do not exist", func(m Measurement) float64 { return float64(m.PushesWithoutCoupon) }},
-	}
-	retrySeries = []series{
-		{"transactions retried (% of requests)", func(m Measurement) float64 { return m.RetriedPct() }},
-		{"RETRY_EXHAUSTED / SYSTEM_ERROR (% of requests)", func(m Measurement) float64 {
-			return 100 * float64(m.Exhausted) / float64(max(m.Requests, 1))
-		}},
+	panels = []panel{
+		{"R1 budget: yen beyond the budgets, and counter drift (SQL after each run; 0 = the rule held)", "yen", []series{
+			{"R1 overshoot", func(m Measurement) float64 { return float64(m.OvershootYen()) }},
+			{"R1 counter drift", func(m Measurement) float64 { return float64(m.CounterDriftYen) }},
+		}, yenTicks{}},
+		{"R2, R3 and pushes: rows that break a rule (SQL after each run; 0 = the rule held)", "count", []series{
+			{"R2 duplicate (campaign, member) pairs", func(m Measurement) float64 { return float64(m.DuplicatePairs) }},
+			{"R3 member-months over the cap", func(m Measurement) float64 { return float64(m.MembersOverCap) }},
+			{"pushes for coupons that do not exist", func(m Measurement) float64 { return float64(m.PushesWithoutCoupon) }},
+		}, plot.DefaultTicks{}},
+		{"Retries and give-ups (over 100% = more than one retry per request)", "% of requests", []series{
+			{"transactions retried", func(m Measurement) float64 { return m.RetriedPct() }},
+			{"RETRY_EXHAUSTED / SYSTEM_ERROR", func(m Measurement) float64 {
+				return 100 * float64(m.Exhausted) / float64(max(m.Requests, 1))
+			}},
+		}, plot.DefaultTicks{}},
 	}
 	// palette is the Okabe-Ito colour-blind safe palette.
 	palette = []color.Color{
@@ -62,51 +90,62 @@ func groups(ms []Measurement) []group {
 	return gs
 }
 
-// WriteChart draws ms as a PNG of width x height points: above, the rule violations per strategy
-// and worker count; below, the retries and give-ups in percent of requests. Each bar is the mean
-// over the runs. Drawn with gonum.org/v1/plot.
-func WriteChart(w io.Writer, ms []Measurement, width, height vg.Length) error {
+// WriteChart draws ms in format (one of [ChartFormats]) at width x height: one panel per unit,
+// yen (R1), rows (R2, R3, pushes without a coupon) and percent of requests (retries and
+// give-ups), each with one bar group per strategy and worker count. Each bar is the mean over
+// the runs and carries its value; a zero is drawn as a labelled "0" on the axis, so that a rule
+// that held reads as a measurement, not as missing data. Drawn with gonum.org/v1/plot.
+func WriteChart(w io.Writer, ms []Measurement, width, height vg.Length, format string) error {
 	gs := groups(ms)
 	if len(gs) == 0 {
 		return fmt.Errorf("isolationlab: chart: no measurements")
 	}
-	top, err := barPlot(gs, violationSeries, "Rules broken: SQL counts after each run (mean of runs)", "count")
-	if err != nil {
-		return err
+	if !slices.Contains(ChartFormats, format) {
+		return fmt.Errorf("isolationlab: chart format %q: want one of %s", format, strings.Join(ChartFormats, ", "))
 	}
-	bottom, err := barPlot(gs, retrySeries, "Retries and give-ups (mean of runs)", "% of requests")
-	if err != nil {
-		return err
+	plots := make([][]*plot.Plot, len(panels))
+	for i, pn := range panels {
+		p, err := barPlot(gs, pn)
+		if err != nil {
+			return err
+		}
+		plots[i] = []*plot.Plot{p}
 	}
-	img := vgimg.New(width, height)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter, PadY: 6 * vg.Millimeter,
+	c, err := draw.NewFormattedCanvas(width, height, format)
+	if err != nil {
+		return fmt.Errorf("isolationlab: chart: %w", err)
+	}
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: 6 * vg.Millimeter,
 		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	plots := [][]*plot.Plot{{top}, {bottom}}
-	canvases := plot.Align(plots, tiles, dc)
-	top.Draw(canvases[0][0])
-	bottom.Draw(canvases[1][0])
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	canvases := plot.Align(plots, tiles, draw.New(c))
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	_, err = c.WriteTo(w)
 	return err
 }
 
-func barPlot(gs []group, ss []series, title, yLabel string) (*plot.Plot, error) {
+func barPlot(gs []group, pn panel) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = yLabel
+	p.Title.Text = pn.title
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Y.Label.Text = pn.unit
+	p.Y.Label.TextStyle.Font.Size = vg.Points(10)
+	p.Y.Tick.Marker = pn.ticks
+	p.Y.Tick.Label.Font.Size = vg.Points(9)
 	p.Y.Min = 0
 	p.Legend.Top = true
 	p.Legend.Left = false
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
-	p.X.Tick.Label.Font.Size = vg.Points(9)
-	barWidth := vg.Points(float64(min(14, 60/len(ss))))
+	p.X.Tick.Label.Font.Size = vg.Points(10)
+	barWidth := vg.Points(float64(min(16, 72/len(pn.series))))
 	p.Add(plotter.NewGrid())
 	names := make([]string, len(gs))
 	for i, g := range gs {
 		names[i] = g.name
 	}
 	top := 0.0
-	for si, s := range ss {
+	for si, s := range pn.series {
 		vals := make(plotter.Values, len(gs))
 		for gi, g := range gs {
 			sum := 0.0
@@ -122,8 +161,8 @@ func barPlot(gs []group, ss []series, title, yLabel string) (*plot.Plot, error) 
 		}
 		bars.LineStyle.Width = 0
 		bars.Color = palette[si%len(palette)]
-		bars.Offset = barWidth * vg.Length(float64(si)-float64(len(ss)-1)/2)
-		labels, err := valueLabels(vals, bars.Offset)
+		bars.Offset = barWidth * vg.Length(float64(si)-float64(len(pn.series)-1)/2)
+		labels, err := valueLabels(vals, bars.Offset, pn.unit == "yen", bars.Color)
 		if err != nil {
 			return nil, err
 		}
@@ -131,34 +170,69 @@ func barPlot(gs []group, ss []series, title, yLabel string) (*plot.Plot, error) 
 		p.Legend.Add(s.label, bars)
 	}
 	// Room above the highest bar for its label and for the legend.
-	p.Y.Max = max(1, top) * 1.45
+	p.Y.Max = max(1, top) * 1.6
 	p.NominalX(names...)
+	// Half a group of room on each side, so that the outer groups' bars are whole.
+	p.X.Min, p.X.Max = -0.5, float64(len(gs))-0.5
 	return p, nil
 }
 
-// valueLabels writes each non-zero bar's value above it, turned upright so that neighbours do
-// not overlap; a bar that is not there reads as the rule having held.
-func valueLabels(vals plotter.Values, offset vg.Length) (*plotter.Labels, error) {
+// valueLabels writes each bar's value above it in the bar's colour c, turned upright so that
+// neighbours do not overlap; a zero gets its "0" too, on the axis, so a rule that held is
+// visibly measured.
+func valueLabels(vals plotter.Values, offset vg.Length, yen bool, c color.Color) (*plotter.Labels, error) {
 	xyl := plotter.XYLabels{XYs: make(plotter.XYs, len(vals)), Labels: make([]string, len(vals))}
 	for i, v := range vals {
 		xyl.XYs[i] = plotter.XY{X: float64(i), Y: v}
-		if v > 0 {
-			xyl.Labels[i] = strconv.FormatFloat(v, 'f', -1, 64)
-			if v != math.Trunc(v) {
-				xyl.Labels[i] = strconv.FormatFloat(v, 'f', 1, 64)
-			}
-		}
+		xyl.Labels[i] = formatValue(v, yen)
 	}
 	l, err := plotter.NewLabels(xyl)
 	if err != nil {
 		return nil, fmt.Errorf("isolationlab: chart labels: %w", err)
 	}
 	for i := range l.TextStyle {
-		l.TextStyle[i].Font.Size = vg.Points(7)
+		l.TextStyle[i].Font.Size = vg.Points(9)
+		l.TextStyle[i].Color = c
 		l.TextStyle[i].Rotation = math.Pi / 2
 		l.TextStyle[i].XAlign = draw.XLeft
 		l.TextStyle[i].YAlign = draw.YCenter
 	}
 	l.Offset = vg.Point{X: offset, Y: vg.Points(2)}
 	return l, nil
+}
+
+// formatValue is a bar's label: yen rounded to the yen with thousands separators, other whole
+// numbers as they are, others with one decimal (one significant digit below 0.1).
+func formatValue(v float64, yen bool) string {
+	switch {
+	case yen:
+		return thousands(int64(math.Round(v)))
+	case v != 0 && math.Abs(v) < 0.1:
+		return strconv.FormatFloat(v, 'g', 1, 64) // 0.02, not a "0.0" that reads as none
+	case v != math.Trunc(v):
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+// thousands formats n with thousands separators: 1234567 -> "1,234,567".
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// yenTicks are the default ticks labelled in yen with thousands separators.
+type yenTicks struct{}
+
+func (yenTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = thousands(int64(t.Value))
+		}
+	}
+	return ticks
 }

@@ -1,5 +1,5 @@
 // Package isolationlab is the isolation lab: it runs the same load through each strategy that the
-// design write-up (seeds/000) compared, on a fresh PostgreSQL database per run, and counts with
+// design compared (docs/design.md, "The two proposals that were rejected"), on a fresh PostgreSQL database per run, and counts with
 // SQL afterwards what each one broke.
 //
 // The strategies ([Strategies]):

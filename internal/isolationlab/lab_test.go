@@ -182,7 +182,7 @@ func TestWriteTableAndChart(t *testing.T) {
 		t.Errorf("format yaml: no error")
 	}
 	var png bytes.Buffer
-	if err := isolationlab.WriteChart(&png, ms, 20*vg.Centimeter, 15*vg.Centimeter); err != nil {
+	if err := isolationlab.WriteChart(&png, ms, 20*vg.Centimeter, 15*vg.Centimeter, "png"); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.HasPrefix(png.Bytes(), []byte("\x89PNG")) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -111,4 +112,61 @@ func writeRows(w io.Writer, format string, rows [][]string, csvHeader []string, 
 		return enc.Encode(jsonValue)
 	}
 	return fmt.Errorf("isolationlab: format %q: want one of %s", format, strings.Join(Formats, ", "))
+}
+
+// RetriedNote explains the "retried %" column, which can pass 100.
+const RetriedNote = `"retried %" counts the transactions started beyond each request's first, per 100 requests:
+over 100 means that requests were retried more than once on average (SQLSTATE 40001 under
+REPEATABLE READ and SERIALIZABLE, or the Before code's blind retries).`
+
+// WriteVerdict writes one line per strategy in ms, in order: which rules any of its runs broke,
+// counted from the rule columns (R1 overshoot or counter drift, R2 duplicate pairs, R3 members
+// over the cap, pushes for coupons that do not exist), and how many requests it gave up on;
+// then [RetriedNote].
+func WriteVerdict(w io.Writer, ms []Measurement) error {
+	type tally struct {
+		broke     []string
+		exhausted int
+		requests  int
+	}
+	var order []string
+	by := map[string]*tally{}
+	for _, m := range ms {
+		t := by[m.Strategy]
+		if t == nil {
+			t = &tally{}
+			by[m.Strategy] = t
+			order = append(order, m.Strategy)
+		}
+		t.exhausted += m.Exhausted
+		t.requests += m.Requests
+		for _, r := range []struct {
+			name   string
+			broken bool
+		}{
+			{"R1 budget", m.OvershootYen() > 0},
+			{"R1 counter", m.CounterDriftYen > 0},
+			{"R2 one per member", m.DuplicatePairs > 0},
+			{"R3 monthly cap", m.MembersOverCap > 0},
+			{"pushes without a coupon", m.PushesWithoutCoupon > 0},
+		} {
+			if r.broken && !slices.Contains(t.broke, r.name) {
+				t.broke = append(t.broke, r.name)
+			}
+		}
+	}
+	fmt.Fprintln(w, "\nVerdict (any run; rules counted with SQL on the tables):")
+	for _, name := range order {
+		t := by[name]
+		line := "held every rule"
+		if len(t.broke) > 0 {
+			line = "BROKE " + strings.Join(t.broke, ", ")
+		}
+		if t.exhausted > 0 {
+			line += fmt.Sprintf("; gave up on %d of %d requests (RETRY_EXHAUSTED)", t.exhausted, t.requests)
+		}
+		fmt.Fprintf(w, "  %-16s %s\n", name, line)
+	}
+	_, err := fmt.Fprintln(w, "\n"+RetriedNote)
+	return err
 }

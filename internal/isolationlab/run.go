@@ -31,7 +31,7 @@ type Load struct {
 	Seed uint64
 }
 
-// SilverWeek is the default load of CONTRACT.md: 300 members, SW-A/SW-B/SW-C, 2,000 yen cap,
+// SilverWeek is the default load of docs/api.md ("The Silver Week scenario"): 300 members, SW-A/SW-B/SW-C, 2,000 yen cap,
 // second taps within 50 ms. Its right answer is exactly 600 coupons.
 func SilverWeek() Load {
 	return Load{

@@ -11,12 +11,12 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-// SerializableAttempts bounds the transactions of one [Serializable] call (design write-up,
-// the second junior proposal: "full jitter で最大5回").
+// SerializableAttempts bounds the transactions of one [Serializable] call (docs/design.md,
+// "The two proposals that were rejected", B: full jitter, at most 5 attempts).
 const SerializableAttempts = 5
 
 // ResultRetryExhausted is the answer of [Serializable] when every attempt failed with 40001
-// (CONTRACT.md, RETRY_EXHAUSTED).
+// (docs/api.md, RETRY_EXHAUSTED).
 const ResultRetryExhausted = string(issuance.ResultRetryExhausted)
 
 // Serializable is the second junior proposal: the Before code's read-judge-write unchanged, run at

@@ -13,7 +13,7 @@ import (
 
 // Outcome is what one call of a strategy answered.
 type Outcome struct {
-	// Result is the result code: CONTRACT.md's, or [ResultSystemError] for the Before code.
+	// Result is the result code: docs/api.md's, or [ResultSystemError] for the Before code.
 	Result string
 	// Attempts is how many transactions the call started; those beyond the first are retries.
 	Attempts int
@@ -58,7 +58,7 @@ type Strategy struct {
 }
 
 // Strategies are the strategies the lab knows, in the order the table shows them: the incident's
-// code, the two junior proposals of the design write-up (seeds/000), and the production path.
+// code, the two rejected proposals of docs/design.md, and the production path.
 var Strategies = []Strategy{
 	{
 		Name:         "before",

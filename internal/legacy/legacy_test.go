@@ -100,9 +100,9 @@ func issue(t *testing.T, svc *issuance.Service, member, campaignID string) issua
 	return out
 }
 
-// TestSeedExample is the design write-up's small dirty database: m1 and m3 each hold an
-// unredeemed and a redeemed SW-A coupon, and SW-A's live coupons reach 3,000 yen against a 2,000
-// yen budget while its counter says 2,000. After the migration the redeemed coupon of each pair
+// TestSeedExample is the small dirty database of docs/design.md ("Migrating data that is
+// already broken"): m1 and m3 each hold an unredeemed and a redeemed SW-A coupon, and SW-A's live
+// coupons reach 3,000 yen against a 2,000 yen budget while its counter says 2,000. After the migration the redeemed coupon of each pair
 // stays live, the other is voided and marked; SW-A stays at 3,000 yen (recorded as a legacy
 // overshoot, not drift); a new SW-A issue is BUDGET_EXCEEDED and m1's re-issue ALREADY_ISSUED
 // with its live coupon.

@@ -44,7 +44,7 @@ var ErrBinariesMissing = errors.New("localpg: PostgreSQL server binaries not fou
 // Options configure Start. The zero value is usable.
 type Options struct {
 	// BinDir holds initdb and postgres. Default: $PG_BIN_DIR, else [DefaultBinDir], else the
-	// directory of `pg_config --bindir`.
+	// directory of `pg_config --bindir`. A BinDir or PG_BIN_DIR without initdb is an error.
 	BinDir string
 	// RunAs is the unprivileged account the server runs as when the caller is root.
 	// Default: $LOCALPG_USER, else "postgres".
@@ -59,10 +59,12 @@ type Options struct {
 
 // Server is a running throwaway PostgreSQL. Stop it to end the process and delete its files.
 type Server struct {
-	dir  string
-	port int
-	cmd  *exec.Cmd
-	done chan error
+	dir     string
+	bin     string
+	version string
+	port    int
+	cmd     *exec.Cmd
+	done    chan error
 	// postgres and args start the server again after [Server.Down].
 	postgres string
 	args     []string
@@ -77,11 +79,21 @@ func (s *Server) URL() string {
 // Port is the loopback TCP port the server listens on.
 func (s *Server) Port() int { return s.port }
 
+// BinDir is the directory of the initdb and postgres the server was started from.
+func (s *Server) BinDir() string { return s.bin }
+
+// Version is the server binary's `postgres --version`, such as "postgres (PostgreSQL) 15.18".
+func (s *Server) Version() string { return s.version }
+
 // Start runs initdb in a new temporary directory and starts postgres on a free loopback port.
 // It returns once the server accepts connections. Errors name what is missing (binaries, the
 // unprivileged user) or include the tail of the server log.
 func Start(ctx context.Context, opt Options) (*Server, error) {
 	bin, err := binDir(opt.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	ver, err := version(bin)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +106,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localpg: temp dir: %w", err)
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, bin: bin, version: ver}
 	ok := false
 	defer func() {
 		if !ok {
@@ -238,22 +250,43 @@ func (s *Server) logTail() string {
 	return "server log:\n" + string(b)
 }
 
+// binDir returns the directory of initdb and postgres: dir or $PG_BIN_DIR when one is set (an
+// error if it holds no initdb: a wrong setting is never silently replaced by another server's
+// binaries), else [DefaultBinDir], else `pg_config --bindir`.
 func binDir(dir string) (string, error) {
-	candidates := []string{dir, os.Getenv("PG_BIN_DIR"), DefaultBinDir}
+	for _, explicit := range []struct{ name, dir string }{{"Options.BinDir", dir}, {"PG_BIN_DIR", os.Getenv("PG_BIN_DIR")}} {
+		if explicit.dir == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(explicit.dir, "initdb")); err != nil {
+			return "", fmt.Errorf("%w: %s=%s holds no initdb (%v); point it at the server binaries' "+
+				"directory, such as %s, or unset it", ErrBinariesMissing, explicit.name, explicit.dir, err, DefaultBinDir)
+		}
+		return explicit.dir, nil
+	}
+	candidates := []string{DefaultBinDir}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		candidates = append(candidates, strings.TrimSpace(string(out)))
 	}
 	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
 		if _, err := os.Stat(filepath.Join(c, "initdb")); err == nil {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("%w (looked in %s and $PG_BIN_DIR): install them with "+
+	return "", fmt.Errorf("%w (looked in %s and pg_config --bindir): install them with "+
 		"`apt-get install postgresql-15` (Debian/Ubuntu), or set PG_BIN_DIR, or set DATABASE_URL "+
 		"to an existing server", ErrBinariesMissing, DefaultBinDir)
+}
+
+// version returns the first line of `postgres --version` in bin, such as
+// "postgres (PostgreSQL) 15.18 (Debian 15.18-1.pgdg120+1)".
+func version(bin string) (string, error) {
+	out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("localpg: %s --version: %w", filepath.Join(bin, "postgres"), err)
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return first, nil
 }
 
 // credential returns the credential to run initdb and postgres with: nil when the caller is not

@@ -1,4 +1,4 @@
-// Package silverweek is the real input of CONTRACT.md: the Silver Week 2026 traffic (SW-A, SW-B,
+// Package silverweek is the real input of docs/api.md ("The Silver Week scenario"): the Silver Week 2026 traffic (SW-A, SW-B,
 // SW-C; every member asks for every campaign twice within tens of milliseconds, a double tap or
 // a re-send after the app's timeout), and a driver that replays it from a barrier with a fixed
 // number of concurrent workers.
@@ -28,7 +28,7 @@ type Campaign struct {
 	BudgetYen   int // the campaign budget approval
 }
 
-// Campaigns are the three Silver Week campaigns (design write-up 000): SW-A early bird with a
+// Campaigns are the three Silver Week campaigns (docs/design.md, "The incident"): SW-A early bird with a
 // 100,000 yen budget, SW-B appliances and SW-C daily goods with 300,000 yen each, 1,000 yen coupons.
 var Campaigns = []Campaign{
 	{ID: "SW-A", DiscountYen: 1000, BudgetYen: 100_000},
@@ -78,7 +78,7 @@ func Requests(members int, campaigns []Campaign, tapGap time.Duration, seed uint
 	return reqs
 }
 
-// IssueFunc sends one request and returns its result code (CONTRACT.md), or an error for a
+// IssueFunc sends one request and returns its result code (docs/api.md), or an error for a
 // request that got no result (a 500, a broken connection).
 type IssueFunc func(ctx context.Context, r Request) (string, error)
 

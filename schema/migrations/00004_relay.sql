@@ -1,6 +1,6 @@
 -- +goose Up
--- Relay bookkeeping on the transactional outbox (functions/relay, shared/outbox). The contract's
--- columns (coupon_id, member_id, created_at, sent_at) keep their names and meaning; a row is
+-- Relay bookkeeping on the transactional outbox (functions/relay, shared/outbox). The columns
+-- docs/api.md names (coupon_id, member_id, created_at, sent_at) keep their names and meaning; a row is
 -- delivered when sent_at is set, dead-lettered when parked_at is set, and due otherwise.
 --
 --   attempts         pushes started for the row (counted when it is claimed, so a relay that

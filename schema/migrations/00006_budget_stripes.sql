@@ -1,5 +1,5 @@
 -- +goose Up
--- Budget stripes (docs/hot-campaigns.md; the design write-up's "予算を 16 個の小口行に分割"): a hot
+-- Budget stripes (docs/hot-campaigns.md; docs/design.md, "What to watch, and when to change the design"): a hot
 -- campaign's budget is split over K rows of campaign_budgets, one per stripe, so that K issuances
 -- can hold a budget row at once instead of queueing on one. Each stripe is its own R1 counter with
 -- its own CHECK (issued_within_budget), so no stripe, and therefore no campaign, can overshoot.

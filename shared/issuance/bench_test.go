@@ -13,7 +13,7 @@ import (
 
 // BenchmarkIssueHotCampaign issues coupons to new members of one campaign from
 // 16 x GOMAXPROCS goroutines (32 on the 2-core build machine): every transaction updates the same
-// campaign budget row, the case perf/hot-row.md measured. ns/op is wall time per coupon across
+// campaign budget row, the case docs/hot-row.md measured. ns/op is wall time per coupon across
 // all goroutines, so 1e9/(ns/op) is coupons per second. The test server runs with fsync off, so
 // compare figures only within one run.
 //

@@ -18,11 +18,11 @@ const (
 	AppTimeout = 3 * time.Second
 
 	// DefaultBudget is the whole-call budget, inside the app's 3 s timeout with room for the
-	// HTTP round trip (CONTRACT.md, ISSUE_BUDGET).
+	// HTTP round trip (docs/api.md, ISSUE_BUDGET).
 	DefaultBudget = 2500 * time.Millisecond
 
 	// DefaultLockTimeout caps one attempt's lock_timeout. At 32 clients on one hot campaign row
-	// the whole transaction's p99 was 0.75 s (perf/hot-row.md); a wait past 1 s is a stuck lock
+	// the whole transaction's p99 was 0.75 s (docs/hot-row.md); a wait past 1 s is a stuck lock
 	// holder, not contention, and the attempt gives up with 55P03 so a retry still fits.
 	DefaultLockTimeout = 1 * time.Second
 
@@ -30,12 +30,12 @@ const (
 	// timeout so that a lock wait ends as 55P03 (retryable), not 57014.
 	DefaultStatementTimeout = 2 * time.Second
 
-	// MaxAttempts bounds the attempts of one call (design write-up: "full jitter で最大5回").
+	// MaxAttempts bounds the attempts of one call (docs/design.md, "Timeouts and retries").
 	MaxAttempts = 5
 
 	// BackoffBase and BackoffCap bound the full-jitter wait after failed attempt n (n >= 1),
 	// which is uniform in [0, min(BackoffCap, BackoffBase*2^(n-1))): at most 10, 20, 40, 80 ms
-	// before attempts 2 to 5 (shared/backoff.FullJitter; design write-up; M. Brooker, "Exponential
+	// before attempts 2 to 5 (shared/backoff.FullJitter; docs/design.md; M. Brooker, "Exponential
 	// Backoff And Jitter").
 	BackoffBase = 10 * time.Millisecond
 	BackoffCap  = 200 * time.Millisecond
@@ -50,7 +50,7 @@ const (
 	// the same region is a few ms; the rest covers scheduling on a busy instance.
 	serverMargin = 100 * time.Millisecond
 
-	// ResolveTimeout bounds the look-up that settles a lost COMMIT answer (CONTRACT.md: the
+	// ResolveTimeout bounds the look-up that settles a lost COMMIT answer (docs/api.md: the
 	// service resolves it before answering). It runs after the budget, on a fresh context, and
 	// fits in what the budget leaves of the app's timeout: 2.5 s + 0.3 s < 3 s.
 	ResolveTimeout = 300 * time.Millisecond
@@ -141,7 +141,7 @@ func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Durati
 }
 
 // ConfigFromEnv reads MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT and
-// ISSUE_STATEMENT_TIMEOUT (CONTRACT.md, "Configuration"), defaults for the unset ones, and
+// ISSUE_STATEMENT_TIMEOUT (docs/api.md, "Configuration"), defaults for the unset ones, and
 // refuses what [Config.Validate] refuses. An explicit zero or negative value is refused, never
 // taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be PostgreSQL's "wait forever".
 func ConfigFromEnv() (Config, error) {

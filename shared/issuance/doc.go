@@ -6,7 +6,7 @@
 //   - R3 monthly cap: per member and Asia/Tokyo calendar month, the yen issued across all
 //     campaigns never exceeds the cap of the member cap regulation (2,000 yen by default).
 //
-// Isolation levels do not keep these rules (the design write-up, seeds/000: REPEATABLE READ lets
+// Isolation levels do not keep these rules (docs/design.md and docs/isolation-lab.md: REPEATABLE READ lets
 // the R3 write skew through, SERIALIZABLE keeps them at the price of retries on almost every hot
 // request). Instead each rule has one row that every conflicting transaction must write, and each
 // check is folded into that write as one conditional statement, so PostgreSQL re-evaluates it on

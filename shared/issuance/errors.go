@@ -46,7 +46,7 @@ func (r *rejection) Error() string { return fmt.Sprintf("issuance: rejected: %s"
 // connection failed or the deadline hit during COMMIT) and the look-up that settles it could
 // not be made either: the coupon may or may not exist. The caller answers 500, never
 // RETRY_EXHAUSTED ("nothing was written"); a re-send is safe and answers ALREADY_ISSUED if the
-// coupon exists (CONTRACT.md).
+// coupon exists (docs/api.md, "IssueCoupon").
 var ErrOutcomeUnknown = errors.New("issuance: the COMMIT's answer was lost and the coupon could not be looked up")
 
 // connLostError is an attempt whose connection failed before COMMIT was sent: the server rolled

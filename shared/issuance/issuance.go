@@ -15,7 +15,7 @@ import (
 	"github.com/mops/coupon-api/shared/ids"
 )
 
-// Result is the outcome code callers branch on (CONTRACT.md, IssueCoupon).
+// Result is the outcome code callers branch on (docs/api.md, "IssueCoupon").
 type Result string
 
 // The results of one call. Only ResultIssued wrote anything.
@@ -258,7 +258,7 @@ func (s *Service) statements(ctx context.Context, tx pgx.Tx, r request, left tim
 	return out, xid, err
 }
 
-// resolve settles an attempt whose COMMIT answer was lost (CONTRACT.md: never "nothing was
+// resolve settles an attempt whose COMMIT answer was lost (docs/api.md: never "nothing was
 // written" for a coupon that exists), on a fresh connection and a fresh context of
 // [ResolveTimeout]: the caller's deadline has often passed already. It first makes sure the attempt's transaction is over
 // (if its backend still runs it, COMMIT is in flight or never arrived: the backend is

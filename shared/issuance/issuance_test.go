@@ -82,7 +82,7 @@ func issueResending(svc *issuance.Service, member, campaignID string) (issuance.
 	}
 }
 
-// TestSequentialWalkThrough is the design write-up's example run with SW-A's budget at 2,000 yen.
+// TestSequentialWalkThrough is the walk-through of docs/design.md, SW-A's budget at 2,000 yen.
 func TestSequentialWalkThrough(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 4, 2000, issuance.Config{})

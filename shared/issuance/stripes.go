@@ -12,7 +12,7 @@ import (
 // budget has no room for it.
 //
 // A campaign of one stripe is one conditional UPDATE of its row, waiting for the row while another
-// transaction holds it: the R1 statement of the design write-up.
+// transaction holds it: the R1 statement of docs/design.md ("One lock row per invariant").
 //
 // A campaign of several budget stripes (docs/hot-campaigns.md) first takes any stripe with room
 // that no transaction holds (SKIP LOCKED), so that concurrent issuances spread over the stripes.

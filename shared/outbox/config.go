@@ -220,7 +220,7 @@ func (c Config) Validate() error {
 }
 
 // ConfigFromEnv reads LINE_CHANNEL_ACCESS_TOKEN, LINE_API_BASE_URL, RELAY_RETRY_BASE and
-// RELAY_RETRY_CAP (CONTRACT.md, "Configuration") and the tuning variables named on the
+// RELAY_RETRY_CAP (docs/api.md, "Configuration") and the tuning variables named on the
 // Default constants, defaults the unset ones, and refuses what [Config.Validate] refuses.
 func ConfigFromEnv() (Config, error) {
 	c := Config{

@@ -2,7 +2,7 @@ package outbox
 
 // sqlRunStart is the database's clock at the start of a run: a run claims only rows that were
 // due then ($4 of [sqlOutboxClaim]), so a row it sends back with a zero wait is retried by the
-// next run, not again by this one (CONTRACT.md: RELAY_RETRY_BASE=0s "retries on the next run").
+// next run, not again by this one (docs/api.md, "Configuration": RELAY_RETRY_BASE=0s "retries on the next run").
 // The database's clock, because the marks set next_attempt_at with it.
 const sqlRunStart = `SELECT now()`
 

@@ -16,7 +16,7 @@ import (
 const GaugeQueryTimeout = 2 * time.Second
 
 // sqlBudgetUtilization reads each campaign's issued and budget yen, summed over its rows (one
-// per budget stripe, CONTRACT.md "Tables"), for campaigns not ended more than a day ago: the
+// per budget stripe, docs/api.md "Tables"), for campaigns not ended more than a day ago: the
 // gauge's series stay few. One index-free scan of campaign_budgets, a table of a few rows per
 // campaign.
 const sqlBudgetUtilization = `

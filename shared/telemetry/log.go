@@ -105,7 +105,7 @@ var memberKey = sync.OnceValue(func() []byte {
 
 // MemberHash returns a keyed hash of a member id for logs and spans: HMAC-SHA256 under
 // TELEMETRY_MEMBER_KEY, the first 16 bytes in hex. It joins a member's lines without ever
-// writing the id in clear (CONTRACT.md, "Telemetry"); whoever holds the key can compute the
+// writing the id in clear (docs/api.md, "Telemetry"); whoever holds the key can compute the
 // hash of a given member to find their lines.
 func MemberHash(memberID string) string {
 	m := hmac.New(sha256.New, memberKey())

@@ -1,8 +1,9 @@
--- The design write-up's issuance transaction (seeds/000, "Good"), as pgbench runs it: nine client
--- round trips (BEGIN, two SET LOCAL, the coupon insert, the usage row, the R3 add, the R1 add
--- before the outbox insert, the outbox insert, END), a new member every time. Run by
--- `couponctl bench` with -M prepared -D campaign=<id> on the production schema. The member id is
--- drawn from 9e18 values, so two transactions of one run practically never share one.
+-- The issuance transaction of docs/design.md as first written ("One lock row per invariant"), as
+-- pgbench runs it: nine client round trips (BEGIN, two SET LOCAL, the coupon insert, the usage
+-- row, the R3 add, the R1 add before the outbox insert, the outbox insert, END), a new member
+-- every time. Run by `couponctl bench` with -M prepared -D campaign=<id> on the production
+-- schema. The member id is drawn from 9e18 values, so two transactions of one run practically
+-- never share one.
 \set m random(1, 9000000000000000000)
 BEGIN;
 SET LOCAL lock_timeout = '2s';

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Shared by the deploy/ scripts (sourced, never run): flags, names, and the run/ensure/bind
+# helpers that print every command under --dry-run instead of running it.
+#
+# Every command is echoed to stderr after "+ " (shell-quoted, as set -x does) before it
+# runs, so a run's log is also its record; under --dry-run nothing runs and "describe" checks
+# count as "missing".
+
+# shellcheck disable=SC2034 # the names are used by the scripts that source this file
+
+# Names shared by the scripts and cloudbuild.yaml (change them in both).
+readonly ISSUE_SERVICE=issue-coupon
+readonly RELAY_SERVICE=relay-outbox
+readonly SCHEDULER_JOB=relay-outbox
+readonly DATABASE=coupons
+readonly LINE_SECRET=line-channel-access-token
+readonly MEMBER_KEY_SECRET=telemetry-member-key # TELEMETRY_MEMBER_KEY: member hashes in logs
+# One service account per function, one for each caller, one for the deploy build (whose
+# identity is also the migrations' database user), one for the source builds of Cloud Run, one
+# for the operators' couponctl (docs/roles.md).
+readonly SA_ISSUE=coupon-issue
+readonly SA_RELAY=coupon-relay
+readonly SA_SCHEDULER=coupon-scheduler
+readonly SA_GATEWAY=coupon-gateway
+readonly SA_DEPLOY=coupon-deploy
+readonly SA_ADMIN=coupon-admin # operators' couponctl, as database role coupon_admin
+readonly SA_BUILD=coupon-build
+
+PROJECT=""
+REGION=asia-northeast1
+INSTANCE=coupon-db
+DRY_RUN=false
+GATEWAY_SA=""
+EXTRA_SHIFT=0
+
+usage_common='  --project ID       the Google Cloud project (required)
+  --region REGION    Cloud Run, Cloud SQL and Scheduler region (default asia-northeast1)
+  --instance NAME    the Cloud SQL instance (default coupon-db)
+  --dry-run          print every command instead of running it'
+
+die() {
+  echo "${0##*/}: $*" >&2
+  exit 2
+}
+
+# parse_common_flags sets PROJECT, REGION, INSTANCE, DRY_RUN, GATEWAY_SA from "$@"; an
+# unknown flag is an error. It prints usage (from the caller's $usage) on --help.
+parse_common_flags() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --project) PROJECT=${2:?--project needs a value}; shift 2 ;;
+      --region) REGION=${2:?--region needs a value}; shift 2 ;;
+      --instance) INSTANCE=${2:?--instance needs a value}; shift 2 ;;
+      --gateway-sa) GATEWAY_SA=${2:?--gateway-sa needs a value}; shift 2 ;;
+      --dry-run) DRY_RUN=true; shift ;;
+      -h | --help) echo "${usage:-}"; echo "$usage_common"; exit 0 ;;
+      *)
+        # A script with flags of its own defines extra_flag, which sets EXTRA_SHIFT to the
+        # arguments it used, or returns 1 for a flag it does not know either.
+        if declare -F extra_flag >/dev/null && extra_flag "$@"; then
+          shift "$EXTRA_SHIFT"
+        else
+          die "unknown flag $1 (see --help)"
+        fi
+        ;;
+    esac
+  done
+  [ -n "$PROJECT" ] || die "--project is required (see --help)"
+  [[ "$PROJECT" =~ ^[a-z][a-z0-9-]{4,28}[a-z0-9]$ ]] || die "--project $PROJECT: not a project id"
+  [[ "$REGION" =~ ^[a-z]+-[a-z]+[0-9]$ ]] || die "--region $REGION: not a region"
+  if [ -z "$GATEWAY_SA" ]; then
+    GATEWAY_SA=$(sa_email "$SA_GATEWAY")
+  fi
+}
+
+# sa_email NAME: the email of service account NAME in $PROJECT.
+sa_email() { echo "$1@$PROJECT.iam.gserviceaccount.com"; }
+
+# db_user NAME: the Cloud SQL IAM database user of service account NAME (the email without
+# ".gserviceaccount.com", Cloud SQL's rule for service accounts).
+db_user() { echo "$1@$PROJECT.iam"; }
+
+connection_name() { echo "$PROJECT:$REGION:$INSTANCE"; }
+
+# run COMMAND...: print it, then run it unless --dry-run.
+run() {
+  local q
+  printf -v q '%q ' "$@"
+  echo "+ ${q% }" >&2
+  if [ "$DRY_RUN" = false ]; then
+    "$@"
+  fi
+}
+
+# exists COMMAND...: run a describe command quietly; under --dry-run print it and say missing.
+exists() {
+  local q
+  printf -v q '%q ' "$@"
+  echo "+ ${q% } >/dev/null" >&2
+  if [ "$DRY_RUN" = true ]; then
+    return 1
+  fi
+  "$@" >/dev/null 2>&1
+}
+
+# bind KIND RESOURCE MEMBER ROLE [EXTRA...]: add one IAM binding (idempotent: adding a binding
+# that exists changes nothing). KIND is projects, "run services", "iam service-accounts" or
+# secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
+bind() {
+  local kind=$1 resource=$2 member=$3 role=$4
+  shift 4
+  if [ "$kind" = projects ]; then
+    set -- --condition=None "$@"
+  fi
+  # shellcheck disable=SC2086 # KIND is two words on purpose ("run services")
+  run gcloud $kind add-iam-policy-binding "$resource" --project="$PROJECT" \
+    --member="$member" --role="$role" "$@" --format=none --quiet
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Step 1 of docs/deploy.md: everything the build and the functions need, in an empty project.
+# Idempotent (each resource is described first and created only when missing; IAM bindings are
+# added, which changes nothing when they exist), so it is safe to run again after a change.
+set -euo pipefail
+usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gateway-sa EMAIL] [--dry-run]
+
+Enables the APIs; creates the service accounts (one per function, the gateway's and the
+scheduler's callers, the deploy build's, the source builds'), the Cloud SQL instance with IAM
+database authentication, the database, one IAM database user per runtime identity, the LINE
+token's secret and the member-hash key's, and the project-level IAM bindings (docs/deploy.md lists them and why).
+
+  --gateway-sa EMAIL the app gateway's service account, the only caller of IssueCoupon
+                     (default: coupon-gateway in this project, created here)"
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+parse_common_flags "$@"
+
+# The Cloud SQL instance (docs/deploy.md, "Connections"): 2 vCPUs as on the machine the
+# figures in docs/hot-row.md and docs/performance.md were measured on, and max_connections set
+# explicitly so that the connection budget does not depend on the tier's default.
+readonly DB_TIER=db-custom-2-7680
+readonly DB_MAX_CONNECTIONS=100
+
+run gcloud services enable --project="$PROJECT" \
+  run.googleapis.com cloudbuild.googleapis.com artifactregistry.googleapis.com \
+  sqladmin.googleapis.com secretmanager.googleapis.com cloudscheduler.googleapis.com \
+  iam.googleapis.com iamcredentials.googleapis.com
+
+accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN")
+if [ "$GATEWAY_SA" = "$(sa_email "$SA_GATEWAY")" ]; then
+  accounts+=("$SA_GATEWAY")
+fi
+for sa in "${accounts[@]}"; do
+  exists gcloud iam service-accounts describe "$(sa_email "$sa")" --project="$PROJECT" ||
+    run gcloud iam service-accounts create "$sa" --project="$PROJECT" --display-name="coupon-api $sa"
+done
+
+# Cloud Run source deploys push their images here; created ahead so that no deployer needs
+# the right to create repositories.
+exists gcloud artifacts repositories describe cloud-run-source-deploy --project="$PROJECT" --location="$REGION" ||
+  run gcloud artifacts repositories create cloud-run-source-deploy --project="$PROJECT" \
+    --location="$REGION" --repository-format=docker
+
+# Public IP, but only the Cloud SQL connectors may connect (TRUSTED_CLIENT_CERTIFICATE_REQUIRED,
+# no authorized networks): the connector authorizes with IAM and encrypts, and the Cloud Build
+# migration step, which runs outside any VPC, can reach it too.
+exists gcloud sql instances describe "$INSTANCE" --project="$PROJECT" ||
+  run gcloud sql instances create "$INSTANCE" --project="$PROJECT" --region="$REGION" \
+    --database-version=POSTGRES_15 --edition=ENTERPRISE --tier="$DB_TIER" \
+    --availability-type=REGIONAL --enable-point-in-time-recovery --backup-start-time=18:00 \
+    --ssl-mode=TRUSTED_CLIENT_CERTIFICATE_REQUIRED \
+    --database-flags="cloudsql.iam_authentication=on,max_connections=$DB_MAX_CONNECTIONS"
+exists gcloud sql databases describe "$DATABASE" --instance="$INSTANCE" --project="$PROJECT" ||
+  run gcloud sql databases create "$DATABASE" --instance="$INSTANCE" --project="$PROJECT"
+
+# One IAM database user per identity that connects: each function's, the operators', and the
+# deploy build's, which runs the migrations (so the migration logs in as the identity it runs
+# with).
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN" "$SA_DEPLOY"; do
+  exists gcloud sql users describe "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" ||
+    run gcloud sql users create "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" \
+      --type=cloud_iam_service_account
+done
+
+# The LINE channel access token: the secret is created here, its value added by hand
+# (docs/deploy.md, step 2), so that it never passes through a file or a build log.
+exists gcloud secrets describe "$LINE_SECRET" --project="$PROJECT" ||
+  run gcloud secrets create "$LINE_SECRET" --project="$PROJECT" --replication-policy=automatic
+
+# The key that hashes member ids in logs and spans (TELEMETRY_MEMBER_KEY, docs/operations.md):
+# one random value for every instance of both functions, so that a member's lines join; made here
+# once, never printed.
+if ! exists gcloud secrets describe "$MEMBER_KEY_SECRET" --project="$PROJECT"; then
+  run gcloud secrets create "$MEMBER_KEY_SECRET" --project="$PROJECT" --replication-policy=automatic
+  echo "+ head -c 32 /dev/urandom | base64 | gcloud secrets versions add $MEMBER_KEY_SECRET --project=$PROJECT --data-file=-" >&2
+  if [ "$DRY_RUN" = false ]; then
+    head -c 32 /dev/urandom | base64 | gcloud secrets versions add "$MEMBER_KEY_SECRET" --project="$PROJECT" --data-file=- --format=none
+  fi
+fi
+
+# Runtime identities: connect to Cloud SQL (client) and log in as their IAM user
+# (instanceUser); nothing else in the project.
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN" "$SA_DEPLOY"; do
+  bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.client
+  bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.instanceUser
+done
+# Only the relay reads the LINE token; both functions read the member key.
+bind secrets "$LINE_SECRET" "serviceAccount:$(sa_email "$SA_RELAY")" roles/secretmanager.secretAccessor
+for sa in "$SA_ISSUE" "$SA_RELAY"; do
+  bind secrets "$MEMBER_KEY_SECRET" "serviceAccount:$(sa_email "$sa")" roles/secretmanager.secretAccessor
+done
+
+# The deploy build (cloudbuild.yaml runs as coupon-deploy): deploy Cloud Run services from
+# source, write its logs, read the uploaded source, and deploy the services as their own
+# identities (serviceAccountUser on those accounts only, not on the project).
+bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/run.sourceDeveloper
+bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/serviceusage.serviceUsageConsumer
+bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/logging.logWriter
+bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/storage.objectViewer
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_BUILD"; do
+  bind "iam service-accounts" "$(sa_email "$sa")" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/iam.serviceAccountUser
+done
+# The source builds that Cloud Run starts for the deploy (gcloud run deploy --source).
+bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_BUILD")" roles/run.builder
+
+echo "setup done. Next: add the LINE token (docs/deploy.md, step 2), then deploy/build.sh."

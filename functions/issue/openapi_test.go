@@ -1,0 +1,134 @@
+package issue_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/internal/apispec"
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// TestOpenAPI drives the real IssueCoupon handler on a real PostgreSQL through every answer
+// docs/openapi.yaml documents, validates each against the document with kin-openapi, and fails
+// on a documented answer it never produced. The service runs on the real clock: campaigns are
+// placed relative to now.
+func TestOpenAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	now := time.Now()
+	tomorrow, yesterday, lastWeek := now.Add(24*time.Hour), now.Add(-24*time.Hour), now.Add(-7*24*time.Hour)
+	for _, c := range []campaign.Campaign{
+		{ID: "OPEN", DiscountYen: 1000, BudgetYen: 1000},
+		{ID: "BIG", DiscountYen: 1500, BudgetYen: 10000},
+		{ID: "FUTURE", DiscountYen: 1000, BudgetYen: 1000, StartsAt: &tomorrow},
+		{ID: "ENDED", DiscountYen: 1000, BudgetYen: 1000, StartsAt: &lastWeek, EndsAt: &yesterday},
+		{ID: "HELD", DiscountYen: 500, BudgetYen: 1000},
+		{ID: "BROKEN", DiscountYen: 500, BudgetYen: 1000},
+	} {
+		if err := campaign.Create(ctx, pool, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := issue.NewHandler(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := apispec.New(t, "/IssueCoupon")
+	call := func(h http.Handler, method, contentType, body string) (int, map[string]any, http.Header) {
+		t.Helper()
+		req := httptest.NewRequest(method, "/", strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp := spec.Do(t, h, req)
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatalf("%s %q: body is not JSON: %v", method, body, err)
+		}
+		return resp.StatusCode, v, resp.Header
+	}
+	ask := func(member, campaignID string) string {
+		b, _ := json.Marshal(map[string]string{"member_id": member, "campaign_id": campaignID})
+		return string(b)
+	}
+
+	steps := []struct {
+		name, method, contentType, body string
+		status                          int
+		result                          string
+	}{
+		{"issued", "POST", "application/json", ask("m1", "OPEN"), 201, "ISSUED"},
+		{"double tap", "POST", "application/json", ask("m1", "OPEN"), 200, "ALREADY_ISSUED"},
+		{"budget spent", "POST", "application/json", ask("m2", "OPEN"), 409, "BUDGET_EXCEEDED"},
+		{"over the cap", "POST", "application/json", ask("m1", "BIG"), 409, "MONTHLY_CAP"}, // 1,000 + 1,500 > 2,000 yen
+		{"not started", "POST", "application/json", ask("m3", "FUTURE"), 409, "CAMPAIGN_NOT_ACTIVE"},
+		{"ended", "POST", "application/json", ask("m3", "ENDED"), 409, "CAMPAIGN_NOT_ACTIVE"},
+		{"unknown", "POST", "application/json; charset=utf-8", ask("m3", "NOPE"), 404, "UNKNOWN_CAMPAIGN"},
+		{"bad JSON", "POST", "application/json", `{"member_id": "m1",`, 400, "INVALID_REQUEST"},
+		{"unknown field", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","month":"2026-01"}`, 400, "INVALID_REQUEST"},
+		{"bad member id", "POST", "application/json", ask("m 1", "OPEN"), 400, "INVALID_REQUEST"},
+		{"wrong method", "GET", "", "", 405, "INVALID_REQUEST"},
+		{"body over 4 KiB", "POST", "application/json", `{"member_id":"` + strings.Repeat("x", 5000) + `","campaign_id":"OPEN"}`, 413, "INVALID_REQUEST"},
+		{"wrong content type", "POST", "text/plain", ask("m1", "OPEN"), 415, "INVALID_REQUEST"},
+	}
+	for _, s := range steps {
+		status, body, _ := call(h, s.method, s.contentType, s.body)
+		if status != s.status || body["result"] != s.result {
+			t.Errorf("%s: %d %v, want %d %s", s.name, status, body, s.status, s.result)
+		}
+	}
+
+	// 415 for a Content-Encoding other than identity, whatever the body.
+	gz := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(ask("m1", "OPEN")))
+	gz.Header.Set("Content-Type", "application/json")
+	gz.Header.Set("Content-Encoding", "gzip")
+	if resp := spec.Do(t, h, gz); resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("Content-Encoding gzip: %d, want 415", resp.StatusCode)
+	}
+
+	// RETRY_EXHAUSTED: another session holds the campaign's budget row past a short budget.
+	short, err := issue.NewHandler(pool, issuance.Config{Budget: 600 * time.Millisecond,
+		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HELD' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	status, body, header := call(short, "POST", "application/json", ask("m4", "HELD"))
+	_ = tx.Rollback(ctx)
+	if status != 503 || body["result"] != "RETRY_EXHAUSTED" || header.Get("Retry-After") == "" {
+		t.Errorf("held row: %d %v Retry-After %q, want 503 RETRY_EXHAUSTED with Retry-After", status, body, header.Get("Retry-After"))
+	}
+
+	// INTERNAL_ERROR: a trigger injected by this test makes the coupon insert fail with an error
+	// that is no contention (P0001), for campaign BROKEN only.
+	if _, err := pool.Exec(ctx, `
+CREATE FUNCTION test_refuse_coupon() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'injected by TestOpenAPI'; END $$;
+CREATE TRIGGER test_refuse_coupon BEFORE INSERT ON issued_coupons
+  FOR EACH ROW WHEN (NEW.campaign_id = 'BROKEN') EXECUTE FUNCTION test_refuse_coupon();`); err != nil {
+		t.Fatal(err)
+	}
+	status, body, _ = call(h, "POST", "application/json", ask("m5", "BROKEN"))
+	if status != 500 || body["result"] != "INTERNAL_ERROR" || body["message"] != "internal error" {
+		t.Errorf("injected failure: %d %v, want 500 INTERNAL_ERROR with the generic message", status, body)
+	}
+
+	if unseen := spec.Unseen(); len(unseen) > 0 {
+		t.Errorf("documented answers never produced: %v", unseen)
+	}
+}

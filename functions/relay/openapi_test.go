@@ -1,0 +1,145 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/functions/relay"
+	"github.com/mops/coupon-api/internal/apispec"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/outbox"
+)
+
+// TestOpenAPI drives the real RelayOutbox handler on a real PostgreSQL and a LINE stand-in
+// through every answer docs/openapi.yaml documents (200 with each count non-zero, 400, 405, 500),
+// validates each against the document with kin-openapi, and fails on a documented answer it
+// never produced.
+func TestOpenAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	stub := linestub.New()
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+
+	// Four coupons: LINE accepts the first, fails the second (500: retry later), refuses the
+	// third (400: parked). Members m1..m3 are linked to LINE users; m4 is not, so it is skipped.
+	rows, err := pool.Query(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  SELECT 'T', 'm' || g, to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000 FROM generate_series(1, 4) g
+  RETURNING coupon_id, member_id
+),
+o AS (
+  INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c
+  RETURNING coupon_id, member_id
+)
+SELECT coupon_id::text FROM o ORDER BY member_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+INSERT INTO member_line_accounts (member_id, line_user_id)
+SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	stub.Always(ids[1], linestub.Response{Status: http.StatusInternalServerError})
+	stub.Always(ids[2], linestub.Response{Status: http.StatusBadRequest})
+
+	cfg := outbox.Config{ChannelAccessToken: "test-token", BaseURL: srv.URL,
+		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}
+	h, err := relay.NewHandler(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := apispec.New(t, "/RelayOutbox")
+	call := func(h http.Handler, method, body string) (int, map[string]any) {
+		t.Helper()
+		req := httptest.NewRequest(method, "/", strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp := spec.Do(t, h, req)
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatalf("%s %q: body is not JSON: %v", method, body, err)
+		}
+		return resp.StatusCode, v
+	}
+
+	status, got := call(h, "POST", `{"max_rows": 10}`)
+	if want := map[string]any{"sent": 1.0, "retry_later": 1.0, "parked": 1.0, "skipped": 1.0}; status != 200 || !maps.Equal(got, want) {
+		t.Errorf("run: %d %v, want 200 %v", status, got, want)
+	}
+	if status, got = call(h, "POST", ""); status != 200 {
+		t.Errorf("empty body, as Cloud Scheduler may send: %d %v, want 200", status, got)
+	}
+	for _, c := range []struct {
+		method, body string
+		status       int
+	}{
+		{"POST", `{}`, 200},
+		{"POST", `{"max_rows": 0}`, 400},
+		{"POST", `{"rows": 10}`, 400},
+		{"POST", `[`, 400},
+		{"GET", "", 405},
+	} {
+		if status, got := call(h, c.method, c.body); status != c.status {
+			t.Errorf("%s %q: %d %v, want %d", c.method, c.body, status, got, c.status)
+		}
+	}
+
+	// 502: LINE refuses the channel access token; the run ends early and says why.
+	if _, err := pool.Exec(ctx, `
+WITH l AS (INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('m5', 'U' || md5('m5'))),
+c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  VALUES ('T', 'm5', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000)
+  RETURNING coupon_id, member_id
+)
+INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`); err != nil {
+		t.Fatal(err)
+	}
+	refusing := linestub.New()
+	refusing.Default(linestub.Response{Status: http.StatusUnauthorized, Message: "invalid token"})
+	refusingSrv := httptest.NewServer(refusing)
+	t.Cleanup(refusingSrv.Close)
+	stopped, err := relay.NewHandler(pool, outbox.Config{ChannelAccessToken: "expired", BaseURL: refusingSrv.URL,
+		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, got := call(stopped, "POST", ""); status != 502 || got["message"] == "" {
+		t.Errorf("token refused: %d %v, want 502 with the counts and a message", status, got)
+	}
+
+	// 500: the database is gone (here: the handler's pool is closed).
+	closed := pgtest.Pool(t, 1)
+	closed.Close()
+	broken, err := relay.NewHandler(closed, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, got := call(broken, "POST", ""); status != 500 {
+		t.Errorf("closed pool: %d %v, want 500", status, got)
+	}
+
+	if unseen := spec.Unseen(); len(unseen) > 0 {
+		t.Errorf("documented answers never produced: %v", unseen)
+	}
+}

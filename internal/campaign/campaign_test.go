@@ -1,0 +1,59 @@
+package campaign_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestList reads back every campaign created, in id order, with its period and issued total.
+func TestList(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 2)
+	if got, err := campaign.List(ctx, pool); err != nil || len(got) != 0 {
+		t.Fatalf("empty database: %v, %v; want no campaigns", got, err)
+	}
+	starts := time.Now().Add(-time.Hour).Truncate(time.Second)
+	ends := starts.Add(48 * time.Hour)
+	want := []campaign.Campaign{
+		{ID: "A", DiscountYen: 1000, BudgetYen: 100000},
+		{ID: "B", DiscountYen: 500, BudgetYen: 1500, StartsAt: &starts, EndsAt: &ends},
+	}
+	for _, c := range []campaign.Campaign{want[1], want[0]} {
+		if err := campaign.Create(ctx, pool, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = 1000 WHERE campaign_id = 'B'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := campaign.List(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("list: %+v, want 2 campaigns", got)
+	}
+	for i, g := range got {
+		w := want[i]
+		if g.ID != w.ID || g.DiscountYen != w.DiscountYen || g.BudgetYen != w.BudgetYen ||
+			!sameTime(g.StartsAt, w.StartsAt) || !sameTime(g.EndsAt, w.EndsAt) {
+			t.Errorf("campaign %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if got[0].IssuedYen != 0 || got[1].IssuedYen != 1000 || got[1].RemainingYen() != 500 {
+		t.Errorf("issued: A %d, B %d (remaining %d); want 0, 1000 (500)", got[0].IssuedYen, got[1].IssuedYen, got[1].RemainingYen())
+	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
