@@ -28,12 +28,12 @@ func benchCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "One hot campaign on one PostgreSQL: IssueCoupon over HTTP (1 and 16 stripes) against pgbench (the seed's transaction, the bare one-row UPDATE)",
+		Short: "One hot campaign on one PostgreSQL: IssueCoupon over HTTP (1 and 16 stripes) against pgbench (the design write-up's transaction, the bare one-row UPDATE)",
 		Long: `bench measures one hot campaign four ways on one durable PostgreSQL, at each --clients count,
 each cell for --duration:
 
   pgbench: bare one-row UPDATE     the ceiling of one hot row (internal/hotbench/pgbench/bare-update.sql)
-  pgbench: the seed's transaction  the design write-up's issuance transaction, nine round trips
+  pgbench: the write-up's transaction  the design write-up's issuance transaction (docs/design.md), nine round trips
                                    (internal/hotbench/pgbench/seed.sql)
   IssueCoupon, 1 stripe            the product over HTTP: the functions framework on loopback, as
                                    ` + "`couponctl demo`" + ` serves it, pool of max(--clients) connections

@@ -54,7 +54,7 @@ rules on DATABASE_URL (the database the served function uses) with reconcile.
 The campaigns LOAD-0001.. are created on DATABASE_URL if missing (1,000 yen coupons, a budget
 of --budget-yen each). Member ids carry the run's seed, so runs do not collide.
 
-Exits 1 if an answer is outside CONTRACT.md (a 5xx other than 503 RETRY_EXHAUSTED, a transport
+Exits 1 if an answer is outside the contract, docs/api.md (a 5xx other than 503 RETRY_EXHAUSTED, a transport
 error) or a rule is broken. Start the service first, for example:
 
   DATABASE_URL=... FUNCTION_TARGET=IssueCoupon PORT=8080 couponctl serve &

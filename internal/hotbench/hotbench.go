@@ -45,7 +45,7 @@ var ErrNoPgbench = errors.New("hotbench: pgbench not found (Debian: apt-get inst
 // The variants of one cell, in the order each client count runs them.
 const (
 	BareUpdate = "pgbench: bare one-row UPDATE"
-	SeedTx     = "pgbench: the seed's transaction"
+	SeedTx     = "pgbench: the write-up's transaction"
 	Issue1     = "IssueCoupon, 1 stripe"
 	Issue16    = "IssueCoupon, 16 stripes"
 )

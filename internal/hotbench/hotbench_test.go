@@ -60,7 +60,7 @@ func TestRunChecksEveryCell(t *testing.T) {
 	if err := hotbench.WriteTable(&table, "markdown", rs); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "| 2 | pgbench: the seed's transaction |") || !strings.Contains(table.String(), " 1.00x |") {
+	if !strings.Contains(table.String(), "| 2 | pgbench: the write-up's transaction |") || !strings.Contains(table.String(), " 1.00x |") {
 		t.Errorf("table:\n%s", table.String())
 	}
 }
