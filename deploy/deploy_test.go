@@ -191,9 +191,12 @@ func TestIAMBindings(t *testing.T) {
 		// Who may call the functions: the gateway IssueCoupon, the scheduler RelayOutbox; nobody else.
 		{"run services", "issue-coupon", gateway, "roles/run.invoker"},
 		{"run services", "relay-outbox", sa("coupon-scheduler"), "roles/run.invoker"},
+		// The daily operator jobs: started by the scheduler only.
+		{"run jobs", "coupon-reconcile", sa("coupon-scheduler"), "roles/run.invoker"},
+		{"run jobs", "coupon-prune", sa("coupon-scheduler"), "roles/run.invoker"},
 	}
 	var got []binding
-	for _, name := range []string{"setup.sh", "access.sh"} {
+	for _, name := range []string{"setup.sh", "access.sh", "daily.sh"} {
 		out, err := script(t, name, "--project", p, "--gateway-sa", strings.TrimPrefix(gateway, "serviceAccount:"), "--dry-run")
 		if err != nil {
 			t.Fatalf("%s --dry-run: %v\n%s", name, err, out)
@@ -225,7 +228,7 @@ func TestNotPublic(t *testing.T) {
 			t.Errorf("%s opens a function to the public: %q", f, m)
 		}
 	}
-	for _, name := range []string{"setup.sh", "access.sh"} {
+	for _, name := range []string{"setup.sh", "access.sh", "daily.sh"} {
 		out, err := script(t, name, "--project", testProject, "--dry-run")
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, out)
@@ -430,6 +433,16 @@ func TestConnectionBudget(t *testing.T) {
 		t.Fatal("setup.sh sets no DB_MAX_CONNECTIONS")
 	}
 	limit := atoi(t, string(m[1]))
+	daily, err := os.ReadFile("daily.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm := regexp.MustCompile(`JOB_POOL=(\d+)`).FindSubmatch(daily)
+	if jm == nil {
+		t.Fatal("daily.sh sets no JOB_POOL")
+	}
+	t.Logf("daily jobs: 2 x %s connections", jm[1])
+	total += 2 * atoi(t, string(jm[1])) // reconcile and prune, at different hours, counted as if together
 	t.Logf("connections: %d of max_connections %d (budget %.0f)", total, limit, headroom*float64(limit))
 	if float64(total) > headroom*float64(limit) {
 		t.Errorf("instances x pool + migration + operators = %d connections, over %.0f%% of max_connections %d",

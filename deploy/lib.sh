@@ -12,6 +12,8 @@
 readonly ISSUE_SERVICE=issue-coupon
 readonly RELAY_SERVICE=relay-outbox
 readonly SCHEDULER_JOB=relay-outbox
+readonly RECONCILE_JOB=coupon-reconcile # the daily operator jobs (deploy/daily.sh)
+readonly PRUNE_JOB=coupon-prune
 readonly DATABASE=coupons
 readonly LINE_SECRET=line-channel-access-token
 readonly MEMBER_KEY_SECRET=telemetry-member-key # TELEMETRY_MEMBER_KEY: member hashes in logs
@@ -104,8 +106,8 @@ exists() {
 }
 
 # bind KIND RESOURCE MEMBER ROLE [EXTRA...]: add one IAM binding (idempotent: adding a binding
-# that exists changes nothing). KIND is projects, "run services", "iam service-accounts" or
-# secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
+# that exists changes nothing). KIND is projects, "run services", "run jobs", "iam
+# service-accounts" or secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
 bind() {
   local kind=$1 resource=$2 member=$3 role=$4
   shift 4

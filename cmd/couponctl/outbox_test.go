@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -103,5 +105,42 @@ SELECT coupon_id, member_id, now() - CASE member_id WHEN 'm1' THEN interval '10 
 		if out, err := couponctl(step.args...); err != nil || !strings.Contains(out, step.want) {
 			t.Errorf("%v: %v\n%s; want %q", step.args, err, out, step.want)
 		}
+	}
+}
+
+// TestReconcileDriftAndRepair: a campaign counter changed by hand makes "reconcile" exit 1 and
+// name the campaign and the drift, in text and JSON; "reconcile --repair" rebuilds it and exits
+// 0, and a plain "reconcile" then finds nothing.
+func TestReconcileDriftAndRepair(t *testing.T) {
+	url := pgtest.URL(t)
+	t.Setenv("DATABASE_URL", url)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if out, err := couponctl("campaign", "create", "--id", "DRIFT", "--discount-yen", "1000", "--budget-yen", "10000"); err != nil {
+		t.Fatalf("campaign create: %v\n%s", err, out)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = 3000 WHERE campaign_id = 'DRIFT'`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := couponctl("reconcile")
+	if !errors.Is(err, errViolations) || !strings.Contains(out, "R1 DRIFT") || !strings.Contains(out, "drift +3000 yen") {
+		t.Errorf("reconcile on a drifted counter: %v\n%s\nwant exit 1 naming DRIFT and +3000 yen", err, out)
+	}
+	out, err = couponctl("reconcile", "--format", "json")
+	var rep struct {
+		Violations []string `json:"violations"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil || !errors.Is(err, errViolations) || len(rep.Violations) != 1 {
+		t.Errorf("reconcile --format json: %v, %v\n%s\nwant one violation", err, jerr, out)
+	}
+	if out, err := couponctl("reconcile", "--repair"); err != nil || !strings.Contains(out, "campaign DRIFT: counter 3000 -> 0 yen") {
+		t.Errorf("reconcile --repair: %v\n%s", err, out)
+	}
+	if out, err := couponctl("reconcile"); err != nil {
+		t.Errorf("reconcile after the repair: %v\n%s", err, out)
 	}
 }

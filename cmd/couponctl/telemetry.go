@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,8 @@ func flushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
 }
 
 // recordDrift exports the faults the report found as the drift metrics, by kind (legacy facts
-// are not drift), and flushes them.
+// are not drift), logs them at ERROR in Cloud Logging's shape (the daily job's alert reads it),
+// and flushes.
 func recordDrift(cmd *cobra.Command, rep reconcile.Report) error {
 	shutdown, err := telemetry.Setup(cmd.Context())
 	if err != nil {
@@ -47,5 +49,9 @@ func recordDrift(cmd *cobra.Command, rep reconcile.Report) error {
 	m.RecordDrift(ctx, "members_over_cap", 0, rep.MembersOverCap)
 	m.RecordDrift(ctx, "coupons_without_outbox", 0, rep.CouponsWithoutOutbox)
 	m.RecordDrift(ctx, "outbox_without_coupon", 0, rep.OutboxWithoutCoupon)
+	if v := rep.Violations(); len(v) > 0 {
+		slog.ErrorContext(ctx, "reconcile: drift or a broken rule; stop and investigate (docs/migration.md, step 7)",
+			"violations", v)
+	}
 	return nil
 }
