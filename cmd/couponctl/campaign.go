@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -57,7 +56,7 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			if err := def.Validate(); err != nil {
 				return err
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -113,7 +112,7 @@ func campaignShowCmd() *cobra.Command {
 			return ids.Campaign(args[0])
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -137,7 +136,7 @@ func campaignListCmd() *cobra.Command {
 		Short: "List every campaign: budget, issued, remaining (yen), period (Asia/Tokyo) and whether it is active now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}

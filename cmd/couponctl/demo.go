@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ import (
 	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -97,6 +99,16 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 			"campaigns, coupons and outbox rows into it. Run again with --yes to allow it, or unset DATABASE_URL "+
 			"to use a throwaway server", redactURL(u))
 	}
+	// The functions' settings come from the environment: refuse bad ones before starting
+	// anything, as the deployable mains and serve do.
+	if _, err := issuance.ConfigFromEnv(); err != nil {
+		return err
+	}
+	if os.Getenv("DB_POOL_MAX_CONNS") != "" {
+		if _, err := envconf.PositiveInt("DB_POOL_MAX_CONNS", 0); err != nil {
+			return err
+		}
+	}
 	ctx := cmd.Context()
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	dbURL, cleanup, err := databaseOrThrowaway(ctx, cmd)
@@ -105,6 +117,11 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 	defer cleanup()
 
+	if os.Getenv("DATABASE_URL") != "" {
+		if err := refuseDataInUse(ctx, dbURL); err != nil {
+			return err
+		}
+	}
 	if _, err := schema.MigrateURL(ctx, dbURL); err != nil {
 		return err
 	}
@@ -410,4 +427,29 @@ func (l *functionLogs) finish(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %d ERROR, %d WARN, %d INFO; the relay's lines about the injected failures are expected)\n",
 		l.f.Name(), len(lines), levels["ERROR"], levels["WARN"]+levels["WARNING"], levels["INFO"])
+}
+
+// refuseDataInUse refuses a database that holds coupons or outbox rows: the demo links its
+// members to LINE ids and drains the whole outbox into its local stand-in, which would mark other
+// members' pending notifications as sent. Only an empty (or unmigrated) database is safe.
+func refuseDataInUse(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var coupons, outboxRows int64
+	err = conn.QueryRow(ctx, `SELECT
+		CASE WHEN to_regclass('issued_coupons') IS NULL THEN 0 ELSE (SELECT count(*) FROM issued_coupons) END,
+		CASE WHEN to_regclass('notification_outbox') IS NULL THEN 0 ELSE (SELECT count(*) FROM notification_outbox) END`).
+		Scan(&coupons, &outboxRows)
+	if err != nil {
+		return err
+	}
+	if coupons > 0 || outboxRows > 0 {
+		return fmt.Errorf("the database DATABASE_URL names holds %d coupons and %d outbox rows: the demo would drain "+
+			"that outbox into its local LINE stand-in and mark other members' notifications sent. Give it an empty "+
+			"database, or unset DATABASE_URL to use a throwaway server", coupons, outboxRows)
+	}
+	return nil
 }

@@ -73,7 +73,7 @@ unique index and the NOT VALID budget CHECK stay, and are harmless to it.`,
 			if !yes {
 				return fmt.Errorf("legacy rollback writes campaigns.issued_yen for every campaign: stop the new functions first, then run it with --yes")
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/outboxadmin"
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
 )
 
@@ -32,7 +31,7 @@ member stay skipped until "couponctl outbox requeue" reopens them.`,
 			if err := outboxadmin.CheckLINEUserID(lineUser); err != nil {
 				return err
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -58,7 +57,7 @@ func lineUnlinkCmd() *cobra.Command {
 		Short: "Remove a member's LINE account: their coupons not yet pushed are skipped",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -11,9 +11,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/db"
 )
 
 // errViolations makes couponctl exit 1 after it has printed which rules broke.
@@ -82,4 +85,20 @@ func databaseOrThrowaway(ctx context.Context, cmd *cobra.Command) (string, func(
 	fmt.Fprintf(cmd.ErrOrStderr(), "throwaway server on 127.0.0.1:%d (removed on exit): %s, binaries in %s\n",
 		srv.Port(), srv.Version(), srv.BinDir())
 	return srv.URL(), func() { _ = srv.Stop() }, nil
+}
+
+// openMigrated opens the pool as every verb does (shared/db: DATABASE_URL or the Cloud SQL
+// connector) and checks, as the functions do at start-up, that the database is reachable and
+// migrated ([schema.Check]): an operator verb on an unmigrated database says to run
+// `couponctl migrate` instead of failing on a missing table. The caller closes the pool.
+func openMigrated(ctx context.Context) (*pgxpool.Pool, func(), error) {
+	pool, closePool, err := db.OpenFromEnv(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := schema.Check(ctx, pool); err != nil {
+		closePool()
+		return nil, nil, err
+	}
+	return pool, closePool, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/outboxadmin"
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/outbox"
 )
@@ -31,7 +30,7 @@ func outboxStatusCmd() *cobra.Command {
 			if limit < 1 {
 				return fmt.Errorf("--limit %d: list at least 1 parked row", limit)
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -87,7 +86,7 @@ as a new push.`,
 					return fmt.Errorf("coupon id %q: not a UUID", id)
 				}
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -147,7 +146,7 @@ job, as a user in coupon_admin (docs/roles.md). Without --older-than it keeps RE
 			if olderThan <= 0 {
 				return fmt.Errorf("--older-than %s: must be positive", olderThan)
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}

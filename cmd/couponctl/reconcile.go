@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/reconcile"
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
@@ -47,7 +46,7 @@ the alert on them.`,
 			if cfg.OutboxRetention, err = envconf.Duration("RELAY_RETENTION", outbox.DefaultRetention); err != nil {
 				return err
 			}
-			pool, closePool, err := db.OpenFromEnv(cmd.Context())
+			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -80,7 +79,7 @@ the alert on them.`,
 					fmt.Fprintln(w, "\nafter the repair:")
 				}
 			}
-			out.Report, out.Violations, out.Facts = rep, rep.Violations(), rep.Facts()
+			out.Report, out.Violations, out.Facts = rep, append([]string{}, rep.Violations()...), append([]string{}, rep.Facts()...)
 			if format == "json" {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")

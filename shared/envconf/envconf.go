@@ -55,7 +55,7 @@ func Bool(name string) (bool, error) {
 func PositiveInt(name string, def int) (int, error) {
 	n, err := Int(name, def)
 	if err == nil && n < 1 {
-		return 0, fmt.Errorf("%s=%q: must be at least 1 (unset it for the default %d)", name, os.Getenv(name), def)
+		return 0, fmt.Errorf("%s=%q: must be at least 1 (unset it for the default)", name, os.Getenv(name))
 	}
 	return n, err
 }

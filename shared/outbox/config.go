@@ -228,14 +228,16 @@ func ConfigFromEnv() (Config, error) {
 		BaseURL:            os.Getenv("LINE_API_BASE_URL"),
 	}
 	var errs []error
+	// Zero is not "default": an explicit 0 is refused (envconf.Positive*), except for
+	// RELAY_RETRY_BASE and RELAY_RETRY_CAP, where 0s means "retry on the next run" (docs/api.md).
 	intVar := func(p *int, name string, def int) {
 		var err error
-		*p, err = envconf.Int(name, def)
+		*p, err = envconf.PositiveInt(name, def)
 		errs = append(errs, err)
 	}
 	durationVar := func(p *time.Duration, name string, def time.Duration) {
 		var err error
-		*p, err = envconf.Duration(name, def)
+		*p, err = envconf.PositiveDuration(name, def)
 		errs = append(errs, err)
 	}
 	var rate int
@@ -250,8 +252,11 @@ func ConfigFromEnv() (Config, error) {
 	durationVar(&c.MarkTimeout, "RELAY_MARK_TIMEOUT", DefaultMarkTimeout)
 	durationVar(&c.Lease, "RELAY_LEASE", DefaultLease)
 	durationVar(&c.RunBudget, "RELAY_RUN_BUDGET", DefaultRunBudget)
-	durationVar(&c.RetryBase, "RELAY_RETRY_BASE", DefaultRetryBase)
-	durationVar(&c.RetryCap, "RELAY_RETRY_CAP", DefaultRetryCap)
+	var err error
+	c.RetryBase, err = envconf.Duration("RELAY_RETRY_BASE", DefaultRetryBase)
+	errs = append(errs, err)
+	c.RetryCap, err = envconf.Duration("RELAY_RETRY_CAP", DefaultRetryCap)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("outbox: %w", err)
 	}

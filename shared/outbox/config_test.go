@@ -21,3 +21,27 @@ func TestConfigFromEnvNewSettings(t *testing.T) {
 		t.Errorf("retry cap 23h: %v, want refused", err)
 	}
 }
+
+// TestConfigFromEnvRefusesZero: an explicit 0 is refused, never taken for "unset", except for
+// the retry waits, where 0s means "retry on the next run".
+func TestConfigFromEnvRefusesZero(t *testing.T) {
+	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "token")
+	for _, name := range []string{"RELAY_BATCH_SIZE", "RELAY_PARALLELISM", "RELAY_RATE_LIMIT", "RELAY_MAX_ATTEMPTS",
+		"RELAY_BREAKER_FAILURES", "RELAY_PUSH_TIMEOUT", "RELAY_BATCH_TIMEOUT", "RELAY_MARK_TIMEOUT", "RELAY_LEASE", "RELAY_RUN_BUDGET"} {
+		t.Run(name, func(t *testing.T) {
+			value := "0"
+			if strings.HasSuffix(name, "TIMEOUT") || name == "RELAY_LEASE" || name == "RELAY_RUN_BUDGET" {
+				value = "0s"
+			}
+			t.Setenv(name, value)
+			if _, err := outbox.ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want refused naming it", name, value, err)
+			}
+		})
+	}
+	t.Setenv("RELAY_RETRY_BASE", "0s")
+	t.Setenv("RELAY_RETRY_CAP", "0s")
+	if c, err := outbox.ConfigFromEnv(); err != nil || c.RetryBase != 0 || c.RetryCap != 0 {
+		t.Errorf("RELAY_RETRY_BASE=0s RELAY_RETRY_CAP=0s: %+v, %v; want both 0 (retry on the next run)", c, err)
+	}
+}
