@@ -35,9 +35,9 @@ func striped(t *testing.T, maxConns int32, coupons, stripes int) bundle {
 	return bundle{pool: pool, svc: svc}
 }
 
-// burst sends one HOT request for each of members members at once, released from a barrier, and
-// re-sends RETRY_EXHAUSTED as the app does; it returns the answers by result.
-func burst(t *testing.T, b bundle, members int) map[string]int {
+// burst sends one request for campaignID for each of members members at once, released from a
+// barrier, and re-sends RETRY_EXHAUSTED as the app does; it returns the answers by result.
+func burst(t *testing.T, b bundle, campaignID string, members int) map[string]int {
 	t.Helper()
 	var resends atomic.Int64
 	issueFn := silverweek.Resending(func(ctx context.Context, r silverweek.Request) (string, error) {
@@ -51,7 +51,7 @@ func burst(t *testing.T, b bundle, members int) map[string]int {
 	for i := range members {
 		wg.Go(func() {
 			<-barrier
-			results[i], errs[i] = issueFn(context.Background(), silverweek.Request{MemberID: silverweek.MemberID(i + 1), CampaignID: "HOT"})
+			results[i], errs[i] = issueFn(context.Background(), silverweek.Request{MemberID: silverweek.MemberID(i + 1), CampaignID: campaignID})
 		})
 	}
 	close(barrier)
@@ -92,7 +92,7 @@ func assertStripes(t *testing.T, pool *pgxpool.Pool, wantStripes, wantIssuedYen 
 func TestStripesExactBudget(t *testing.T) {
 	t.Parallel()
 	b := striped(t, 32, 100, 16)
-	got := burst(t, b, 250)
+	got := burst(t, b, "HOT", 250)
 	want := map[string]int{string(issuance.ResultIssued): 100, string(issuance.ResultBudgetExceeded): 150}
 	if !maps.Equal(got, want) {
 		t.Errorf("answers %v, want %v", got, want)
@@ -108,7 +108,7 @@ func TestStripesExactBudget(t *testing.T) {
 func TestStripesUneven(t *testing.T) {
 	t.Parallel()
 	b := striped(t, 16, 17, 16)
-	got := burst(t, b, 40)
+	got := burst(t, b, "HOT", 40)
 	want := map[string]int{string(issuance.ResultIssued): 17, string(issuance.ResultBudgetExceeded): 23}
 	if !maps.Equal(got, want) {
 		t.Errorf("answers %v, want %v", got, want)
