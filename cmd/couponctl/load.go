@@ -99,6 +99,9 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 	}
 	ctx := cmd.Context()
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if err := probeIssueCoupon(ctx, o.url); err != nil {
+		return err
+	}
 	pool, closePool, err := db.OpenFromEnv(ctx)
 	if err != nil {
 		return fmt.Errorf("load checks the rules on the service's database: %w", err)
@@ -198,4 +201,27 @@ func inContract(status uint16, result string) bool {
 		return contractConflicts[result]
 	}
 	return result != "" && contractAnswers[int(status)] == result
+}
+
+// probeIssueCoupon sends one request that writes nothing (an empty object: INVALID_REQUEST) and
+// refuses a URL that does not answer as IssueCoupon, before the load sends thousands to it.
+func probeIssueCoupon(ctx context.Context, target string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(`{}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("--url %s: %w", target, err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Result string `json:"result"`
+	}
+	if resp.StatusCode != http.StatusBadRequest || json.NewDecoder(resp.Body).Decode(&body) != nil || body.Result != "INVALID_REQUEST" {
+		return fmt.Errorf("--url %s does not answer as IssueCoupon (HTTP %d to an empty request, want 400 INVALID_REQUEST); "+
+			"with couponctl serve serving both functions the URL ends in /IssueCoupon", target, resp.StatusCode)
+	}
+	return nil
 }
