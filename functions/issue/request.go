@@ -8,9 +8,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 
 	"github.com/mops/coupon-api/shared/ids"
+	"github.com/mops/coupon-api/shared/reqbody"
 )
 
 // MaxBodyBytes is the largest request body accepted, in bytes (docs/api.md: 4 KiB).
@@ -38,7 +38,7 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return req, http.StatusUnsupportedMediaType, errors.New("Content-Type must be application/json")
 	}
-	if enc := contentEncoding(r.Header); enc != "" {
+	if enc := reqbody.Encoding(r.Header); enc != "" {
 		return req, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Encoding %q: send the body uncompressed", enc)
 	}
 	tooLarge := fmt.Errorf("body over %d bytes", MaxBodyBytes)
@@ -59,19 +59,6 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 		return req, http.StatusBadRequest, err
 	}
 	return req, 0, nil
-}
-
-// contentEncoding returns the first Content-Encoding coding other than identity, or "" when
-// the body is sent as is (RFC 9110, 8.4).
-func contentEncoding(h http.Header) string {
-	for _, v := range h.Values("Content-Encoding") {
-		for coding := range strings.SplitSeq(v, ",") {
-			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
-				return c
-			}
-		}
-	}
-	return ""
 }
 
 // decodeObject walks the tokens of {"member_id": "...", "campaign_id": "..."}: encoding/json

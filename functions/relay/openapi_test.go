@@ -89,6 +89,12 @@ SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil
 	if status, got = call(h, "POST", ""); status != 200 {
 		t.Errorf("empty body, as Cloud Scheduler may send: %d %v, want 200", status, got)
 	}
+	gz := httptest.NewRequest("POST", "/", strings.NewReader("\x1f\x8b"))
+	gz.Header.Set("Content-Type", "application/json")
+	gz.Header.Set("Content-Encoding", "gzip")
+	if resp := spec.Do(t, h, gz); resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("gzip body: %d, want 415 as IssueCoupon answers", resp.StatusCode)
+	}
 	for _, c := range []struct {
 		method, body string
 		status       int

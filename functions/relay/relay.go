@@ -20,6 +20,7 @@ import (
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/outbox"
+	"github.com/mops/coupon-api/shared/reqbody"
 )
 
 func init() {
@@ -96,6 +97,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Message: "use POST"})
+		return
+	}
+	if enc := reqbody.Encoding(r.Header); enc != "" {
+		writeJSON(w, http.StatusUnsupportedMediaType, errorBody{Message: fmt.Sprintf("Content-Encoding %q: send the body uncompressed", enc)})
 		return
 	}
 	maxRows, err := decodeMaxRows(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
