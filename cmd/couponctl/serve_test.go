@@ -6,32 +6,15 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/internal/syncbuf"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func freeLoopbackPort(t *testing.T) string {
 	t.Helper()
@@ -89,7 +72,7 @@ func TestServeChecksThenServesThenStops(t *testing.T) {
 	port := freeLoopbackPort(t)
 	t.Setenv("DATABASE_URL", srv.URL())
 	t.Setenv("PORT", port)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cmd := rootCmd()
 	cmd.SetArgs([]string{"serve"})
 	cmd.SetOut(&out)

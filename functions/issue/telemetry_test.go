@@ -30,6 +30,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/syncbuf"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
@@ -41,25 +42,7 @@ type traced struct {
 	pool    *pgxpool.Pool
 	spans   *tracetest.InMemoryExporter
 	metrics *sdkmetric.ManualReader
-	logs    *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs    *syncbuf.Buffer
 }
 
 const testProject = "test-project"
@@ -70,7 +53,7 @@ const testProject = "test-project"
 func newTraced(t *testing.T, cfg issuance.Config) *traced {
 	t.Helper()
 	ctx := context.Background()
-	tr := &traced{spans: tracetest.NewInMemoryExporter(), metrics: sdkmetric.NewManualReader(), logs: &syncBuffer{}}
+	tr := &traced{spans: tracetest.NewInMemoryExporter(), metrics: sdkmetric.NewManualReader(), logs: &syncbuf.Buffer{}}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tr.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(tr.metrics))
 	otel.SetTracerProvider(tp)

@@ -226,21 +226,11 @@ func RunFirstCome(ctx context.Context, s FirstComeStrategy, workers, run int, lo
 	if err := load.Validate(); err != nil {
 		return m, err
 	}
-	dbURL, drop, err := fresh(ctx)
+	pool, closeRun, err := openRun(ctx, fresh, workers)
 	if err != nil {
 		return m, err
 	}
-	defer drop()
-	cfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return m, fmt.Errorf("isolationlab: pool config: %w", err)
-	}
-	cfg.MaxConns = int32(workers)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return m, fmt.Errorf("isolationlab: pool: %w", err)
-	}
-	defer pool.Close()
+	defer closeRun()
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: BlackFridayCampaign, DiscountYen: load.DiscountYen,
 		BudgetYen: load.BudgetYen(), Stripes: s.Stripes}); err != nil {
 		return m, err

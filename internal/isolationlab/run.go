@@ -205,25 +205,36 @@ func Run(ctx context.Context, p Plan) ([]Measurement, error) {
 	return ms, nil
 }
 
-// RunOne runs load once through strategy s with workers concurrent workers, on a fresh database
-// from fresh, and measures the tables afterwards.
-func RunOne(ctx context.Context, s Strategy, workers, run int, load Load, fresh FreshDB) (Measurement, error) {
-	m := Measurement{Strategy: s.Name, Workers: workers, Run: run}
+// openRun makes a fresh database for one run and a pool of workers connections on it; the
+// returned function closes the pool and drops the database.
+func openRun(ctx context.Context, fresh FreshDB, workers int) (*pgxpool.Pool, func(), error) {
 	dbURL, drop, err := fresh(ctx)
 	if err != nil {
-		return m, err
+		return nil, nil, err
 	}
-	defer drop()
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return m, fmt.Errorf("isolationlab: pool config: %w", err)
+		drop()
+		return nil, nil, fmt.Errorf("isolationlab: pool config: %w", err)
 	}
 	cfg.MaxConns = int32(workers)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return m, fmt.Errorf("isolationlab: pool: %w", err)
+		drop()
+		return nil, nil, fmt.Errorf("isolationlab: pool: %w", err)
 	}
-	defer pool.Close()
+	return pool, func() { pool.Close(); drop() }, nil
+}
+
+// RunOne runs load once through strategy s with workers concurrent workers, on a fresh database
+// from fresh, and measures the tables afterwards.
+func RunOne(ctx context.Context, s Strategy, workers, run int, load Load, fresh FreshDB) (Measurement, error) {
+	m := Measurement{Strategy: s.Name, Workers: workers, Run: run}
+	pool, closeRun, err := openRun(ctx, fresh, workers)
+	if err != nil {
+		return m, err
+	}
+	defer closeRun()
 	if err := silverweek.CreateCampaigns(ctx, pool, load.Campaigns); err != nil {
 		return m, err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -51,7 +51,7 @@ func freePort(t *testing.T) string {
 
 // start runs the main with env added to this process's environment, its stderr in the
 // returned buffer.
-func start(t *testing.T, env ...string) (*exec.Cmd, *syncBuffer) {
+func start(t *testing.T, env ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	t.Helper()
 	bin, err := binary()
 	if err != nil {
@@ -59,30 +59,13 @@ func start(t *testing.T, env ...string) (*exec.Cmd, *syncBuffer) {
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), env...)
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return cmd, &stderr
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestStartUpRefusesABadDatabase: against a closed port, an unmigrated database or a zero lock
