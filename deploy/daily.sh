@@ -26,13 +26,16 @@ readonly RETENTION=720h # RELAY_RETENTION: 30 days, as the relay's and reconcile
 
 env_vars="INSTANCE_CONNECTION_NAME=$(connection_name),DB_USER=$(db_user "$SA_ADMIN"),DB_NAME=$DATABASE"
 env_vars+=",DB_IAM_AUTH=true,DB_POOL_MAX_CONNS=$JOB_POOL,RELAY_RETENTION=$RETENTION,GOOGLE_CLOUD_PROJECT=$PROJECT"
+# Metrics only (reconcile's drift, which an alert reads), through the Telemetry API as the
+# functions do (docs/operations.md, "Export path"); flushed when couponctl exits.
+env_vars+=",OTEL_METRICS_EXPORTER=otlp_google,OTEL_TRACES_EXPORTER=none"
 
 # deploy_job NAME ARGS: a Cloud Run job that runs couponctl ARGS (comma-separated) once, no retry
 # (a failed reconcile is a finding, not a flake).
 deploy_job() {
   run gcloud run jobs deploy "$1" --project="$PROJECT" --region="$REGION" --source=. \
     --set-build-env-vars=GOOGLE_BUILDABLE=./cmd/couponctl --args="$2" \
-    --service-account="$(sa_email "$SA_ADMIN")" --set-env-vars="$env_vars" \
+    --service-account="$(sa_email "$SA_ADMIN")" --set-env-vars="$env_vars,OTEL_SERVICE_NAME=$1" \
     --tasks=1 --max-retries=0 --task-timeout=600s --cpu=1 --memory=512Mi
 }
 deploy_job "$RECONCILE_JOB" reconcile

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"go/build"
 	"os"
@@ -14,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
+	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // testProject is the project id the scripts are run with in these tests.
@@ -188,6 +192,13 @@ func TestIAMBindings(t *testing.T) {
 		{"iam service-accounts", "coupon-relay@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-build@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"projects", p, sa("coupon-build"), "roles/run.builder"},
+		// Telemetry through Google's Telemetry API (shared/telemetry.GoogleExporter): the functions
+		// write spans and metrics, the operators' jobs metrics (reconcile's drift).
+		{"projects", p, sa("coupon-issue"), "roles/telemetry.tracesWriter"},
+		{"projects", p, sa("coupon-relay"), "roles/telemetry.tracesWriter"},
+		{"projects", p, sa("coupon-issue"), "roles/telemetry.metricsWriter"},
+		{"projects", p, sa("coupon-relay"), "roles/telemetry.metricsWriter"},
+		{"projects", p, sa("coupon-admin"), "roles/telemetry.metricsWriter"},
 		// Who may call the functions: the gateway IssueCoupon, the scheduler RelayOutbox; nobody else.
 		{"run services", "issue-coupon", gateway, "roles/run.invoker"},
 		{"run services", "relay-outbox", sa("coupon-scheduler"), "roles/run.invoker"},
@@ -594,4 +605,56 @@ func registers(t *testing.T, dir, target string) bool {
 		}
 	}
 	return false
+}
+
+// TestTelemetryIsExported: the deployed functions and the reconcile job export through
+// shared/telemetry.GoogleExporter (the dashboard and alerts of deploy/monitoring read what they
+// export), with a sampler the SDK accepts (it falls back silently on a misspelt one, so the
+// error it reports is caught here), and setup.sh enables the APIs they write to. The grants
+// are in TestIAMBindings.
+func TestTelemetryIsExported(t *testing.T) {
+	cb := loadCloudBuild(t)
+	envDir := generatedEnv(t, cb)
+	defer otel.SetErrorHandler(otel.GetErrorHandler())
+	for _, fn := range []string{"issue", "relay"} {
+		env := loadEnv(t, filepath.Join(envDir, fn+".env.yaml"))
+		for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
+			if env[k] != telemetry.GoogleExporter {
+				t.Errorf("%s.env.yaml: %s=%q, want %q", fn, k, env[k], telemetry.GoogleExporter)
+			}
+		}
+		if env["GOOGLE_CLOUD_PROJECT"] != testProject {
+			t.Errorf("%s.env.yaml: GOOGLE_CLOUD_PROJECT=%q, want %q (the logs' trace field, gcp.project_id)",
+				fn, env["GOOGLE_CLOUD_PROJECT"], testProject)
+		}
+		t.Setenv("OTEL_TRACES_SAMPLER", env["OTEL_TRACES_SAMPLER"])
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", env["OTEL_TRACES_SAMPLER_ARG"])
+		var refused []error
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { refused = append(refused, err) }))
+		_ = sdktrace.NewTracerProvider().Shutdown(context.Background())
+		if len(refused) > 0 {
+			t.Errorf("%s.env.yaml: the SDK refuses OTEL_TRACES_SAMPLER=%q ARG=%q: %v",
+				fn, env["OTEL_TRACES_SAMPLER"], env["OTEL_TRACES_SAMPLER_ARG"], refused)
+		}
+	}
+
+	out, err := script(t, "daily.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("daily.sh: %v\n%s", err, out)
+	}
+	reconcile := regexp.MustCompile(`(?m)^\+ gcloud run jobs deploy coupon-reconcile .*$`).FindString(out)
+	if !strings.Contains(reconcile, "OTEL_METRICS_EXPORTER="+telemetry.GoogleExporter) {
+		t.Errorf("the reconcile job does not export its drift metrics: %s", reconcile)
+	}
+
+	out, err = script(t, "setup.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("setup.sh: %v\n%s", err, out)
+	}
+	enable := regexp.MustCompile(`(?m)^\+ gcloud services enable .*$`).FindString(out)
+	for _, api := range []string{"telemetry.googleapis.com", "cloudtrace.googleapis.com", "monitoring.googleapis.com"} {
+		if !strings.Contains(enable, api) {
+			t.Errorf("setup.sh does not enable %s: %s", api, enable)
+		}
+	}
 }

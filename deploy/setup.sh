@@ -25,7 +25,8 @@ readonly DB_MAX_CONNECTIONS=100
 run gcloud services enable --project="$PROJECT" \
   run.googleapis.com cloudbuild.googleapis.com artifactregistry.googleapis.com \
   sqladmin.googleapis.com secretmanager.googleapis.com cloudscheduler.googleapis.com \
-  iam.googleapis.com iamcredentials.googleapis.com
+  iam.googleapis.com iamcredentials.googleapis.com \
+  telemetry.googleapis.com cloudtrace.googleapis.com monitoring.googleapis.com
 
 accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN")
 if [ "$GATEWAY_SA" = "$(sa_email "$SA_GATEWAY")" ]; then
@@ -89,6 +90,15 @@ done
 bind secrets "$LINE_SECRET" "serviceAccount:$(sa_email "$SA_RELAY")" roles/secretmanager.secretAccessor
 for sa in "$SA_ISSUE" "$SA_RELAY"; do
   bind secrets "$MEMBER_KEY_SECRET" "serviceAccount:$(sa_email "$sa")" roles/secretmanager.secretAccessor
+done
+
+# Telemetry (shared/telemetry.GoogleExporter, docs/operations.md): both functions write spans
+# and metrics to the Telemetry API; the operators' jobs only metrics (reconcile's drift).
+for sa in "$SA_ISSUE" "$SA_RELAY"; do
+  bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/telemetry.tracesWriter
+done
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN"; do
+  bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/telemetry.metricsWriter
 done
 
 # The deploy build (cloudbuild.yaml runs as coupon-deploy): deploy Cloud Run services from

@@ -29,6 +29,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/gcpfake"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/syncbuf"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -481,12 +482,16 @@ type point struct {
 	sum   float64
 }
 
-// collect reads every metric from r, by name.
+// collect reads every metric from r, by name, and checks that Google's Telemetry API would take
+// every name and attribute key.
 func collect(t *testing.T, r *sdkmetric.ManualReader) map[string][]point {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
+	}
+	if err := gcpfake.CheckMetrics(rm); err != nil {
+		t.Errorf("Google's Telemetry API would reject: %v", err)
 	}
 	out := map[string][]point{}
 	for _, sm := range rm.ScopeMetrics {

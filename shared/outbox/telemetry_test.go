@@ -17,6 +17,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/gcpfake"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
@@ -134,6 +135,9 @@ func TestPushSpansLinkToTheIssuingTrace(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
+	}
+	if err := gcpfake.CheckMetrics(rm); err != nil {
+		t.Errorf("Google's Telemetry API would reject: %v", err)
 	}
 	var pushed int64
 	for _, sm := range rm.ScopeMetrics {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/gcpfake"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
@@ -54,6 +55,9 @@ SELECT coupon_id, member_id,
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
+	}
+	if err := gcpfake.CheckMetrics(rm); err != nil {
+		t.Errorf("Google's Telemetry API would reject: %v", err)
 	}
 	got := map[string]float64{}
 	for _, sm := range rm.ScopeMetrics {

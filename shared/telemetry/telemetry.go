@@ -19,6 +19,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ import (
 	"go.opentelemetry.io/contrib/detectors/gcp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -164,8 +166,9 @@ func otlpEndpointSet(signal string) bool {
 }
 
 // newResource describes this process: service.name (OTEL_SERVICE_NAME, else K_SERVICE, else
-// [DefaultServiceName]), OTEL_RESOURCE_ATTRIBUTES, the SDK, and on Google Cloud the project,
-// platform, region and instance.
+// [DefaultServiceName]), OTEL_RESOURCE_ATTRIBUTES, the SDK, on Google Cloud the project,
+// platform, region and instance, and the two attributes Google's Telemetry API reads (see
+// [withGoogleIdentity]).
 func newResource(ctx context.Context) (*resource.Resource, error) {
 	name := DefaultServiceName
 	if k := os.Getenv("K_SERVICE"); k != "" {
@@ -181,7 +184,38 @@ func newResource(ctx context.Context) (*resource.Resource, error) {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
 	// A partial resource (a detector that could not read everything) is still usable.
-	return res, nil
+	return withGoogleIdentity(res)
+}
+
+// attrGCPProjectID is the resource attribute Google's Telemetry API takes the destination
+// project from (Cloud Trace docs, "Migrate from the Trace exporter to the OTLP endpoint").
+const attrGCPProjectID = attribute.Key("gcp.project_id")
+
+// withGoogleIdentity adds, where res lacks them, gcp.project_id ([projectID]) and
+// service.instance.id: the instance the detector found on Google Cloud (faas.instance), else a
+// random id. The Telemetry API files metrics under the prometheus_target resource, whose
+// instance label comes from service.instance.id; without one per instance, the cumulative
+// series of two Cloud Run instances would collide.
+func withGoogleIdentity(res *resource.Resource) (*resource.Resource, error) {
+	var extra []attribute.KeyValue
+	if _, ok := res.Set().Value(attrGCPProjectID); !ok {
+		if p := projectID(res); p != "" {
+			extra = append(extra, attrGCPProjectID.String(p))
+		}
+	}
+	if _, ok := res.Set().Value(semconv.ServiceInstanceIDKey); !ok {
+		id, ok := res.Set().Value(semconv.FaaSInstanceKey)
+		if ok && id.AsString() != "" {
+			extra = append(extra, semconv.ServiceInstanceID(id.AsString()))
+		} else {
+			extra = append(extra, semconv.ServiceInstanceID(rand.Text()))
+		}
+	}
+	merged, err := resource.Merge(res, resource.NewSchemaless(extra...))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: resource: %w", err)
+	}
+	return merged, nil
 }
 
 // projectID is the Google Cloud project the logs and traces belong to: GOOGLE_CLOUD_PROJECT,

@@ -1,0 +1,192 @@
+package telemetry_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+
+	"github.com/mops/coupon-api/internal/gcpfake"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// The fake Cloud Run instance of TestGoogleExportFromCloudRun.
+const (
+	gcpProject  = "coupon-test-123"
+	gcpRegion   = "asia-northeast1"
+	gcpInstance = "0069c7a988e3ab3c0f1a2b3c4d5e6f"
+	gcpToken    = "ya29.stand-in-token"
+)
+
+// TestGoogleExportFromCloudRun runs the deployed export path in a child process that believes
+// it is a Cloud Run instance (K_SERVICE, K_CONFIGURATION and a metadata server at
+// GCE_METADATA_HOST), pointed at a stand-in of Google's Telemetry API that refuses what the
+// real one refuses (internal/gcpfake). With OTEL_*_EXPORTER=otlp_google, as deploy/ sets it, the
+// span and the metrics arrive with the service account's token, the project, the region and a
+// per-instance service.instance.id, and nothing is refused. The standard "otlp" exporter on the
+// same settings sends no token and every request is refused: that is why otlp_google exists.
+func TestGoogleExportFromCloudRun(t *testing.T) {
+	meta := gcpfake.StartMetadata(t, gcpfake.MetadataConfig{Project: gcpProject, Region: gcpRegion,
+		InstanceID: gcpInstance, Token: gcpToken})
+
+	t.Run(telemetry.GoogleExporter, func(t *testing.T) {
+		api := gcpfake.StartTelemetryAPI(t, gcpProject, gcpToken)
+		out := runInstance(t, meta, api, telemetry.GoogleExporter)
+		if strings.Contains(out, "shutdown: ") {
+			t.Errorf("the instance could not flush:\n%s", out)
+		}
+		if r := api.Refused(); len(r) > 0 {
+			t.Errorf("the Telemetry API refused %d requests: %q", len(r), r)
+		}
+		if meta.Tokens.Load() == 0 {
+			t.Error("no token was taken from the metadata server")
+		}
+		var spanNames []string
+		for _, rs := range api.Spans() {
+			checkResource(t, "span", rs.GetResource().GetAttributes())
+			for _, ss := range rs.GetScopeSpans() {
+				for _, s := range ss.GetSpans() {
+					spanNames = append(spanNames, s.GetName())
+				}
+			}
+		}
+		if len(spanNames) != 1 || spanNames[0] != "instance-span" {
+			t.Errorf("spans received %q, want [instance-span]", spanNames)
+		}
+		var metricNames []string
+		for _, rm := range api.Metrics() {
+			checkResource(t, "metric", rm.GetResource().GetAttributes())
+			for _, sm := range rm.GetScopeMetrics() {
+				for _, m := range sm.GetMetrics() {
+					metricNames = append(metricNames, m.GetName())
+				}
+			}
+		}
+		if !strings.Contains(strings.Join(metricNames, " "), telemetry.MetricIssuances) {
+			t.Errorf("metrics received %q, want %s among them", metricNames, telemetry.MetricIssuances)
+		}
+	})
+
+	t.Run("otlp", func(t *testing.T) {
+		api := gcpfake.StartTelemetryAPI(t, gcpProject, gcpToken)
+		runInstance(t, meta, api, "otlp")
+		refused := api.Refused()
+		if len(refused) == 0 || len(api.Spans())+len(api.Metrics()) > 0 {
+			t.Fatalf("plain otlp: %d span and %d metric requests accepted, refused %q; want every request refused",
+				len(api.Spans()), len(api.Metrics()), refused)
+		}
+		for _, r := range refused {
+			if !strings.Contains(r, "Unauthenticated") {
+				t.Errorf("refused for %q, want Unauthenticated", r)
+			}
+		}
+	})
+}
+
+// checkResource checks the attributes the Telemetry API files the data under.
+func checkResource(t *testing.T, what string, kvs []*commonpb.KeyValue) {
+	t.Helper()
+	got := map[string]string{}
+	for _, kv := range kvs {
+		got[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	for k, want := range map[string]string{"gcp.project_id": gcpProject, "cloud.region": gcpRegion,
+		"cloud.platform": "gcp_cloud_run", "faas.instance": gcpInstance, "service.instance.id": gcpInstance,
+		"service.name": "issue-coupon"} {
+		if got[k] != want {
+			t.Errorf("%s resource: %s = %q, want %q", what, k, got[k], want)
+		}
+	}
+}
+
+// runInstance runs TestGoogleExportInstance in a child process with exporter for both signals
+// and returns its output. A child of its own, because the metadata client decides once per
+// process whether it runs on Google Cloud.
+func runInstance(t *testing.T, meta *gcpfake.Metadata, api *gcpfake.TelemetryAPI, exporter string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGoogleExportInstance$", "-test.v")
+	cmd.Env = append(cleanEnv(), "TELEMETRY_TEST_INSTANCE=1",
+		"HOME="+t.TempDir(), // no gcloud credentials file: the token must come from the metadata server
+		"GCE_METADATA_HOST="+meta.Host,
+		"K_SERVICE=issue-coupon", "K_REVISION=issue-coupon-00001-abc", "K_CONFIGURATION=issue-coupon",
+		"OTEL_TRACES_EXPORTER="+exporter, "OTEL_METRICS_EXPORTER="+exporter,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+api.Endpoint,
+		"OTEL_EXPORTER_OTLP_CERTIFICATE="+api.CertFile)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("instance: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// cleanEnv is this process's environment without the variables that would change where the
+// child's telemetry goes or whose credentials it uses.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "GOOGLE_") || strings.HasPrefix(k, "GCE_") ||
+			strings.HasPrefix(k, "K_") || k == "HOME" || k == "CLOUDSDK_CONFIG" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// TestGoogleExportInstance is the child of TestGoogleExportFromCloudRun: what a function does
+// with telemetry, from Setup to the flush at exit. Shutdown errors are printed for the parent
+// to judge, not failed here (the plain "otlp" case expects them).
+func TestGoogleExportInstance(t *testing.T) {
+	if os.Getenv("TELEMETRY_TEST_INSTANCE") != "1" {
+		t.Skip("run as a child by TestGoogleExportFromCloudRun")
+	}
+	shutdown, err := telemetry.Setup(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, span := otel.Tracer("test").Start(context.Background(), "instance-span")
+	telemetry.Global().RecordIssuance(ctx, "C", "ISSUED", 1, 4*time.Millisecond)
+	span.End()
+	flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := shutdown(flush); err != nil {
+		t.Logf("shutdown: %v", err)
+	}
+}
+
+// TestGoogleExporterRefusesPlaintext: otlp_google never sends the token without TLS; Setup
+// says so and names the variable, before it looks for credentials (there are none here).
+func TestGoogleExporterRefusesPlaintext(t *testing.T) {
+	for _, env := range [][2]string{
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "127.0.0.1:4317"},
+		{"OTEL_EXPORTER_OTLP_INSECURE", "true"},
+	} {
+		t.Run(env[0]+"="+env[1], func(t *testing.T) {
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+				"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_INSECURE"} {
+				t.Setenv(k, "")
+			}
+			t.Setenv("OTEL_TRACES_EXPORTER", telemetry.GoogleExporter)
+			t.Setenv("OTEL_METRICS_EXPORTER", "none")
+			t.Setenv(env[0], env[1])
+			restore := keepGlobals()
+			defer restore()
+			shutdown, err := telemetry.Setup(context.Background())
+			if err == nil {
+				_ = shutdown(context.Background())
+				t.Fatal("Setup accepted a plaintext endpoint for otlp_google")
+			}
+			if !strings.Contains(err.Error(), env[0]) {
+				t.Errorf("error %q does not name %s", err, env[0])
+			}
+		})
+	}
+}
