@@ -99,7 +99,7 @@ requests, those in flight get 6 s to finish, then the pool is closed and telemet
 				dbSettings, strings.Join(targets, ", "), addr)
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: mux,
-				Closers: []lifecycle.Closer{closePool, flush}, Log: log})
+				Closers: []lifecycle.Closer{flush, closePool}, Log: log})
 		},
 	}
 }

@@ -2,7 +2,7 @@
 // start-up it opens the pool and checks the database (reachable, migrated) before serving, and
 // prints the effective settings once; on SIGTERM (Cloud Run scales in or deploys, then sends
 // SIGKILL 10 s later) it stops accepting, lets in-flight requests finish within a drain bound,
-// closes what it opened in order (the pool, then a telemetry flush) and exits 0.
+// closes what it opened in order (a telemetry flush, then the pool) and exits 0.
 package lifecycle
 
 import (
@@ -84,8 +84,8 @@ type Server struct {
 	Addr string
 	// Handler serves every request.
 	Handler http.Handler
-	// Closers run in order once the server has stopped: the pool first, then a telemetry
-	// flush, so that what the last requests did is flushed too.
+	// Closers run in order once the server has stopped: the telemetry flush first, while the
+	// pool still serves the gauges that read the database at the last export, then the pool.
 	Closers []Closer
 	// Log gets the shutdown's progress. Default slog.Default().
 	Log *slog.Logger

@@ -51,7 +51,7 @@ func run(ctx context.Context) error {
 	slog.Info("IssueCoupon: serving", "addr", addr, "issuance", cfg.String(), "db", dbSettings,
 		"drain", lifecycle.DrainTimeout)
 	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: issue.Instrument(h), Closers: []lifecycle.Closer{
-		closePool,
 		{Name: "telemetry flush", Close: shutdownTelemetry},
+		closePool,
 	}})
 }

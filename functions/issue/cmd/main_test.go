@@ -128,16 +128,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	cmd, out := start(t, "DATABASE_URL="+dbURL, "PORT="+port, "DB_POOL_MAX_CONNS=10", "FUNCTION_TARGET=IssueCoupon",
 		"ISSUE_LOCK_TIMEOUT=2s", "ISSUE_STATEMENT_TIMEOUT=2400ms")
 	base := "http://127.0.0.1:" + port + "/"
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			t.Fatalf("never served: %s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, port, out)
 	if !strings.Contains(out.String(), "pool_max_conns=10") {
 		t.Errorf("start-up line without the effective pool size: %s", out.String())
 	}

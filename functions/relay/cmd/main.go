@@ -52,7 +52,7 @@ func run(ctx context.Context) error {
 	addr := ":" + lifecycle.Port()
 	slog.Info("RelayOutbox: serving", "addr", addr, "db", dbSettings, "drain", lifecycle.DrainTimeout)
 	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: relay.Instrument(h), Closers: []lifecycle.Closer{
-		closePool,
 		{Name: "telemetry flush", Close: shutdownTelemetry},
+		closePool,
 	}})
 }
