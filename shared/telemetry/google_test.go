@@ -12,15 +12,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 
 	"github.com/mops/coupon-api/internal/gcpfake"
+	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/shared/telemetry"
-)
-
-// The fake Cloud Run instance of TestGoogleExportFromCloudRun.
-const (
-	gcpProject  = "coupon-test-123"
-	gcpRegion   = "asia-northeast1"
-	gcpInstance = "0069c7a988e3ab3c0f1a2b3c4d5e6f"
-	gcpToken    = "ya29.stand-in-token"
 )
 
 // TestGoogleExportFromCloudRun runs the deployed export path in a child process that believes
@@ -31,24 +24,22 @@ const (
 // per-instance service.instance.id, and nothing is refused. The standard "otlp" exporter on the
 // same settings sends no token and every request is refused: that is why otlp_google exists.
 func TestGoogleExportFromCloudRun(t *testing.T) {
-	meta := gcpfake.StartMetadata(t, gcpfake.MetadataConfig{Project: gcpProject, Region: gcpRegion,
-		InstanceID: gcpInstance, Token: gcpToken})
-
 	t.Run(telemetry.GoogleExporter, func(t *testing.T) {
-		api := gcpfake.StartTelemetryAPI(t, gcpProject, gcpToken)
-		out := runInstance(t, meta, api, telemetry.GoogleExporter)
+		run := gcpfake.StartCloudRun(t)
+		api := run.API
+		out := runInstance(t, run, telemetry.GoogleExporter)
 		if strings.Contains(out, "shutdown: ") {
 			t.Errorf("the instance could not flush:\n%s", out)
 		}
 		if r := api.Refused(); len(r) > 0 {
 			t.Errorf("the Telemetry API refused %d requests: %q", len(r), r)
 		}
-		if meta.Tokens.Load() == 0 {
+		if run.Metadata.Tokens.Load() == 0 {
 			t.Error("no token was taken from the metadata server")
 		}
 		var spanNames []string
 		for _, rs := range api.Spans() {
-			checkResource(t, "span", rs.GetResource().GetAttributes())
+			checkResource(t, run, "span", rs.GetResource().GetAttributes())
 			for _, ss := range rs.GetScopeSpans() {
 				for _, s := range ss.GetSpans() {
 					spanNames = append(spanNames, s.GetName())
@@ -60,7 +51,7 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 		}
 		var metricNames []string
 		for _, rm := range api.Metrics() {
-			checkResource(t, "metric", rm.GetResource().GetAttributes())
+			checkResource(t, run, "metric", rm.GetResource().GetAttributes())
 			for _, sm := range rm.GetScopeMetrics() {
 				for _, m := range sm.GetMetrics() {
 					metricNames = append(metricNames, m.GetName())
@@ -73,8 +64,9 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 	})
 
 	t.Run("otlp", func(t *testing.T) {
-		api := gcpfake.StartTelemetryAPI(t, gcpProject, gcpToken)
-		runInstance(t, meta, api, "otlp")
+		run := gcpfake.StartCloudRun(t)
+		api := run.API
+		runInstance(t, run, "otlp")
 		refused := api.Refused()
 		if len(refused) == 0 || len(api.Spans())+len(api.Metrics()) > 0 {
 			t.Fatalf("plain otlp: %d span and %d metric requests accepted, refused %q; want every request refused",
@@ -89,14 +81,14 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 }
 
 // checkResource checks the attributes the Telemetry API files the data under.
-func checkResource(t *testing.T, what string, kvs []*commonpb.KeyValue) {
+func checkResource(t *testing.T, run *gcpfake.CloudRun, what string, kvs []*commonpb.KeyValue) {
 	t.Helper()
 	got := map[string]string{}
 	for _, kv := range kvs {
 		got[kv.GetKey()] = kv.GetValue().GetStringValue()
 	}
-	for k, want := range map[string]string{"gcp.project_id": gcpProject, "cloud.region": gcpRegion,
-		"cloud.platform": "gcp_cloud_run", "faas.instance": gcpInstance, "service.instance.id": gcpInstance,
+	for k, want := range map[string]string{"gcp.project_id": run.Project, "cloud.region": run.Region,
+		"cloud.platform": "gcp_cloud_run", "faas.instance": run.Instance, "service.instance.id": run.Instance,
 		"service.name": "issue-coupon"} {
 		if got[k] != want {
 			t.Errorf("%s resource: %s = %q, want %q", what, k, got[k], want)
@@ -104,40 +96,19 @@ func checkResource(t *testing.T, what string, kvs []*commonpb.KeyValue) {
 	}
 }
 
-// runInstance runs TestGoogleExportInstance in a child process with exporter for both signals
-// and returns its output. A child of its own, because the metadata client decides once per
-// process whether it runs on Google Cloud.
-func runInstance(t *testing.T, meta *gcpfake.Metadata, api *gcpfake.TelemetryAPI, exporter string) string {
+// runInstance runs TestGoogleExportInstance in a child process on run's instance with exporter
+// for both signals, and returns its output. A child of its own, because the metadata client
+// decides once per process whether it runs on Google Cloud.
+func runInstance(t *testing.T, run *gcpfake.CloudRun, exporter string) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestGoogleExportInstance$", "-test.v")
-	cmd.Env = append(cleanEnv(), "TELEMETRY_TEST_INSTANCE=1",
-		"HOME="+t.TempDir(), // no gcloud credentials file: the token must come from the metadata server
-		"GCE_METADATA_HOST="+meta.Host,
-		"K_SERVICE=issue-coupon", "K_REVISION=issue-coupon-00001-abc", "K_CONFIGURATION=issue-coupon",
-		"OTEL_TRACES_EXPORTER="+exporter, "OTEL_METRICS_EXPORTER="+exporter,
-		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
-		"OTEL_EXPORTER_OTLP_ENDPOINT="+api.Endpoint,
-		"OTEL_EXPORTER_OTLP_CERTIFICATE="+api.CertFile)
+	cmd.Env = proctest.Env(append(run.Env(t, "issue-coupon"), "TELEMETRY_TEST_INSTANCE=1",
+		"OTEL_TRACES_EXPORTER="+exporter, "OTEL_METRICS_EXPORTER="+exporter, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc")...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("instance: %v\n%s", err, out)
 	}
 	return string(out)
-}
-
-// cleanEnv is this process's environment without the variables that would change where the
-// child's telemetry goes or whose credentials it uses.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "GOOGLE_") || strings.HasPrefix(k, "GCE_") ||
-			strings.HasPrefix(k, "K_") || k == "HOME" || k == "CLOUDSDK_CONFIG" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // TestGoogleExportInstance is the child of TestGoogleExportFromCloudRun: what a function does

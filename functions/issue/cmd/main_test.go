@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,53 +16,16 @@ import (
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// binary builds this deployable main once per test binary.
-var binary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "issue-main-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "issue")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
-
-// start runs the main with env added to this process's environment, its stderr in the
-// returned buffer.
+// start runs this main with env (see proctest.Env).
 func start(t *testing.T, env ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	t.Helper()
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), env...)
-	var stderr syncbuf.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, &stderr
+	return proctest.Start(t, proctest.Build(t, "."), env...)
 }
 
 // TestStartUpRefusesABadDatabase: against a closed port, an unmigrated database or a zero lock
@@ -82,7 +42,7 @@ func TestStartUpRefusesABadDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
-	closed := "postgres://u@127.0.0.1:" + freePort(t) + "/coupons?sslmode=disable"
+	closed := "postgres://u@127.0.0.1:" + proctest.FreePort(t) + "/coupons?sslmode=disable"
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -92,7 +52,7 @@ func TestStartUpRefusesABadDatabase(t *testing.T) {
 		{"unmigrated", []string{"DATABASE_URL=" + unmigrated}, "couponctl migrate"},
 		{"zero lock timeout", []string{"DATABASE_URL=" + unmigrated, "ISSUE_LOCK_TIMEOUT=0s"}, "ISSUE_LOCK_TIMEOUT"},
 	} {
-		cmd, out := start(t, append(tc.env, "PORT="+freePort(t))...)
+		cmd, out := start(t, append(tc.env, "PORT="+proctest.FreePort(t))...)
 		err := cmd.Wait()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out.String(), tc.want) {
@@ -124,11 +84,11 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := campaign.Create(ctx, holder, campaign.Campaign{ID: "HELD", DiscountYen: 100, BudgetYen: 100_000}); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	cmd, out := start(t, "DATABASE_URL="+dbURL, "PORT="+port, "DB_POOL_MAX_CONNS=10", "FUNCTION_TARGET=IssueCoupon",
 		"ISSUE_LOCK_TIMEOUT=2s", "ISSUE_STATEMENT_TIMEOUT=2400ms")
 	base := "http://127.0.0.1:" + port + "/"
-	waitServing(t, port, out)
+	proctest.WaitServing(t, port, out)
 	if !strings.Contains(out.String(), "pool_max_conns=10") {
 		t.Errorf("start-up line without the effective pool size: %s", out.String())
 	}

@@ -3,22 +3,18 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/gcpfake"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
@@ -31,10 +27,8 @@ import (
 // otelpgx's, the budget gauge) arrive with the service account's token, and nothing is refused.
 func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 	t.Parallel()
-	const project, token = "coupon-test-123", "ya29.stand-in-token"
-	meta := gcpfake.StartMetadata(t, gcpfake.MetadataConfig{Project: project, Region: "asia-northeast1",
-		InstanceID: "0069c7a988e3ab3c", Token: token})
-	api := gcpfake.StartTelemetryAPI(t, project, token)
+	run := gcpfake.StartCloudRun(t)
+	api := run.API
 
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
@@ -46,20 +40,17 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 	if err := campaign.Create(ctx, conn, campaign.Campaign{ID: "OPEN", DiscountYen: 500, BudgetYen: 100_000}); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	env := []string{"DATABASE_URL=" + dbURL, "PORT=" + port, "HOME=" + t.TempDir(),
-		"GOOGLE_APPLICATION_CREDENTIALS=", "GOOGLE_CLOUD_PROJECT=" + project, "GCE_METADATA_HOST=" + meta.Host,
-		"K_SERVICE=issue-coupon", "K_REVISION=issue-coupon-00001-abc", "K_CONFIGURATION=issue-coupon"}
-	deployed := otelSettings(t, "../../../deploy/issue.env.yaml")
+	port := proctest.FreePort(t)
+	env := []string{"DATABASE_URL=" + dbURL, "PORT=" + port, "GOOGLE_CLOUD_PROJECT=" + run.Project}
+	deployed := proctest.EnvFile(t, "../../../deploy/issue.env.yaml", "OTEL_")
 	if deployed["OTEL_TRACES_EXPORTER"] != telemetry.GoogleExporter {
 		t.Fatalf("deploy/issue.env.yaml: OTEL_TRACES_EXPORTER=%q, want %q", deployed["OTEL_TRACES_EXPORTER"], telemetry.GoogleExporter)
 	}
 	for k, v := range deployed {
 		env = append(env, k+"="+v)
 	}
-	env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+api.Endpoint, "OTEL_EXPORTER_OTLP_CERTIFICATE="+api.CertFile)
-	cmd, out := start(t, env...)
-	waitServing(t, port, out)
+	cmd, out := start(t, append(env, run.Env(t, "issue-coupon")...)...)
+	proctest.WaitServing(t, port, out)
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:"+port+"/",
@@ -122,40 +113,5 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 		if !slices.Contains(metrics, want) {
 			t.Errorf("metrics %q: no %s", metrics, want)
 		}
-	}
-}
-
-// otelSettings returns the OTEL_* entries of a Cloud Run environment file.
-func otelSettings(t *testing.T, path string) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all map[string]string
-	if err := yaml.Unmarshal(b, &all); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	otel := map[string]string{}
-	for k, v := range all {
-		if strings.HasPrefix(k, "OTEL_") {
-			otel[k] = v
-		}
-	}
-	return otel
-}
-
-// waitServing waits until the main accepts connections on port.
-func waitServing(t *testing.T, port string, out *syncbuf.Buffer) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			return
-		}
-		if i > 500 {
-			t.Fatalf("never served: %s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

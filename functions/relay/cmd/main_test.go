@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/proctest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -60,26 +56,9 @@ INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_
 	}))
 	t.Cleanup(line.Close)
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	l.Close()
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PORT="+port,
+	port := proctest.FreePort(t)
+	cmd, out := proctest.Start(t, proctest.Build(t, "."), "DATABASE_URL="+dbURL, "PORT="+port,
 		"LINE_CHANNEL_ACCESS_TOKEN=test-token", "LINE_API_BASE_URL="+line.URL, "FUNCTION_TARGET=RelayOutbox")
-	var out syncbuf.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	answered := make(chan string, 1)
 	go func() {

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/internal/gcpfake"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/shared/outbox"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// TestDeployedTelemetryReachesGoogle runs this main as deploy/ runs it on Cloud Run: every
+// OTEL_* setting of deploy/relay.env.yaml, Cloud Run's variables and a metadata server
+// (internal/gcpfake), with only the Telemetry API's address and certificate swapped for a
+// stand-in that refuses what Google's refuses. One run pushes one coupon whose outbox row
+// kept its issuing request's trace; then SIGTERM. The push span arrives under the run and
+// linked to the issuing span, the outbox and push metrics arrive, nothing is refused.
+func TestDeployedTelemetryReachesGoogle(t *testing.T) {
+	t.Parallel()
+	run := gcpfake.StartCloudRun(t)
+	api := run.API
+	const issuingTrace, issuingSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  VALUES ('T', 'm1', '2026-11', 1000)
+  RETURNING coupon_id, member_id
+),
+l AS (INSERT INTO member_line_accounts (member_id, line_user_id) SELECT member_id, 'U' || md5(member_id) FROM c)
+INSERT INTO notification_outbox (coupon_id, member_id, trace_parent)
+SELECT coupon_id, member_id, $1 FROM c`, "00-"+issuingTrace+"-"+issuingSpan+"-01"); err != nil {
+		t.Fatal(err)
+	}
+	line := httptest.NewServer(linestub.New())
+	t.Cleanup(line.Close)
+
+	port := proctest.FreePort(t)
+	env := []string{"DATABASE_URL=" + dbURL, "PORT=" + port, "GOOGLE_CLOUD_PROJECT=" + run.Project,
+		"LINE_CHANNEL_ACCESS_TOKEN=test-token", "LINE_API_BASE_URL=" + line.URL}
+	deployed := proctest.EnvFile(t, "../../../deploy/relay.env.yaml", "OTEL_")
+	if deployed["OTEL_TRACES_EXPORTER"] != telemetry.GoogleExporter {
+		t.Fatalf("deploy/relay.env.yaml: OTEL_TRACES_EXPORTER=%q, want %q", deployed["OTEL_TRACES_EXPORTER"], telemetry.GoogleExporter)
+	}
+	for k, v := range deployed {
+		env = append(env, k+"="+v)
+	}
+	cmd, out := proctest.Start(t, proctest.Build(t, "."), append(env, run.Env(t, "relay-outbox")...)...)
+	proctest.WaitServing(t, port, out)
+
+	resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("RelayOutbox answered %s, want 200\n%s", resp.Status, out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
+	}
+
+	if r := api.Refused(); len(r) > 0 {
+		t.Errorf("the Telemetry API refused %q", r)
+	}
+	if strings.Contains(out.String(), "export failed") {
+		t.Errorf("the main logged a failed export:\n%s", out.String())
+	}
+	var names []string
+	pushes := 0
+	for _, rs := range api.Spans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				names = append(names, s.GetName())
+				if s.GetName() != outbox.PushSpanName {
+					continue
+				}
+				pushes++
+				links := s.GetLinks()
+				if len(links) != 1 || hex.EncodeToString(links[0].GetTraceId()) != issuingTrace ||
+					hex.EncodeToString(links[0].GetSpanId()) != issuingSpan {
+					t.Errorf("push span links %v, want the issuing span %s/%s", links, issuingTrace, issuingSpan)
+				}
+			}
+		}
+	}
+	if pushes != 1 || !slices.Contains(names, "POST") {
+		t.Errorf("spans %q: want the run's POST and one %s", names, outbox.PushSpanName)
+	}
+	var metrics []string
+	for _, rm := range api.Metrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				metrics = append(metrics, m.GetName())
+			}
+		}
+	}
+	for _, want := range []string{telemetry.MetricLINEPushes, telemetry.MetricOutboxUnsent, telemetry.MetricOutboxOldestAge,
+		telemetry.MetricOutboxParked, telemetry.MetricOutboxSkipped} {
+		if !slices.Contains(metrics, want) {
+			t.Errorf("metrics %q: no %s", metrics, want)
+		}
+	}
+}

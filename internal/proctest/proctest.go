@@ -1,0 +1,125 @@
+// Package proctest runs a deployable main (functions/*/cmd) as a child process for tests, as
+// Cloud Run runs it: built once per test binary, started with an environment of the test's
+// choosing, on a free port, waited for until it accepts connections.
+package proctest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mops/coupon-api/internal/syncbuf"
+)
+
+// builds holds one build per package directory, shared by the tests of a test binary.
+var builds sync.Map // dir -> func() (string, error)
+
+// Build compiles the main package in dir (relative to the test's working directory) once per
+// test binary and returns the executable's path.
+func Build(t testing.TB, dir string) string {
+	t.Helper()
+	once, _ := builds.LoadOrStore(dir, sync.OnceValues(func() (string, error) {
+		tmp, err := os.MkdirTemp("", "proctest-")
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(tmp, "main")
+		if out, err := exec.Command("go", "build", "-o", bin, dir).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %v\n%s", dir, err, out)
+		}
+		return bin, nil
+	}))
+	bin, err := once.(func() (string, error))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Env is this process's environment without what would change where a child's telemetry goes
+// or whose Google credentials it uses (OTEL_*, GOOGLE_*, GCE_*, Cloud Run's K_*, HOME's gcloud
+// configuration), followed by extra.
+func Env(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "GOOGLE_") || strings.HasPrefix(k, "GCE_") ||
+			strings.HasPrefix(k, "K_") || k == "CLOUDSDK_CONFIG" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// Start runs bin with [Env](env...), its stdout and stderr in the returned buffer, and kills
+// it when the test ends if it still runs.
+func Start(t testing.TB, bin string, env ...string) (*exec.Cmd, *syncbuf.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = Env(env...)
+	var out syncbuf.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, &out
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// WaitServing waits until something accepts connections on port, and fails the test with the
+// child's output if nothing does within 5 s.
+func WaitServing(t testing.TB, port string, out *syncbuf.Buffer) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			return
+		}
+		if i > 500 {
+			t.Fatalf("never served on %s: %s", port, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// EnvFile returns the entries of a Cloud Run environment file (--env-vars-file: YAML, string
+// values) whose names start with prefix.
+func EnvFile(t testing.TB, path, prefix string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all map[string]string
+	if err := yaml.Unmarshal(b, &all); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]string{}
+	for k, v := range all {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
