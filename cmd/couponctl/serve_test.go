@@ -3,29 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/internal/syncbuf"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 )
-
-func freeLoopbackPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
 
 // TestServeChecksThenServesThenStops: serve refuses to start against a closed port and against
 // an unmigrated database (naming couponctl migrate), never saying "serving"; against a migrated
@@ -42,11 +30,11 @@ func TestServeChecksThenServesThenStops(t *testing.T) {
 	t.Setenv("DB_POOL_MAX_CONNS", "6")
 
 	for _, tc := range []struct{ name, url, want string }{
-		{"closed port", "postgres://postgres@127.0.0.1:" + freeLoopbackPort(t) + "/postgres?sslmode=disable", "database unreachable"},
+		{"closed port", "postgres://postgres@127.0.0.1:" + proctest.FreePort(t) + "/postgres?sslmode=disable", "database unreachable"},
 		{"unmigrated", srv.URL(), "couponctl migrate"},
 	} {
 		t.Setenv("DATABASE_URL", tc.url)
-		t.Setenv("PORT", freeLoopbackPort(t))
+		t.Setenv("PORT", proctest.FreePort(t))
 		var out bytes.Buffer
 		cmd := rootCmd()
 		cmd.SetArgs([]string{"serve"})
@@ -69,7 +57,7 @@ func TestServeChecksThenServesThenStops(t *testing.T) {
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "SERVE", DiscountYen: 500, BudgetYen: 10_000}); err != nil {
 		t.Fatal(err)
 	}
-	port := freeLoopbackPort(t)
+	port := proctest.FreePort(t)
 	t.Setenv("DATABASE_URL", srv.URL())
 	t.Setenv("PORT", port)
 	var out syncbuf.Buffer
@@ -80,17 +68,11 @@ func TestServeChecksThenServesThenStops(t *testing.T) {
 	serveCtx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- cmd.ExecuteContext(serveCtx) }()
-	var resp *http.Response
-	for i := 0; ; i++ {
-		resp, err = http.Post("http://127.0.0.1:"+port+"/", "application/json",
-			strings.NewReader(`{"member_id": "m1", "campaign_id": "SERVE"}`))
-		if err == nil {
-			break
-		}
-		if i > 200 {
-			t.Fatalf("never served: %v\n%s", err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	proctest.WaitServing(t, port, &out)
+	resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json",
+		strings.NewReader(`{"member_id": "m1", "campaign_id": "SERVE"}`))
+	if err != nil {
+		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {

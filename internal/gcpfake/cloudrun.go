@@ -1,6 +1,11 @@
 package gcpfake
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/shared/telemetry"
+)
 
 // CloudRun is what a Cloud Run instance of the project sees of Google Cloud: its metadata
 // server and the Telemetry API (both stand-ins, started for one test).
@@ -36,4 +41,23 @@ func (c *CloudRun) Env(t testing.TB, service string) []string {
 		"GCE_METADATA_HOST=" + c.Metadata.Host,
 		"K_SERVICE=" + service, "K_REVISION=" + service + "-00001-abc", "K_CONFIGURATION=" + service,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + c.API.Endpoint, "OTEL_EXPORTER_OTLP_CERTIFICATE=" + c.API.CertFile}
+}
+
+// DeployedEnv is [CloudRun.Env] followed by every OTEL_* setting of the Cloud Run environment
+// file at path (deploy/issue.env.yaml, deploy/relay.env.yaml): the telemetry exactly as deployed,
+// minus the Telemetry API's address. It fails the test unless the file exports both signals
+// with shared/telemetry.GoogleExporter.
+func (c *CloudRun) DeployedEnv(t testing.TB, service, path string) []string {
+	t.Helper()
+	env := c.Env(t, service)
+	deployed := proctest.EnvFile(t, path, "OTEL_")
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
+		if deployed[k] != telemetry.GoogleExporter {
+			t.Fatalf("%s: %s=%q, want %q", path, k, deployed[k], telemetry.GoogleExporter)
+		}
+	}
+	for k, v := range deployed {
+		env = append(env, k+"="+v)
+	}
+	return env
 }

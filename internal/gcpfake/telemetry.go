@@ -90,6 +90,30 @@ func (a *TelemetryAPI) Metrics() []*metricpb.ResourceMetrics {
 	return append([]*metricpb.ResourceMetrics(nil), a.metrics...)
 }
 
+// AllSpans returns every span accepted so far, whatever its resource and scope.
+func (a *TelemetryAPI) AllSpans() []*tracepb.Span {
+	var out []*tracepb.Span
+	for _, rs := range a.Spans() {
+		for _, ss := range rs.GetScopeSpans() {
+			out = append(out, ss.GetSpans()...)
+		}
+	}
+	return out
+}
+
+// MetricNames returns the name of every metric accepted so far, once per export.
+func (a *TelemetryAPI) MetricNames() []string {
+	var out []string
+	for _, rm := range a.Metrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				out = append(out, m.GetName())
+			}
+		}
+	}
+	return out
+}
+
 // Refused returns why each refused request was refused, in order.
 func (a *TelemetryAPI) Refused() []string {
 	a.mu.Lock()

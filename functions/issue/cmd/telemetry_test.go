@@ -41,15 +41,8 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := proctest.FreePort(t)
-	env := []string{"DATABASE_URL=" + dbURL, "PORT=" + port, "GOOGLE_CLOUD_PROJECT=" + run.Project}
-	deployed := proctest.EnvFile(t, "../../../deploy/issue.env.yaml", "OTEL_")
-	if deployed["OTEL_TRACES_EXPORTER"] != telemetry.GoogleExporter {
-		t.Fatalf("deploy/issue.env.yaml: OTEL_TRACES_EXPORTER=%q, want %q", deployed["OTEL_TRACES_EXPORTER"], telemetry.GoogleExporter)
-	}
-	for k, v := range deployed {
-		env = append(env, k+"="+v)
-	}
-	cmd, out := start(t, append(env, run.Env(t, "issue-coupon")...)...)
+	cmd, out := start(t, append(run.DeployedEnv(t, "issue-coupon", "../../../deploy/issue.env.yaml"),
+		"DATABASE_URL="+dbURL, "PORT="+port, "GOOGLE_CLOUD_PROJECT="+run.Project)...)
 	proctest.WaitServing(t, port, out)
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -82,32 +75,21 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 		t.Errorf("the main logged a failed export:\n%s", out.String())
 	}
 	var spans []string
-	for _, rs := range api.Spans() {
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				if strings.HasPrefix(s.GetName(), "pool.") || strings.HasPrefix(s.GetName(), "connect") {
-					continue // pgxpool's own, present or not depending on the pool's state
-				}
-				if got := hex.EncodeToString(s.GetTraceId()); got != traceID {
-					t.Errorf("span %s in trace %s, want the caller's %s", s.GetName(), got, traceID)
-				}
-				spans = append(spans, s.GetName())
-			}
+	for _, s := range api.AllSpans() {
+		if strings.HasPrefix(s.GetName(), "pool.") || strings.HasPrefix(s.GetName(), "connect") {
+			continue // pgxpool's own, present or not depending on the pool's state
 		}
+		if got := hex.EncodeToString(s.GetTraceId()); got != traceID {
+			t.Errorf("span %s in trace %s, want the caller's %s", s.GetName(), got, traceID)
+		}
+		spans = append(spans, s.GetName())
 	}
 	for _, want := range []string{"POST", issuance.SpanName, "COMMIT"} {
 		if !slices.Contains(spans, want) {
 			t.Errorf("spans %q: no %q", spans, want)
 		}
 	}
-	var metrics []string
-	for _, rm := range api.Metrics() {
-		for _, sm := range rm.GetScopeMetrics() {
-			for _, m := range sm.GetMetrics() {
-				metrics = append(metrics, m.GetName())
-			}
-		}
-	}
+	metrics := api.MetricNames()
 	for _, want := range []string{telemetry.MetricIssuances, telemetry.MetricIssuanceDuration,
 		telemetry.MetricBudgetUtilization, "http.server.request.duration", "db.client.operation.duration"} {
 		if !slices.Contains(metrics, want) {

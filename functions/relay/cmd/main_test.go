@@ -31,20 +31,7 @@ func TestSIGTERMDuringARun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `
-WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
-c AS (
-  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
-  SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, 3) g
-  RETURNING coupon_id, member_id
-),
-l AS (
-  INSERT INTO member_line_accounts (member_id, line_user_id)
-  SELECT member_id, 'U' || md5(member_id) FROM c
-)
-INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`); err != nil {
-		t.Fatal(err)
-	}
+	seedOutbox(t, conn, 3, "")
 	pushing := make(chan struct{}, 16)
 	line := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // read it all, so that a closed connection cancels r's context
@@ -93,5 +80,23 @@ INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_
 	}
 	if !strings.Contains(out.String(), "shut down cleanly") {
 		t.Errorf("no clean shutdown in the log:\n%s", out.String())
+	}
+}
+
+// seedOutbox writes n coupons of campaign T to members m1..mN, each with a linked LINE account
+// and an unsent outbox row whose trace_parent is traceParent ("" for none).
+func seedOutbox(t *testing.T, conn *pgx.Conn, n int, traceParent string) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+  SELECT 'T', 'm' || g, '2026-11', 1000 FROM generate_series(1, $1::int) g
+  RETURNING coupon_id, member_id
+),
+l AS (INSERT INTO member_line_accounts (member_id, line_user_id) SELECT member_id, 'U' || md5(member_id) FROM c)
+INSERT INTO notification_outbox (coupon_id, member_id, trace_parent)
+SELECT coupon_id, member_id, NULLIF($2, '') FROM c`, n, traceParent); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -39,32 +39,14 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `
-WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
-c AS (
-  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
-  VALUES ('T', 'm1', '2026-11', 1000)
-  RETURNING coupon_id, member_id
-),
-l AS (INSERT INTO member_line_accounts (member_id, line_user_id) SELECT member_id, 'U' || md5(member_id) FROM c)
-INSERT INTO notification_outbox (coupon_id, member_id, trace_parent)
-SELECT coupon_id, member_id, $1 FROM c`, "00-"+issuingTrace+"-"+issuingSpan+"-01"); err != nil {
-		t.Fatal(err)
-	}
+	seedOutbox(t, conn, 1, "00-"+issuingTrace+"-"+issuingSpan+"-01")
 	line := httptest.NewServer(linestub.New())
 	t.Cleanup(line.Close)
 
 	port := proctest.FreePort(t)
-	env := []string{"DATABASE_URL=" + dbURL, "PORT=" + port, "GOOGLE_CLOUD_PROJECT=" + run.Project,
-		"LINE_CHANNEL_ACCESS_TOKEN=test-token", "LINE_API_BASE_URL=" + line.URL}
-	deployed := proctest.EnvFile(t, "../../../deploy/relay.env.yaml", "OTEL_")
-	if deployed["OTEL_TRACES_EXPORTER"] != telemetry.GoogleExporter {
-		t.Fatalf("deploy/relay.env.yaml: OTEL_TRACES_EXPORTER=%q, want %q", deployed["OTEL_TRACES_EXPORTER"], telemetry.GoogleExporter)
-	}
-	for k, v := range deployed {
-		env = append(env, k+"="+v)
-	}
-	cmd, out := proctest.Start(t, proctest.Build(t, "."), append(env, run.Env(t, "relay-outbox")...)...)
+	cmd, out := proctest.Start(t, proctest.Build(t, "."), append(run.DeployedEnv(t, "relay-outbox", "../../../deploy/relay.env.yaml"),
+		"DATABASE_URL="+dbURL, "PORT="+port, "GOOGLE_CLOUD_PROJECT="+run.Project,
+		"LINE_CHANNEL_ACCESS_TOKEN=test-token", "LINE_API_BASE_URL="+line.URL)...)
 	proctest.WaitServing(t, port, out)
 
 	resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json", strings.NewReader(`{}`))
@@ -90,33 +72,22 @@ SELECT coupon_id, member_id, $1 FROM c`, "00-"+issuingTrace+"-"+issuingSpan+"-01
 	}
 	var names []string
 	pushes := 0
-	for _, rs := range api.Spans() {
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				names = append(names, s.GetName())
-				if s.GetName() != outbox.PushSpanName {
-					continue
-				}
-				pushes++
-				links := s.GetLinks()
-				if len(links) != 1 || hex.EncodeToString(links[0].GetTraceId()) != issuingTrace ||
-					hex.EncodeToString(links[0].GetSpanId()) != issuingSpan {
-					t.Errorf("push span links %v, want the issuing span %s/%s", links, issuingTrace, issuingSpan)
-				}
-			}
+	for _, s := range api.AllSpans() {
+		names = append(names, s.GetName())
+		if s.GetName() != outbox.PushSpanName {
+			continue
+		}
+		pushes++
+		links := s.GetLinks()
+		if len(links) != 1 || hex.EncodeToString(links[0].GetTraceId()) != issuingTrace ||
+			hex.EncodeToString(links[0].GetSpanId()) != issuingSpan {
+			t.Errorf("push span links %v, want the issuing span %s/%s", links, issuingTrace, issuingSpan)
 		}
 	}
 	if pushes != 1 || !slices.Contains(names, "POST") {
 		t.Errorf("spans %q: want the run's POST and one %s", names, outbox.PushSpanName)
 	}
-	var metrics []string
-	for _, rm := range api.Metrics() {
-		for _, sm := range rm.GetScopeMetrics() {
-			for _, m := range sm.GetMetrics() {
-				metrics = append(metrics, m.GetName())
-			}
-		}
-	}
+	metrics := api.MetricNames()
 	for _, want := range []string{telemetry.MetricLINEPushes, telemetry.MetricOutboxUnsent, telemetry.MetricOutboxOldestAge,
 		telemetry.MetricOutboxParked, telemetry.MetricOutboxSkipped} {
 		if !slices.Contains(metrics, want) {
