@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -137,5 +138,64 @@ func TestAlertPoliciesAreComplete(t *testing.T) {
 				t.Errorf("%s: condition %q needs a PromQL query and a duration in seconds", path, c.DisplayName)
 			}
 		}
+	}
+}
+
+// TestMonitoringScriptIsIdempotent runs deploy/monitoring.sh against a stand-in gcloud that
+// already holds the dashboard and one policy: those two are updated in place (by the name the
+// list returned), the other policies created, and each lookup filters on the file's own
+// top-level displayName.
+func TestMonitoringScriptIsIdempotent(t *testing.T) {
+	bin := t.TempDir()
+	calls := filepath.Join(bin, "calls")
+	// The stand-in answers `list` with a resource name when the filter names an existing one.
+	fake := `#!/bin/sh
+echo "$*" >> ` + calls + `
+case "$*" in
+  *" list "*'coupon-api: issuance, contention'*) echo "projects/p/dashboards/d1" ;;
+  *" list "*'coupon-api: outbox rows parked'*) echo "projects/p/alertPolicies/a1" ;;
+esac
+exit 0
+`
+	if err := os.WriteFile(filepath.Join(bin, "gcloud"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "monitoring.sh", "--project", "coupon-test-123")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("monitoring.sh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	files, _ := filepath.Glob("monitoring/alerts/*.json")
+	files = append(files, "monitoring/dashboard.json")
+	for _, f := range files {
+		var doc struct{ DisplayName string }
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &doc); err != nil || doc.DisplayName == "" {
+			t.Fatalf("%s: no displayName (%v)", f, err)
+		}
+		if !strings.Contains(got, `--filter=displayName="`+doc.DisplayName+`"`) {
+			t.Errorf("no lookup of %s by its displayName %q:\n%s", f, doc.DisplayName, got)
+		}
+		verb := "create"
+		switch filepath.Base(f) {
+		case "dashboard.json":
+			verb = "update projects/p/dashboards/d1"
+		case "outbox-parked.json":
+			verb = "update projects/p/alertPolicies/a1"
+		}
+		if !regexp.MustCompile(regexp.QuoteMeta(verb) + ` .*-from-file=(\./)?monitoring/` + regexp.QuoteMeta(strings.TrimPrefix(f, "monitoring/")) + `\b`).MatchString(got) {
+			t.Errorf("%s: want %q:\n%s", f, verb, got)
+		}
+	}
+	if n := strings.Count(got, " create ") + strings.Count(got, " update "); n != len(files) {
+		t.Errorf("%d creates and updates for %d files:\n%s", n, len(files), got)
 	}
 }

@@ -145,8 +145,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	}
 	tel, err := startDemoTelemetry(cmd, o.telemetry, logs.f)
 	if err != nil {
-		logs.restore()
-		logs.finish(out)
+		logs.discard()
 		return err
 	}
 	defer func() {
@@ -401,6 +400,13 @@ func captureLogs() (*functionLogs, error) {
 func (l *functionLogs) restore() {
 	os.Stdout, os.Stderr = l.stdout, l.stderr
 	log.SetOutput(l.logOutput)
+}
+
+// discard gives the process its standard streams back and removes the log file: nothing ran.
+func (l *functionLogs) discard() {
+	l.restore()
+	_ = l.f.Close()
+	_ = os.Remove(l.f.Name())
 }
 
 // finish closes the log file and tells w where it is, with its lines by level (the JSON lines'

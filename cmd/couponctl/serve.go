@@ -61,7 +61,7 @@ reason if anything is wrong. DB_POOL_MAX_CONNS sizes the one pool the functions 
 
 Telemetry follows the OTEL_* environment (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...;
 nothing is exported when neither is set). Ctrl-C or SIGTERM stops it as Cloud Run does: no new
-requests, those in flight get 6 s to finish, then the pool is closed and telemetry flushed.`,
+requests, those in flight get 5 s to finish, then telemetry is flushed and the pool closed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			targets, err := serveTargets(os.Getenv("FUNCTION_TARGET"))
@@ -73,7 +73,7 @@ requests, those in flight get 6 s to finish, then the pool is closed and telemet
 			if err != nil {
 				return err
 			}
-			flush := lifecycle.Closer{Name: "telemetry flush", Close: shutdownTelemetry}
+			flush := lifecycle.TelemetryFlush(shutdownTelemetry)
 			pool, closePool, dbSettings, err := lifecycle.OpenDB(ctx)
 			if err != nil {
 				return err

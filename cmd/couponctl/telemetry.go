@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +23,10 @@ func flushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), telemetryFlushTimeout)
 	defer cancel()
 	if err := shutdown(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: the exporter's endpoint (OTEL_EXPORTER_OTLP_ENDPOINT=%q) took no data within %s; "+
+				"what was still queued is lost", err, os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), telemetryFlushTimeout)
+		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "telemetry: flush: %v\n", err)
 	}
 }

@@ -83,6 +83,14 @@ func pointAttributes(data metricdata.Aggregation) []attribute.Set {
 		for _, p := range d.DataPoints {
 			out = append(out, p.Attributes)
 		}
+	case metricdata.ExponentialHistogram[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.ExponentialHistogram[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
 	}
 	return out
 }

@@ -36,14 +36,17 @@ import (
 // reach it. It accepts a request only when
 //
 //   - it carries "authorization: Bearer TOKEN" with the token the metadata server hands out
-//     (Telemetry API overview, "Authentication"); otherwise Unauthenticated;
-//   - every resource names its project in gcp.project_id, the attribute the Telemetry API reads
-//     the destination project from; otherwise InvalidArgument;
-//   - for metrics, every resource gives the prometheus_target labels the API requires (v1.metrics
-//     reference, "Prometheus mapping"): a location (location, cloud.availability_zone or
-//     cloud.region) and an instance (service.instance.id, which the OpenTelemetry Prometheus
-//     mapping turns into the instance label); and every metric name and data point attribute
-//     key passes [CheckMetricName] and [CheckLabelKey]; otherwise InvalidArgument.
+//     (Telemetry API overview, "Authentication"); otherwise Unauthenticated, as Google answers;
+//   - every resource names the project in gcp.project_id, the attribute Google's examples of
+//     in-process export set (OTEL_RESOURCE_ATTRIBUTES=gcp.project_id=...); otherwise
+//     InvalidArgument;
+//   - for metrics, every resource has a location (location, cloud.availability_zone or
+//     cloud.region: required by the v1.metrics reference, "Prometheus mapping"), and every
+//     metric name and data point attribute key passes [CheckMetricName] and [CheckLabelKey]
+//     (the same page's naming rules); otherwise InvalidArgument;
+//   - for metrics, every resource has service.instance.id. This one is the project's rule, not
+//     Google's: Google falls back to other attributes for the instance label, but only a value
+//     of its own per instance keeps two Cloud Run instances' cumulative series apart.
 //
 // It keeps what it accepted and why it refused the rest.
 type TelemetryAPI struct {
@@ -157,16 +160,12 @@ type traceService struct {
 }
 
 func (s traceService) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	var resources []*resourcepb.Resource
-	for _, rs := range req.GetResourceSpans() {
-		resources = append(resources, rs.GetResource())
-	}
-	if err := s.api.admit(ctx, "traces", resources, nil); err != nil {
+	if err := s.api.admit(ctx, "traces", resources(req.GetResourceSpans()), nil); err != nil {
 		return nil, err
 	}
 	s.api.mu.Lock()
+	defer s.api.mu.Unlock()
 	s.api.spans = append(s.api.spans, req.GetResourceSpans()...)
-	s.api.mu.Unlock()
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
@@ -176,32 +175,39 @@ type metricsService struct {
 }
 
 func (s metricsService) Export(ctx context.Context, req *colmetricpb.ExportMetricsServiceRequest) (*colmetricpb.ExportMetricsServiceResponse, error) {
-	var resources []*resourcepb.Resource
-	for _, rm := range req.GetResourceMetrics() {
-		resources = append(resources, rm.GetResource())
-	}
-	check := func() error {
-		for _, rm := range req.GetResourceMetrics() {
-			if err := prometheusTarget(rm.GetResource()); err != nil {
-				return err
-			}
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					if err := checkMetric(m); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}
-	if err := s.api.admit(ctx, "metrics", resources, check); err != nil {
+	if err := s.api.admit(ctx, "metrics", resources(req.GetResourceMetrics()), func() error { return checkMetrics(req) }); err != nil {
 		return nil, err
 	}
 	s.api.mu.Lock()
+	defer s.api.mu.Unlock()
 	s.api.metrics = append(s.api.metrics, req.GetResourceMetrics()...)
-	s.api.mu.Unlock()
 	return &colmetricpb.ExportMetricsServiceResponse{}, nil
+}
+
+// resources returns the resource of each item of a request.
+func resources[T interface{ GetResource() *resourcepb.Resource }](items []T) []*resourcepb.Resource {
+	out := make([]*resourcepb.Resource, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.GetResource())
+	}
+	return out
+}
+
+// checkMetrics applies the metric rules to every resource and metric of req.
+func checkMetrics(req *colmetricpb.ExportMetricsServiceRequest) error {
+	for _, rm := range req.GetResourceMetrics() {
+		if err := prometheusTarget(rm.GetResource()); err != nil {
+			return err
+		}
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				if err := checkMetric(m); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // prometheusTarget checks that r gives the location and instance labels.

@@ -25,27 +25,40 @@ import (
 )
 
 // Cloud Run's shutdown: SIGTERM, then SIGKILL 10 s later (Cloud Run docs, "Container runtime
-// contract: instance shutdown"). The bounds below add up to 7.5 s, leaving 2.5 s for the
-// closers (a pool, a telemetry flush).
+// contract: instance shutdown"). The bounds below add up to 9.5 s: drain, cancel, then the
+// telemetry flush and the pool's close.
 const (
 	// DrainTimeout bounds how long in-flight requests may run after SIGTERM before their
 	// contexts are cancelled. An IssueCoupon call ends within its 2.5 s budget plus the 0.3 s
-	// look-up of a lost COMMIT answer, well inside it.
-	DrainTimeout = 6 * time.Second
+	// look-up of a lost COMMIT answer, well inside it; a relay run is cancelled and releases
+	// the rows it has not pushed.
+	DrainTimeout = 5 * time.Second
 	// CancelGrace is how long requests whose contexts were cancelled at the end of the drain
 	// get to answer and hand their connections back (a cancelled query stops within
 	// [db.CancelGrace]; a relay releases the rows it has not pushed).
 	CancelGrace = 1500 * time.Millisecond
-	// CloseTimeout bounds each closer: the pool's close (256 connections took over 0.5 s on
-	// the 2-core build machine), a telemetry flush.
+	// FlushTimeout bounds the telemetry flush ([TelemetryFlush]): an instance that was idle may
+	// need a new access token and a new TLS connection to Google's Telemetry API before the
+	// last spans and metrics go out.
+	FlushTimeout = 2 * time.Second
+	// CloseTimeout bounds any other closer, such as the pool's close (256 connections took
+	// over 0.5 s on the 2-core build machine).
 	CloseTimeout = time.Second
 )
 
-// Closer is one step of the shutdown sequence, run after the server has stopped: close the
-// pool, flush telemetry. It gets a context bounded by [CloseTimeout].
+// Closer is one step of the shutdown sequence, run after the server has stopped. It gets a
+// context bounded by Timeout, or [CloseTimeout] when Timeout is zero.
 type Closer struct {
-	Name  string
-	Close func(context.Context) error
+	Name    string
+	Close   func(context.Context) error
+	Timeout time.Duration
+}
+
+// TelemetryFlush is the closer that flushes telemetry with shutdown (from telemetry.Setup),
+// bounded by [FlushTimeout]. Run it before the pool's close: the last metric export reads the
+// database gauges through the pool.
+func TelemetryFlush(shutdown func(context.Context) error) Closer {
+	return Closer{Name: "telemetry flush", Close: shutdown, Timeout: FlushTimeout}
 }
 
 // OpenDB opens the pool from the environment ([db.ConfigFromEnv]: DATABASE_URL or the Cloud
@@ -130,7 +143,7 @@ func Serve(ctx context.Context, s Server) error {
 		errs = append(errs, drain(srv, bound, cancelRequests, log))
 	}
 	for _, c := range s.Closers {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CloseTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(c.Timeout, CloseTimeout))
 		if err := c.Close(cctx); err != nil {
 			errs = append(errs, fmt.Errorf("lifecycle: close %s: %w", c.Name, err))
 		}

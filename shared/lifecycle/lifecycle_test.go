@@ -42,7 +42,7 @@ func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 	served := make(chan error, 1)
 	go func() {
 		served <- Serve(context.Background(), Server{Addr: addr, Handler: mux, Stop: stop, Drain: 300 * time.Millisecond,
-			Closers: []Closer{closer("pool"), closer("telemetry")}, Log: slog.New(slog.DiscardHandler)})
+			Closers: []Closer{closer("telemetry"), closer("pool")}, Log: slog.New(slog.DiscardHandler)})
 	}()
 	var up bool
 	for range 200 {
@@ -82,7 +82,7 @@ func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v, want nil", err)
 	}
-	if want := []string{"pool", "telemetry"}; !slices.Equal(closed, want) {
+	if want := []string{"telemetry", "pool"}; !slices.Equal(closed, want) {
 		t.Errorf("closers ran %v, want %v", closed, want)
 	}
 }

@@ -5,13 +5,18 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/oauth"
@@ -24,11 +29,12 @@ import (
 // Run, the service account's token from the metadata server). docs/operations.md, "Export
 // path", says why this and not a collector sidecar.
 //
-// It is the standard "otlp" exporter (go.opentelemetry.io/otel/exporters/otlp, gRPC) read from
-// the same OTEL_EXPORTER_OTLP_* variables (endpoint, certificate, compression, headers,
-// timeout), with two differences: the endpoint defaults to [TelemetryAPIEndpoint], and an
-// endpoint without TLS is refused, since the token would travel in clear. Plain "otlp" cannot
-// be used for Google: it has no way to attach a refreshed OAuth token.
+// It is the standard "otlp" exporter (go.opentelemetry.io/otel/exporters/otlp) read from the
+// same OTEL_EXPORTER_OTLP_* variables (endpoint, certificate, compression, headers, timeout),
+// with three differences: it always speaks gRPC (OTEL_EXPORTER_OTLP_PROTOCOL is not read), the
+// endpoint defaults to [TelemetryAPIEndpoint], and an endpoint without TLS is refused, since the
+// token would travel in clear. Plain "otlp" cannot be used for Google: it has no way to attach
+// a refreshed OAuth token.
 const GoogleExporter = "otlp_google"
 
 // TelemetryAPIEndpoint is Google's OTLP endpoint (Cloud Observability docs, "Telemetry (OTLP)
@@ -76,34 +82,66 @@ func newGoogleMetricReader(ctx context.Context) (sdkmetric.Reader, error) {
 	return sdkmetric.NewPeriodicReader(exp), nil
 }
 
-// googleExport checks the signal's endpoint settings and finds the Application Default
-// Credentials. It returns the endpoint to set, or "" when the environment names one.
+// googleExport checks the signal's endpoint settings ([googleEndpoint]) and finds the
+// Application Default Credentials.
 //
-// Errors: an endpoint that is not https:// or is marked insecure, and no credentials found
-// (locally: run `gcloud auth application-default login`).
+// Errors: those of googleEndpoint, and no credentials found (locally: run `gcloud auth
+// application-default login`).
 func googleExport(ctx context.Context, signal string) (credentials.PerRPCCredentials, string, error) {
-	endpoint := ""
-	name := "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"
-	set := os.Getenv(name)
-	if set == "" {
-		name = "OTEL_EXPORTER_OTLP_ENDPOINT"
-		set = os.Getenv(name)
-	}
-	if set == "" {
-		endpoint = TelemetryAPIEndpoint
-	} else if u, err := url.Parse(set); err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, "", fmt.Errorf("telemetry: %s=%q: %s sends a Google access token, so the endpoint must be https://HOST[:PORT]",
-			name, set, GoogleExporter)
-	}
-	for _, insecure := range []string{"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_" + signal + "_INSECURE"} {
-		if b, _ := strconv.ParseBool(os.Getenv(insecure)); b {
-			return nil, "", fmt.Errorf("telemetry: %s=true: %s sends a Google access token and never without TLS", insecure, GoogleExporter)
-		}
+	endpoint, err := googleEndpoint(signal)
+	if err != nil {
+		return nil, "", err
 	}
 	creds, err := oauth.NewApplicationDefault(ctx, googleScope)
 	if err != nil {
-		return nil, "", fmt.Errorf("telemetry: %s needs Application Default Credentials (on Cloud Run, the service account; "+
-			"locally, gcloud auth application-default login): %w", GoogleExporter, err)
+		return nil, "", fmt.Errorf("%s needs Application Default Credentials (on Cloud Run, the service account; "+
+			"locally, gcloud auth application-default login, docs/operations.md): %w", GoogleExporter, err)
 	}
 	return creds, endpoint, nil
+}
+
+// googleEndpoint returns the endpoint to set for signal (TRACES or METRICS):
+// [TelemetryAPIEndpoint] when neither OTEL_EXPORTER_OTLP_<signal>_ENDPOINT nor
+// OTEL_EXPORTER_OTLP_ENDPOINT names one, else "" (the exporter reads the variable itself).
+//
+// Errors: an endpoint that is not https://HOST[:PORT], or OTEL_EXPORTER_OTLP[_<signal>]_INSECURE
+// set true.
+func googleEndpoint(signal string) (string, error) {
+	for _, insecure := range []string{"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_" + signal + "_INSECURE"} {
+		if b, _ := strconv.ParseBool(os.Getenv(insecure)); b {
+			return "", fmt.Errorf("%s=true: %s sends a Google access token and never without TLS", insecure, GoogleExporter)
+		}
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		set := os.Getenv(name)
+		if set == "" {
+			continue
+		}
+		if u, err := url.Parse(set); err != nil || u.Scheme != "https" || u.Host == "" {
+			return "", fmt.Errorf("%s=%q: %s sends a Google access token, so the endpoint must be https://HOST[:PORT]",
+				name, set, GoogleExporter)
+		}
+		return "", nil
+	}
+	return TelemetryAPIEndpoint, nil
+}
+
+// locationKeys are the resource attributes Cloud Monitoring takes a metric's location from, in
+// its order (Telemetry API reference, v1.metrics, "Prometheus mapping": location is required).
+var locationKeys = []attribute.Key{"location", semconv.CloudAvailabilityZoneKey, semconv.CloudRegionKey}
+
+// checkGoogleLocation refuses, when OTEL_METRICS_EXPORTER is [GoogleExporter], a resource with
+// no location: the Telemetry API would refuse every metric. On Google Cloud the detector finds
+// cloud.region; elsewhere OTEL_RESOURCE_ATTRIBUTES must give one.
+func checkGoogleLocation(res *resource.Resource) error {
+	if !slices.Contains(strings.Split(os.Getenv("OTEL_METRICS_EXPORTER"), ","), GoogleExporter) {
+		return nil
+	}
+	for _, k := range locationKeys {
+		if v, ok := res.Set().Value(k); ok && v.AsString() != "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("telemetry: OTEL_METRICS_EXPORTER=%s: the resource has no cloud.region, without which Cloud Monitoring "+
+		"refuses every metric; it is detected on Google Cloud, elsewhere set OTEL_RESOURCE_ATTRIBUTES=cloud.region=REGION", GoogleExporter)
 }

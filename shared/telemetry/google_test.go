@@ -132,31 +132,31 @@ func TestGoogleExportInstance(t *testing.T) {
 	}
 }
 
-// TestGoogleExporterRefusesPlaintext: otlp_google never sends the token without TLS; Setup
-// says so and names the variable, before it looks for credentials (there are none here).
-func TestGoogleExporterRefusesPlaintext(t *testing.T) {
-	for _, env := range [][2]string{
-		{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"},
-		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "127.0.0.1:4317"},
-		{"OTEL_EXPORTER_OTLP_INSECURE", "true"},
+// TestGoogleExporterMisconfigured: Setup refuses a plaintext endpoint for otlp_google and a
+// misspelt exporter, saying which variable to change, before it looks for credentials (so the
+// test means the same on a machine that has some, such as a Cloud Build worker).
+func TestGoogleExporterMisconfigured(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		env        map[string]string
+	}{
+		{"plaintext", "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{"OTEL_TRACES_EXPORTER": telemetry.GoogleExporter,
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}},
+		{"misspelt", `OTEL_TRACES_EXPORTER="otlp_gogle"`, map[string]string{"OTEL_TRACES_EXPORTER": "otlp_gogle"}},
 	} {
-		t.Run(env[0]+"="+env[1], func(t *testing.T) {
-			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-				"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_INSECURE"} {
-				t.Setenv(k, "")
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+				t.Setenv(k, tc.env[k])
 			}
-			t.Setenv("OTEL_TRACES_EXPORTER", telemetry.GoogleExporter)
-			t.Setenv("OTEL_METRICS_EXPORTER", "none")
-			t.Setenv(env[0], env[1])
 			restore := keepGlobals()
 			defer restore()
 			shutdown, err := telemetry.Setup(context.Background())
 			if err == nil {
 				_ = shutdown(context.Background())
-				t.Fatal("Setup accepted a plaintext endpoint for otlp_google")
+				t.Fatal("Setup accepted it")
 			}
-			if !strings.Contains(err.Error(), env[0]) {
-				t.Errorf("error %q does not name %s", err, env[0])
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %s", err, tc.want)
 			}
 		})
 	}

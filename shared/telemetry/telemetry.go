@@ -73,8 +73,11 @@ func WithLogWriter(w io.Writer) Option {
 // once per process, before any request is served. It returns shutdown, which flushes the spans
 // and metrics still queued and stops the exporters; call it on exit with a bounded context.
 //
-// Errors: an OTEL_* variable autoexport refuses (an unknown exporter or protocol); nothing is
-// installed then.
+// Errors: an OTEL_* variable autoexport refuses (an unknown exporter or protocol), and for
+// [GoogleExporter] a plaintext endpoint, no Application Default Credentials, or (metrics) a
+// resource without a location. A setting the process cannot honour stops start-up, as a bad
+// database setting does, so that a misconfigured revision never takes traffic; an export that
+// fails later never affects a request.
 func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) error, err error) {
 	o := options{logWriter: os.Stderr}
 	for _, opt := range opts {
@@ -85,9 +88,13 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 		return nil, err
 	}
 
+	if err := checkGoogleLocation(res); err != nil {
+		return nil, err
+	}
 	reader, err := autoexport.NewMetricReader(ctx, metricFallback()...)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: metrics exporter: %w", err)
+		return nil, fmt.Errorf("telemetry: OTEL_METRICS_EXPORTER=%q: %w (the exporters: otlp, console, prometheus, none, %s)",
+			os.Getenv("OTEL_METRICS_EXPORTER"), err, GoogleExporter)
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	if reader != nil && !autoexport.IsNoneMetricReader(reader) {
@@ -104,7 +111,8 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 
 	spanExporter, err := autoexport.NewSpanExporter(ctx, spanFallback()...)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("telemetry: traces exporter: %w", err), mp.Shutdown(ctx))
+		return nil, errors.Join(fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER=%q: %w (the exporters: otlp, console, none, %s)",
+			os.Getenv("OTEL_TRACES_EXPORTER"), err, GoogleExporter), mp.Shutdown(ctx))
 	}
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter) {
@@ -124,7 +132,12 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 		logger.Warn("telemetry: export failed; the data is dropped, requests are unaffected", "err", err)
 	}))
 	return func(ctx context.Context) error {
-		return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx))
+		// Side by side, so that a slow span export cannot use up the metrics' time: the
+		// alerts read the metrics.
+		traces := make(chan error, 1)
+		go func() { traces <- tp.Shutdown(ctx) }()
+		metrics := mp.Shutdown(ctx)
+		return errors.Join(<-traces, metrics)
 	}, nil
 }
 

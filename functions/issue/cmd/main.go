@@ -5,8 +5,8 @@
 // validates its settings (MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT,
 // ISSUE_STATEMENT_TIMEOUT, DATABASE_URL or the Cloud SQL variables, DB_POOL_MAX_CONNS), checks
 // that the database is reachable and migrated, prints the effective settings once, and exits 1
-// with the reason if anything is wrong. On SIGTERM it drains, closes the pool, flushes the
-// telemetry and exits 0 (shared/lifecycle).
+// with the reason if anything is wrong. On SIGTERM it drains, flushes the telemetry, closes
+// the pool and exits 0 (shared/lifecycle).
 package main
 
 import (
@@ -51,7 +51,7 @@ func run(ctx context.Context) error {
 	slog.Info("IssueCoupon: serving", "addr", addr, "issuance", cfg.String(), "db", dbSettings,
 		"drain", lifecycle.DrainTimeout)
 	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: issue.Instrument(h), Closers: []lifecycle.Closer{
-		{Name: "telemetry flush", Close: shutdownTelemetry},
+		lifecycle.TelemetryFlush(shutdownTelemetry),
 		closePool,
 	}})
 }

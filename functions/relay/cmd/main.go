@@ -1,14 +1,14 @@
 // Command relay serves the RelayOutbox function on $PORT (default 8080), as Cloud Run runs it
 // (built by the Go buildpack with GOOGLE_BUILDABLE=./functions/relay/cmd). Deploy it with a
 // request timeout above the relay's run budget (RELAY_RUN_BUDGET, 50 s by default;
-// cloudbuild.yaml sets 120 s).
+// cloudbuild.yaml sets 90 s).
 //
 // Before serving it sets up telemetry from the OTEL_* environment (shared/telemetry), reads and
 // validates its settings, checks that the database is reachable and
 // migrated, prints the effective settings once, and exits 1 with the reason if anything is
 // wrong. On SIGTERM it stops taking requests, gives a run in flight the drain bound to finish,
 // then cancels it (the relay then stops claiming and releases the rows it has not pushed),
-// closes the pool, flushes the telemetry and exits 0 (shared/lifecycle).
+// flushes the telemetry, closes the pool and exits 0 (shared/lifecycle).
 package main
 
 import (
@@ -52,7 +52,7 @@ func run(ctx context.Context) error {
 	addr := ":" + lifecycle.Port()
 	slog.Info("RelayOutbox: serving", "addr", addr, "db", dbSettings, "drain", lifecycle.DrainTimeout)
 	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: relay.Instrument(h), Closers: []lifecycle.Closer{
-		{Name: "telemetry flush", Close: shutdownTelemetry},
+		lifecycle.TelemetryFlush(shutdownTelemetry),
 		closePool,
 	}})
 }
