@@ -2,6 +2,7 @@ package gcpfake
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/shared/telemetry"
@@ -15,17 +16,15 @@ type CloudRun struct {
 	Project  string
 	Region   string
 	Instance string
-	Token    string
 }
 
-// StartCloudRun starts the metadata server and the Telemetry API of a fake project: the
-// metadata server hands out the token the API accepts.
-func StartCloudRun(t testing.TB) *CloudRun {
+// StartCloudRun starts the metadata server and the Telemetry API of a fake project: the API
+// accepts the live tokens the metadata server hands out, each living tokenLife (0: an hour).
+func StartCloudRun(t testing.TB, tokenLife time.Duration) *CloudRun {
 	t.Helper()
-	c := &CloudRun{Project: "coupon-test-123", Region: "asia-northeast1",
-		Instance: "0069c7a988e3ab3c0f1a2b3c4d5e6f", Token: "ya29.stand-in-token"}
-	c.Metadata = StartMetadata(t, MetadataConfig{Project: c.Project, Region: c.Region, InstanceID: c.Instance, Token: c.Token})
-	c.API = StartTelemetryAPI(t, c.Project, c.Token)
+	c := &CloudRun{Project: "coupon-test-123", Region: "asia-northeast1", Instance: "0069c7a988e3ab3c0f1a2b3c4d5e6f"}
+	c.Metadata = StartMetadata(t, MetadataConfig{Project: c.Project, Region: c.Region, InstanceID: c.Instance, TokenLifetime: tokenLife})
+	c.API = StartTelemetryAPI(t, c.Project, c.Metadata.Valid)
 	return c
 }
 
@@ -37,9 +36,13 @@ func StartCloudRun(t testing.TB) *CloudRun {
 // the caller's to add; GOOGLE_CLOUD_PROJECT too, when wanted (without it the project comes from
 // the metadata server).
 func (c *CloudRun) Env(t testing.TB, service string) []string {
+	return append(c.common(t), "K_SERVICE="+service, "K_REVISION="+service+"-00001-abc", "K_CONFIGURATION="+service)
+}
+
+// common is the environment of every process on the instance, service or job.
+func (c *CloudRun) common(t testing.TB) []string {
 	return []string{"HOME=" + t.TempDir(), "GOOGLE_APPLICATION_CREDENTIALS=",
 		"GCE_METADATA_HOST=" + c.Metadata.Host,
-		"K_SERVICE=" + service, "K_REVISION=" + service + "-00001-abc", "K_CONFIGURATION=" + service,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + c.API.Endpoint, "OTEL_EXPORTER_OTLP_CERTIFICATE=" + c.API.CertFile}
 }
 
@@ -60,4 +63,12 @@ func (c *CloudRun) DeployedEnv(t testing.TB, service, path string) []string {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+// JobEnv is [CloudRun.Env] for a task of the Cloud Run job named job: the job's variables
+// (CLOUD_RUN_JOB, CLOUD_RUN_EXECUTION, CLOUD_RUN_TASK_INDEX, CLOUD_RUN_TASK_ATTEMPT) instead of a
+// service's.
+func (c *CloudRun) JobEnv(t testing.TB, job string) []string {
+	return append(c.common(t), "CLOUD_RUN_JOB="+job, "CLOUD_RUN_EXECUTION="+job+"-abc12",
+		"CLOUD_RUN_TASK_INDEX=0", "CLOUD_RUN_TASK_ATTEMPT=0")
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ import (
 // TelemetryAPI is Google's Telemetry (OTLP) API over gRPC with TLS, as the deployed functions
 // reach it. It accepts a request only when
 //
-//   - it carries "authorization: Bearer TOKEN" with the token the metadata server hands out
+//   - it carries "authorization: Bearer TOKEN" with a live token of the metadata server's
 //     (Telemetry API overview, "Authentication"); otherwise Unauthenticated, as Google answers;
 //   - every resource names the project in gcp.project_id, the attribute Google's examples of
 //     in-process export set (OTEL_RESOURCE_ATTRIBUTES=gcp.project_id=...); otherwise
@@ -55,22 +56,26 @@ type TelemetryAPI struct {
 	// CertFile is the server certificate (PEM), to put in OTEL_EXPORTER_OTLP_CERTIFICATE.
 	CertFile string
 
-	token, project string
-	mu             sync.Mutex
-	spans          []*tracepb.ResourceSpans
-	metrics        []*metricpb.ResourceMetrics
-	refused        []string
+	validToken func(string) bool
+	project    string
+	mu         sync.Mutex
+	tokens     map[string]bool // the tokens of the accepted requests
+	spans      []*tracepb.ResourceSpans
+	metrics    []*metricpb.ResourceMetrics
+	refused    []string
 }
 
-// StartTelemetryAPI serves until the test ends, accepting token for project.
-func StartTelemetryAPI(t testing.TB, project, token string) *TelemetryAPI {
+// StartTelemetryAPI serves until the test ends, for project, accepting the tokens validToken
+// accepts (a [Metadata]'s Valid).
+func StartTelemetryAPI(t testing.TB, project string, validToken func(string) bool) *TelemetryAPI {
 	t.Helper()
 	cert, certFile := selfSigned(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := &TelemetryAPI{Endpoint: "https://" + lis.Addr().String(), CertFile: certFile, token: token, project: project}
+	api := &TelemetryAPI{Endpoint: "https://" + lis.Addr().String(), CertFile: certFile, validToken: validToken, project: project,
+		tokens: map[string]bool{}}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
 	coltracepb.RegisterTraceServiceServer(srv, traceService{api: api})
 	colmetricpb.RegisterMetricsServiceServer(srv, metricsService{api: api})
@@ -117,6 +122,13 @@ func (a *TelemetryAPI) MetricNames() []string {
 	return out
 }
 
+// AcceptedTokens is the number of different access tokens the accepted requests carried.
+func (a *TelemetryAPI) AcceptedTokens() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.tokens)
+}
+
 // Refused returns why each refused request was refused, in order.
 func (a *TelemetryAPI) Refused() []string {
 	a.mu.Lock()
@@ -128,17 +140,21 @@ func (a *TelemetryAPI) Refused() []string {
 // gRPC status the client sees.
 func (a *TelemetryAPI) admit(ctx context.Context, signal string, resources []*resourcepb.Resource, check func() error) error {
 	err := a.check(ctx, resources, check)
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if err != nil {
-		a.mu.Lock()
 		a.refused = append(a.refused, signal+": "+err.Error())
-		a.mu.Unlock()
+	} else {
+		md, _ := metadata.FromIncomingContext(ctx)
+		a.tokens[md.Get("authorization")[0]] = true
 	}
 	return err
 }
 
 func (a *TelemetryAPI) check(ctx context.Context, resources []*resourcepb.Resource, check func() error) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+a.token {
+	got := md.Get("authorization")
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Bearer ") || !a.validToken(strings.TrimPrefix(got[0], "Bearer ")) {
 		return status.Error(codes.Unauthenticated, "request is missing a valid Google access token")
 	}
 	for _, r := range resources {

@@ -25,7 +25,7 @@ import (
 // same settings sends no token and every request is refused: that is why otlp_google exists.
 func TestGoogleExportFromCloudRun(t *testing.T) {
 	t.Run(telemetry.GoogleExporter, func(t *testing.T) {
-		run := gcpfake.StartCloudRun(t)
+		run := gcpfake.StartCloudRun(t, 0)
 		api := run.API
 		out := runInstance(t, run, telemetry.GoogleExporter)
 		if strings.Contains(out, "shutdown: ") {
@@ -34,7 +34,7 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 		if r := api.Refused(); len(r) > 0 {
 			t.Errorf("the Telemetry API refused %d requests: %q", len(r), r)
 		}
-		if run.Metadata.Tokens.Load() == 0 {
+		if run.Metadata.Tokens() == 0 {
 			t.Error("no token was taken from the metadata server")
 		}
 		var spanNames []string
@@ -64,7 +64,7 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 	})
 
 	t.Run("otlp", func(t *testing.T) {
-		run := gcpfake.StartCloudRun(t)
+		run := gcpfake.StartCloudRun(t, 0)
 		api := run.API
 		runInstance(t, run, "otlp")
 		refused := api.Refused()
@@ -97,13 +97,13 @@ func checkResource(t *testing.T, run *gcpfake.CloudRun, what string, kvs []*comm
 }
 
 // runInstance runs TestGoogleExportInstance in a child process on run's instance with exporter
-// for both signals, and returns its output. A child of its own, because the metadata client
+// for both signals (and env), and returns its output. A child of its own, because the metadata client
 // decides once per process whether it runs on Google Cloud.
-func runInstance(t *testing.T, run *gcpfake.CloudRun, exporter string) string {
+func runInstance(t *testing.T, run *gcpfake.CloudRun, exporter string, env ...string) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestGoogleExportInstance$", "-test.v")
-	cmd.Env = proctest.Env(append(run.Env(t, "issue-coupon"), "TELEMETRY_TEST_INSTANCE=1",
-		"OTEL_TRACES_EXPORTER="+exporter, "OTEL_METRICS_EXPORTER="+exporter, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc")...)
+	cmd.Env = proctest.Env(append(append(run.Env(t, "issue-coupon"), "TELEMETRY_TEST_INSTANCE=1",
+		"OTEL_TRACES_EXPORTER="+exporter, "OTEL_METRICS_EXPORTER="+exporter, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"), env...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("instance: %v\n%s", err, out)
@@ -111,24 +111,46 @@ func runInstance(t *testing.T, run *gcpfake.CloudRun, exporter string) string {
 	return string(out)
 }
 
-// TestGoogleExportInstance is the child of TestGoogleExportFromCloudRun: what a function does
-// with telemetry, from Setup to the flush at exit. Shutdown errors are printed for the parent
-// to judge, not failed here (the plain "otlp" case expects them).
+// TestGoogleExportInstance is the child of the tests above: what a function does with
+// telemetry, from Setup to the flush at exit; with TELEMETRY_TEST_RUN_FOR, one span every 50 ms
+// for that long. Shutdown errors are printed for the parent to judge, not failed here (the plain
+// "otlp" case expects them).
 func TestGoogleExportInstance(t *testing.T) {
 	if os.Getenv("TELEMETRY_TEST_INSTANCE") != "1" {
 		t.Skip("run as a child by TestGoogleExportFromCloudRun")
 	}
+	runFor, _ := time.ParseDuration(os.Getenv("TELEMETRY_TEST_RUN_FOR"))
 	shutdown, err := telemetry.Setup(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, span := otel.Tracer("test").Start(context.Background(), "instance-span")
-	telemetry.Global().RecordIssuance(ctx, "C", "ISSUED", 1, 4*time.Millisecond)
-	span.End()
+	for end := time.Now().Add(runFor); ; time.Sleep(50 * time.Millisecond) {
+		ctx, span := otel.Tracer("test").Start(context.Background(), "instance-span")
+		telemetry.Global().RecordIssuance(ctx, "C", "ISSUED", 1, 4*time.Millisecond)
+		span.End()
+		if !time.Now().Before(end) {
+			break
+		}
+	}
 	flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := shutdown(flush); err != nil {
 		t.Logf("shutdown: %v", err)
+	}
+}
+
+// TestGoogleExportRefreshesTheToken: access tokens that live 2 s, an instance that exports for
+// 3 s. Every export is accepted, so the exporter took new tokens from the metadata server as
+// they expired; one that kept its first token would be refused from the third second on.
+func TestGoogleExportRefreshesTheToken(t *testing.T) {
+	run := gcpfake.StartCloudRun(t, 2*time.Second)
+	out := runInstance(t, run, telemetry.GoogleExporter, "TELEMETRY_TEST_RUN_FOR=3s",
+		"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_METRIC_EXPORT_INTERVAL=300")
+	if r := run.API.Refused(); len(r) > 0 {
+		t.Errorf("refused %d requests: %q\n%s", len(r), r, out)
+	}
+	if n := run.API.AcceptedTokens(); n < 2 {
+		t.Errorf("the accepted requests carried %d different tokens, want a refreshed one too", n)
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 // otelpgx's, the budget gauge) arrive with the service account's token, and nothing is refused.
 func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 	t.Parallel()
-	run := gcpfake.StartCloudRun(t)
+	run := gcpfake.StartCloudRun(t, 0)
 	api := run.API
 
 	ctx := context.Background()

@@ -28,7 +28,7 @@ import (
 // linked to the issuing span, the outbox and push metrics arrive, nothing is refused.
 func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 	t.Parallel()
-	run := gcpfake.StartCloudRun(t)
+	run := gcpfake.StartCloudRun(t, 0)
 	api := run.API
 	const issuingTrace, issuingSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
