@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
 # Step 9 of docs/deploy.md: the Cloud Monitoring dashboard and alert policies of
-# deploy/monitoring/. Idempotent: each file is matched by its displayName, updated when one
-# exists and created otherwise, so a second run adds nothing.
+# deploy/monitoring/. Idempotent: each file is matched by its displayName, updated in place when
+# one exists and created otherwise, so a second run adds nothing.
+#
+# - A dashboard is updated with the etag of the one in place (the Dashboards API refuses an
+#   update without it).
+# - A policy is updated field by field (--fields): what the file defines is replaced, what was
+#   added in the project (notification channels, enabled state) is kept.
+# - --notification-channel adds a channel to every policy; without one, alerts open incidents
+#   that notify nobody.
 set -euo pipefail
-usage="Usage: deploy/monitoring.sh --project ID [--dry-run]
+usage="Usage: deploy/monitoring.sh --project ID [--notification-channel CHANNEL] [--dry-run]
 
 Creates or updates the dashboard (deploy/monitoring/dashboard.json) and each alert policy
-(deploy/monitoring/alerts/*.json) in the project, matched by displayName."
+(deploy/monitoring/alerts/*.json) in the project, matched by displayName. Needs the gcloud alpha
+component (gcloud components install alpha).
+
+  --notification-channel CHANNEL
+                     a notification channel (projects/ID/notificationChannels/N, from
+                     gcloud beta monitoring channels list) added to every alert policy"
+CHANNEL=""
+extra_flag() {
+  case "$1" in
+    --notification-channel) CHANNEL=${2:?--notification-channel needs a value}; EXTRA_SHIFT=2 ;;
+    *) return 1 ;;
+  esac
+}
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
 here=$(dirname "$0")/monitoring
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+# The fields an alert policy file defines (deploy/monitoring_test.go checks the files have no others).
+readonly POLICY_FIELDS=displayName,severity,combiner,conditions,alertStrategy,documentation
 
 # display_name FILE: the file's top-level displayName (its first, by the files' layout, which
 # deploy/monitoring_test.go checks).
@@ -18,26 +41,55 @@ display_name() {
   sed -n 's/^  "displayName": "\(.*\)",$/\1/p' "$1" | head -n 1
 }
 
-# apply KIND FILE: update the KIND ("dashboards" or "policies") named as FILE's displayName, or
-# create it.
-apply() {
-  local kind=$1 file=$2 name existing
-  local -a cmd=(gcloud monitoring dashboards) flag=--config-from-file
-  if [ "$kind" = policies ]; then
-    cmd=(gcloud alpha monitoring policies) flag=--policy-from-file
+# existing LIST-COMMAND... NAME: the resource name of the one named NAME, "" if none; fails if
+# there are several.
+existing() {
+  local name=${*: -1} found
+  found=$(run "${@:1:$#-1}" list --project="$PROJECT" --filter="displayName=\"$name\"" --format='value(name)')
+  if [ "$(printf '%s' "$found" | grep -c .)" -gt 1 ]; then
+    die "more than one named \"$name\" ($found): delete all but one, then run again"
   fi
-  name=$(display_name "$file")
-  [ -n "$name" ] || die "$file: no top-level displayName"
-  existing=$(run "${cmd[@]}" list --project="$PROJECT" --filter="displayName=\"$name\"" --format='value(name)')
-  case "$(printf '%s' "$existing" | grep -c .)" in
-    0) run "${cmd[@]}" create --project="$PROJECT" "$flag=$file" --format=none ;;
-    1) run "${cmd[@]}" update "$existing" --project="$PROJECT" "$flag=$file" --format=none ;;
-    *) die "$kind named \"$name\": more than one exists ($existing); delete all but one, then run again" ;;
-  esac
+  echo "$found"
 }
 
-apply dashboards "$here/dashboard.json"
+# dashboard FILE: create the dashboard, or update the one in place with its etag.
+dashboard() {
+  local file=$1 name etag with_etag
+  name=$(existing gcloud monitoring dashboards "$(display_name "$file")")
+  if [ -z "$name" ]; then
+    run gcloud monitoring dashboards create --project="$PROJECT" --config-from-file="$file" --format=none
+    return
+  fi
+  etag=$(run gcloud monitoring dashboards describe "$name" --project="$PROJECT" --format='value(etag)')
+  with_etag=$scratch/$(basename "$file")
+  { echo '{'; echo "  \"etag\": \"$etag\","; tail -n +2 "$file"; } >"$with_etag"
+  run gcloud monitoring dashboards update "$name" --project="$PROJECT" --config-from-file="$with_etag" --format=none
+}
+
+# policy FILE: create the policy, or update the fields the file defines; then add CHANNEL.
+policy() {
+  local file=$1 name
+  name=$(existing gcloud alpha monitoring policies "$(display_name "$file")")
+  if [ -z "$name" ]; then
+    name=$(run gcloud alpha monitoring policies create --project="$PROJECT" --policy-from-file="$file" --format='value(name)')
+  else
+    run gcloud alpha monitoring policies update "$name" --project="$PROJECT" --policy-from-file="$file" \
+      --fields="$POLICY_FIELDS" --format=none
+  fi
+  if [ -n "$CHANNEL" ]; then
+    if [ "$DRY_RUN" = true ]; then
+      name="\$POLICY" # what the create above prints
+    fi
+    run gcloud alpha monitoring policies update "$name" --project="$PROJECT" \
+      --add-notification-channels="$CHANNEL" --format=none
+  fi
+}
+
+dashboard "$here/dashboard.json"
 for f in "$here"/alerts/*.json; do
-  apply policies "$f"
+  policy "$f"
 done
 echo "monitoring done: the dashboard and $(find "$here/alerts" -name '*.json' | wc -l) alert policies in $PROJECT."
+if [ -z "$CHANNEL" ]; then
+  echo "No --notification-channel: the alerts notify nobody until a channel is added (docs/deploy.md, step 9)." >&2
+fi

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,25 +143,30 @@ func TestAlertPoliciesAreComplete(t *testing.T) {
 }
 
 // TestMonitoringScriptIsIdempotent runs deploy/monitoring.sh against a stand-in gcloud that
-// already holds the dashboard and one policy: those two are updated in place (by the name the
-// list returned), the other policies created, and each lookup filters on the file's own
-// top-level displayName.
+// already holds the dashboard and one policy. Each lookup filters on the file's own top-level
+// displayName; the dashboard is updated in place with the etag of the one there (the file plus
+// that etag, still valid JSON), the existing policy updated field by field (only the fields the
+// files define, so channels added in the project stay), the other policies created, and the
+// notification channel added to all six.
 func TestMonitoringScriptIsIdempotent(t *testing.T) {
 	bin := t.TempDir()
-	calls := filepath.Join(bin, "calls")
-	// The stand-in answers `list` with a resource name when the filter names an existing one.
+	calls, sent := filepath.Join(bin, "calls"), filepath.Join(bin, "dashboard-sent.json")
 	fake := `#!/bin/sh
 echo "$*" >> ` + calls + `
 case "$*" in
   *" list "*'coupon-api: issuance, contention'*) echo "projects/p/dashboards/d1" ;;
   *" list "*'coupon-api: outbox rows parked'*) echo "projects/p/alertPolicies/a1" ;;
+  *"dashboards describe projects/p/dashboards/d1 "*) echo "etag-7" ;;
+  *"dashboards update "*) for a; do case "$a" in --config-from-file=*) cat "${a#--config-from-file=}" > ` + sent + ` ;; esac; done ;;
+  *"policies create "*) echo "projects/p/alertPolicies/new-$$-$(date +%N)" ;;
 esac
 exit 0
 `
 	if err := os.WriteFile(filepath.Join(bin, "gcloud"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "monitoring.sh", "--project", "coupon-test-123")
+	const channel = "projects/coupon-test-123/notificationChannels/42"
+	cmd := exec.Command("bash", "monitoring.sh", "--project", "coupon-test-123", "--notification-channel", channel)
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("monitoring.sh: %v\n%s", err, out)
@@ -170,32 +176,59 @@ exit 0
 		t.Fatal(err)
 	}
 	got := string(b)
-	files, _ := filepath.Glob("monitoring/alerts/*.json")
-	files = append(files, "monitoring/dashboard.json")
-	for _, f := range files {
-		var doc struct{ DisplayName string }
+	alerts, _ := filepath.Glob("monitoring/alerts/*.json")
+	for _, f := range append(alerts, "monitoring/dashboard.json") {
+		var doc map[string]any
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := json.Unmarshal(raw, &doc); err != nil || doc.DisplayName == "" {
+		if err := json.Unmarshal(raw, &doc); err != nil || doc["displayName"] == nil {
 			t.Fatalf("%s: no displayName (%v)", f, err)
 		}
-		if !strings.Contains(got, `--filter=displayName="`+doc.DisplayName+`"`) {
-			t.Errorf("no lookup of %s by its displayName %q:\n%s", f, doc.DisplayName, got)
+		if !strings.Contains(got, fmt.Sprintf(`--filter=displayName="%s"`, doc["displayName"])) {
+			t.Errorf("no lookup of %s by its displayName %q:\n%s", f, doc["displayName"], got)
 		}
-		verb := "create"
-		switch filepath.Base(f) {
-		case "dashboard.json":
-			verb = "update projects/p/dashboards/d1"
-		case "outbox-parked.json":
-			verb = "update projects/p/alertPolicies/a1"
+		if f == "monitoring/dashboard.json" {
+			continue
 		}
-		if !regexp.MustCompile(regexp.QuoteMeta(verb) + ` .*-from-file=(\./)?monitoring/` + regexp.QuoteMeta(strings.TrimPrefix(f, "monitoring/")) + `\b`).MatchString(got) {
-			t.Errorf("%s: want %q:\n%s", f, verb, got)
+		for k := range doc {
+			if !slices.Contains(policyFields, k) {
+				t.Errorf("%s: field %s is not among those monitoring.sh updates (%v)", f, k, policyFields)
+			}
+		}
+		want := "alpha monitoring policies create --project=coupon-test-123 --policy-from-file=" + "./" + f
+		if filepath.Base(f) == "outbox-parked.json" {
+			want = "alpha monitoring policies update projects/p/alertPolicies/a1 --project=coupon-test-123 --policy-from-file=./" + f +
+				" --fields=" + strings.Join(policyFields, ",")
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("%s: want %q:\n%s", f, want, got)
 		}
 	}
-	if n := strings.Count(got, " create ") + strings.Count(got, " update "); n != len(files) {
-		t.Errorf("%d creates and updates for %d files:\n%s", n, len(files), got)
+	if n := strings.Count(got, "--add-notification-channels="+channel); n != len(alerts) {
+		t.Errorf("the channel was added %d times, want once per policy (%d):\n%s", n, len(alerts), got)
+	}
+	if !strings.Contains(got, "monitoring dashboards update projects/p/dashboards/d1 ") || strings.Contains(got, "dashboards create") {
+		t.Errorf("the dashboard in place was not updated, or another was created:\n%s", got)
+	}
+	var dash, file map[string]any
+	sentRaw, err := os.ReadFile(sent)
+	if err != nil {
+		t.Fatalf("no dashboard config sent: %v", err)
+	}
+	fileRaw, _ := os.ReadFile("monitoring/dashboard.json")
+	if err := json.Unmarshal(sentRaw, &dash); err != nil || json.Unmarshal(fileRaw, &file) != nil {
+		t.Fatalf("the dashboard sent is not JSON: %v\n%s", err, sentRaw)
+	}
+	if dash["etag"] != "etag-7" {
+		t.Errorf("dashboard update with etag %v, want the one in place, etag-7", dash["etag"])
+	}
+	delete(dash, "etag")
+	if fmt.Sprint(dash) != fmt.Sprint(file) {
+		t.Error("the dashboard sent differs from deploy/monitoring/dashboard.json beyond the etag")
 	}
 }
+
+// policyFields are the fields deploy/monitoring.sh updates in a policy in place (POLICY_FIELDS).
+var policyFields = []string{"displayName", "severity", "combiner", "conditions", "alertStrategy", "documentation"}

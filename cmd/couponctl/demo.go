@@ -110,6 +110,9 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 		}
 	}
 	ctx := cmd.Context()
+	if err := checkDemoTelemetry(ctx, o.telemetry); err != nil {
+		return err
+	}
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	dbURL, cleanup, err := databaseOrThrowaway(ctx, cmd)
 	if err != nil {
@@ -435,6 +438,19 @@ func (l *functionLogs) finish(w io.Writer) {
 		l.f.Name(), len(lines), levels["ERROR"], levels["WARN"]+levels["WARNING"], levels["INFO"])
 }
 
+// countIfExists counts the rows of table, or returns 0 when the table does not exist (an
+// unmigrated database). Two statements: PostgreSQL resolves every table a statement names when
+// it parses it, so one that names a missing table fails even in a branch that would not run.
+func countIfExists(ctx context.Context, conn *pgx.Conn, table string) (int64, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int64
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n)
+	return n, err
+}
+
 // refuseDataInUse refuses a database that holds coupons or outbox rows: the demo links its
 // members to LINE ids and drains the whole outbox into its local stand-in, which would mark other
 // members' pending notifications as sent. Only an empty (or unmigrated) database is safe.
@@ -444,11 +460,11 @@ func refuseDataInUse(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	var coupons, outboxRows int64
-	err = conn.QueryRow(ctx, `SELECT
-		CASE WHEN to_regclass('issued_coupons') IS NULL THEN 0 ELSE (SELECT count(*) FROM issued_coupons) END,
-		CASE WHEN to_regclass('notification_outbox') IS NULL THEN 0 ELSE (SELECT count(*) FROM notification_outbox) END`).
-		Scan(&coupons, &outboxRows)
+	coupons, err := countIfExists(ctx, conn, "issued_coupons")
+	if err != nil {
+		return err
+	}
+	outboxRows, err := countIfExists(ctx, conn, "notification_outbox")
 	if err != nil {
 		return err
 	}

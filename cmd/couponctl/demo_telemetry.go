@@ -37,7 +37,20 @@ const (
 	telemetryOff    = "off"    // none: the baseline of the overhead measurement
 )
 
-// startDemoTelemetry sets up telemetry for the demo's process as mode says, the functions' log
+// checkDemoTelemetry refuses an unknown --telemetry mode and, unless it is off, what
+// telemetry.Setup would refuse in the OTEL_* environment: before the demo writes anything.
+func checkDemoTelemetry(ctx context.Context, mode string) error {
+	switch mode {
+	case telemetryOff:
+		return nil
+	case telemetryShow, telemetryExport:
+		return telemetry.CheckEnv(ctx)
+	}
+	return fmt.Errorf("--telemetry %q: want %s, %s or %s", mode, telemetryShow, telemetryExport, telemetryOff)
+}
+
+// startDemoTelemetry sets up telemetry for the demo's process as mode says (checked by
+// [checkDemoTelemetry]), the functions' log
 // lines going to logs (the demo's log file: one line per request would drown the report); nil
 // for off.
 func startDemoTelemetry(cmd *cobra.Command, mode string, logs io.Writer) (*demoTelemetry, error) {
@@ -50,9 +63,6 @@ func startDemoTelemetry(cmd *cobra.Command, mode string, logs io.Writer) (*demoT
 		t.spans, t.metrics = tracetest.NewInMemoryExporter(), sdkmetric.NewManualReader()
 		opts = append(opts, telemetry.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(t.spans)),
 			telemetry.WithMetricReader(t.metrics))
-	case telemetryExport:
-	default:
-		return nil, fmt.Errorf("--telemetry %q: want %s, %s or %s", mode, telemetryShow, telemetryExport, telemetryOff)
 	}
 	var err error
 	t.shutdown, err = telemetry.Setup(cmd.Context(), opts...)

@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
 )
 
 // runCLI runs the command line with args and returns its stdout, stderr and error.
@@ -100,4 +104,52 @@ func tokyo(t *testing.T) *time.Location {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestDemoIntoAnEmptyDatabase: with --yes, an empty unmigrated database is accepted (the check
+// for data in use counts only the tables that exist), one holding an outbox row is refused, and a
+// bad telemetry setting is refused before anything is written.
+func TestDemoIntoAnEmptyDatabase(t *testing.T) {
+	ctx := context.Background()
+	empty := pgtest.EmptyURL(t)
+	if err := refuseDataInUse(ctx, empty); err != nil {
+		t.Errorf("an empty, unmigrated database: %v, want it accepted", err)
+	}
+
+	t.Setenv("DATABASE_URL", empty)
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp_gogle")
+	if _, _, err := runCLI(t, "demo", "--yes", "--members", "1"); err == nil || !strings.Contains(err.Error(), "OTEL_TRACES_EXPORTER") {
+		t.Errorf("demo with a misspelt exporter: %v, want a refusal naming OTEL_TRACES_EXPORTER", err)
+	}
+	conn, err := pgx.Connect(ctx, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var tables int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil || tables != 0 {
+		t.Errorf("the refused demo left %d tables (%v), want none", tables, err)
+	}
+
+	used := pgtest.URL(t)
+	if _, err := seedOneOutboxRow(ctx, used); err != nil {
+		t.Fatal(err)
+	}
+	if err := refuseDataInUse(ctx, used); err == nil || !strings.Contains(err.Error(), "1 outbox rows") {
+		t.Errorf("a database with an outbox row: %v, want a refusal counting it", err)
+	}
+}
+
+// seedOneOutboxRow writes one coupon and its outbox row.
+func seedOneOutboxRow(ctx context.Context, url string) (pgconn.CommandTag, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer conn.Close(ctx)
+	return conn.Exec(ctx, `
+WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
+c AS (INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('T', 'm1', '2026-11', 1000)
+  RETURNING coupon_id, member_id)
+INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`)
 }

@@ -11,9 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/proctest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
 
 // couponctl runs the CLI with args against DATABASE_URL and returns its output and error.
 func couponctl(args ...string) (string, error) {

@@ -98,6 +98,18 @@ func (a *TelemetryAPI) Metrics() []*metricpb.ResourceMetrics {
 	return append([]*metricpb.ResourceMetrics(nil), a.metrics...)
 }
 
+// CheckAllTaken fails the test if the API refused a request, or if log (the output of the process
+// that exported) reports a failed export.
+func (a *TelemetryAPI) CheckAllTaken(t testing.TB, log string) {
+	t.Helper()
+	if r := a.Refused(); len(r) > 0 {
+		t.Errorf("the Telemetry API refused %d requests: %q", len(r), r)
+	}
+	if strings.Contains(log, "export failed") {
+		t.Errorf("the process logged a failed export:\n%s", log)
+	}
+}
+
 // AllSpans returns every span accepted so far, whatever its resource and scope.
 func (a *TelemetryAPI) AllSpans() []*tracepb.Span {
 	var out []*tracepb.Span

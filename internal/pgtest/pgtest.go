@@ -40,12 +40,16 @@ var testRole = pgtestdb.Role{
 	Capabilities: "NOSUPERUSER NOCREATEDB CREATEROLE",
 }
 
-// Main runs the package's tests against TEST_DATABASE_URL or a throwaway server, and exits.
-func Main(m *testing.M) {
-	os.Exit(run(m))
+// Main runs the package's tests against TEST_DATABASE_URL or a throwaway server, then the
+// after functions (such as proctest.RemoveBuilds), and exits.
+func Main(m *testing.M, after ...func()) {
+	os.Exit(run(m, after))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M, after []func()) int {
+	for _, f := range after {
+		defer f()
+	}
 	serverURL = os.Getenv("TEST_DATABASE_URL")
 	if serverURL == "" {
 		srv, err := localpg.Start(context.Background(), localpg.Options{})

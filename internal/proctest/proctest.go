@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,19 +20,28 @@ import (
 	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
-// builds holds one build per package directory, shared by the tests of a test binary.
-var builds sync.Map // dir -> func() (string, error)
+// builds holds one build per package directory, shared by the tests of a test binary, all in
+// one temporary directory ([RemoveBuilds] removes it).
+var (
+	builds   sync.Map // dir -> func() (string, error)
+	buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "proctest-") })
+)
 
 // Build compiles the main package in dir (relative to the test's working directory) once per
-// test binary and returns the executable's path.
+// test binary and returns the executable's path. Call [RemoveBuilds] when the tests end
+// (pgtest.Main(m, proctest.RemoveBuilds)): each build is tens of megabytes.
 func Build(t testing.TB, dir string) string {
 	t.Helper()
 	once, _ := builds.LoadOrStore(dir, sync.OnceValues(func() (string, error) {
-		tmp, err := os.MkdirTemp("", "proctest-")
+		tmp, err := buildDir()
 		if err != nil {
 			return "", err
 		}
-		bin := filepath.Join(tmp, "main")
+		out, err := os.MkdirTemp(tmp, "main-")
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(out, "main")
 		if out, err := exec.Command("go", "build", "-o", bin, dir).CombinedOutput(); err != nil {
 			return "", fmt.Errorf("go build %s: %v\n%s", dir, err, out)
 		}
@@ -42,6 +52,13 @@ func Build(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// RemoveBuilds removes every executable [Build] made in this process.
+func RemoveBuilds() {
+	if dir, err := buildDir(); err == nil {
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // Env is this process's environment without what would change where a child's telemetry goes
@@ -73,6 +90,18 @@ func Start(t testing.TB, bin string, env ...string) (*exec.Cmd, *syncbuf.Buffer)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return cmd, &out
+}
+
+// Terminate sends SIGTERM to cmd, as Cloud Run does before it stops an instance, and fails the
+// test unless the process then exits 0.
+func Terminate(t testing.TB, cmd *exec.Cmd, out *syncbuf.Buffer) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want 0\n%s", err, out.String())
+	}
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -126,6 +126,45 @@ func googleEndpoint(signal string) (string, error) {
 	return TelemetryAPIEndpoint, nil
 }
 
+// exporters are the OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER values Setup knows:
+// autoexport's and [GoogleExporter] ("" is autoexport's default).
+var exporters = map[string][]string{
+	"OTEL_TRACES_EXPORTER":  {"", "otlp", "console", "none", GoogleExporter},
+	"OTEL_METRICS_EXPORTER": {"", "otlp", "console", "prometheus", "none", GoogleExporter},
+}
+
+// CheckEnv reports what [Setup] would refuse in the OTEL_* environment, without building an
+// exporter: an unknown exporter name, and for [GoogleExporter] a plaintext endpoint, no
+// Application Default Credentials, or metrics without a location. A tool that writes before it
+// sets up telemetry calls it first (couponctl demo), so that a bad setting leaves nothing
+// half-written.
+func CheckEnv(ctx context.Context) error {
+	res, err := newResource(ctx)
+	if err != nil {
+		return err
+	}
+	return checkEnv(ctx, res)
+}
+
+// checkEnv is [CheckEnv] with the resource already built.
+func checkEnv(ctx context.Context, res *resource.Resource) error {
+	for _, env := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
+		for _, name := range strings.Split(os.Getenv(env), ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(exporters[env], name) {
+				return fmt.Errorf("telemetry: %s=%q: not an exporter (%s)", env, name, strings.Join(exporters[env][1:], ", "))
+			}
+			if name != GoogleExporter {
+				continue
+			}
+			if _, _, err := googleExport(ctx, strings.TrimSuffix(strings.TrimPrefix(env, "OTEL_"), "_EXPORTER")); err != nil {
+				return fmt.Errorf("telemetry: %s=%s: %w", env, name, err)
+			}
+		}
+	}
+	return checkGoogleLocation(res)
+}
+
 // locationKeys are the resource attributes Cloud Monitoring takes a metric's location from, in
 // its order (Telemetry API reference, v1.metrics, "Prometheus mapping": location is required).
 var locationKeys = []attribute.Key{"location", semconv.CloudAvailabilityZoneKey, semconv.CloudRegionKey}

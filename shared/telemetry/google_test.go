@@ -31,9 +31,7 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 		if strings.Contains(out, "shutdown: ") {
 			t.Errorf("the instance could not flush:\n%s", out)
 		}
-		if r := api.Refused(); len(r) > 0 {
-			t.Errorf("the Telemetry API refused %d requests: %q", len(r), r)
-		}
+		api.CheckAllTaken(t, out)
 		if run.Metadata.Tokens() == 0 {
 			t.Error("no token was taken from the metadata server")
 		}
@@ -140,15 +138,15 @@ func TestGoogleExportInstance(t *testing.T) {
 }
 
 // TestGoogleExportRefreshesTheToken: access tokens that live 2 s, an instance that exports for
-// 3 s. Every export is accepted, so the exporter took new tokens from the metadata server as
-// they expired; one that kept its first token would be refused from the third second on.
+// 3 s. Every export is accepted, so the exporter took new tokens from the metadata server; one
+// that kept its first token would be refused from the third second on. (2 s is inside the
+// client's early-refresh window, so it takes a new token for nearly every export: this shows
+// that tokens are renewed, not how long one is reused.)
 func TestGoogleExportRefreshesTheToken(t *testing.T) {
 	run := gcpfake.StartCloudRun(t, 2*time.Second)
 	out := runInstance(t, run, telemetry.GoogleExporter, "TELEMETRY_TEST_RUN_FOR=3s",
 		"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_METRIC_EXPORT_INTERVAL=300")
-	if r := run.API.Refused(); len(r) > 0 {
-		t.Errorf("refused %d requests: %q\n%s", len(r), r, out)
-	}
+	run.API.CheckAllTaken(t, out)
 	if n := run.API.AcceptedTokens(); n < 2 {
 		t.Errorf("the accepted requests carried %d different tokens, want a refreshed one too", n)
 	}

@@ -87,14 +87,13 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 	if err != nil {
 		return nil, err
 	}
-
-	if err := checkGoogleLocation(res); err != nil {
+	if err := checkEnv(ctx, res); err != nil {
 		return nil, err
 	}
+
 	reader, err := autoexport.NewMetricReader(ctx, metricFallback()...)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: OTEL_METRICS_EXPORTER=%q: %w (the exporters: otlp, console, prometheus, none, %s)",
-			os.Getenv("OTEL_METRICS_EXPORTER"), err, GoogleExporter)
+		return nil, fmt.Errorf("telemetry: metrics exporter: %w", err)
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	if reader != nil && !autoexport.IsNoneMetricReader(reader) {
@@ -111,8 +110,7 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 
 	spanExporter, err := autoexport.NewSpanExporter(ctx, spanFallback()...)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER=%q: %w (the exporters: otlp, console, none, %s)",
-			os.Getenv("OTEL_TRACES_EXPORTER"), err, GoogleExporter), mp.Shutdown(ctx))
+		return nil, errors.Join(fmt.Errorf("telemetry: traces exporter: %w", err), mp.Shutdown(ctx))
 	}
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter) {

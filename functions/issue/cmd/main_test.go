@@ -20,7 +20,7 @@ import (
 	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
 
 // start runs this main with env (see proctest.Env).
 func start(t *testing.T, env ...string) (*exec.Cmd, *syncbuf.Buffer) {

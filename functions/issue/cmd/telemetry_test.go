@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -61,19 +60,8 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("IssueCoupon answered %s, want 201", resp.Status)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
-	}
-
-	if r := api.Refused(); len(r) > 0 {
-		t.Errorf("the Telemetry API refused %q", r)
-	}
-	if strings.Contains(out.String(), "export failed") {
-		t.Errorf("the main logged a failed export:\n%s", out.String())
-	}
+	proctest.Terminate(t, cmd, out)
+	api.CheckAllTaken(t, out.String())
 	var spans []string
 	for _, s := range api.AllSpans() {
 		if strings.HasPrefix(s.GetName(), "pool.") || strings.HasPrefix(s.GetName(), "connect") {

@@ -17,7 +17,7 @@ import (
 	"github.com/mops/coupon-api/internal/proctest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
 
 // TestSIGTERMDuringARun: SIGTERM arrives while a relay run waits on LINE (the stand-in holds
 // every push). The main stops accepting, gives the run the drain bound, then cancels it; the

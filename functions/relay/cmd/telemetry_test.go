@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -57,20 +56,15 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("RelayOutbox answered %s, want 200\n%s", resp.Status, out.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
-	}
-
-	if r := api.Refused(); len(r) > 0 {
-		t.Errorf("the Telemetry API refused %q", r)
-	}
-	if strings.Contains(out.String(), "export failed") {
-		t.Errorf("the main logged a failed export:\n%s", out.String())
-	}
+	proctest.Terminate(t, cmd, out)
+	api.CheckAllTaken(t, out.String())
 	var names []string
+	runs := map[string]bool{} // the run's server span
+	for _, s := range api.AllSpans() {
+		if s.GetName() == "POST" {
+			runs[hex.EncodeToString(s.GetSpanId())] = true
+		}
+	}
 	pushes := 0
 	for _, s := range api.AllSpans() {
 		names = append(names, s.GetName())
@@ -78,13 +72,16 @@ func TestDeployedTelemetryReachesGoogle(t *testing.T) {
 			continue
 		}
 		pushes++
+		if !runs[hex.EncodeToString(s.GetParentSpanId())] {
+			t.Errorf("push span's parent %x is not the run's server span %v", s.GetParentSpanId(), runs)
+		}
 		links := s.GetLinks()
 		if len(links) != 1 || hex.EncodeToString(links[0].GetTraceId()) != issuingTrace ||
 			hex.EncodeToString(links[0].GetSpanId()) != issuingSpan {
 			t.Errorf("push span links %v, want the issuing span %s/%s", links, issuingTrace, issuingSpan)
 		}
 	}
-	if pushes != 1 || !slices.Contains(names, "POST") {
+	if pushes != 1 || len(runs) != 1 {
 		t.Errorf("spans %q: want the run's POST and one %s", names, outbox.PushSpanName)
 	}
 	metrics := api.MetricNames()
