@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,8 +25,8 @@ func flushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
 	defer cancel()
 	if err := shutdown(ctx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w: the exporter's endpoint (OTEL_EXPORTER_OTLP_ENDPOINT=%q) took no data within %s; "+
-				"what was still queued is lost", err, os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), telemetryFlushTimeout)
+			endpoint := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "the exporter's default endpoint")
+			err = fmt.Errorf("%w: %s took no data within %s; what was still queued is lost", err, endpoint, telemetryFlushTimeout)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "telemetry: flush: %v\n", err)
 	}
