@@ -8,6 +8,10 @@
 
 # shellcheck disable=SC2034 # the names are used by the scripts that source this file
 
+# A command that fails inside $(...) fails the script too (bash otherwise ignores it there, and a
+# failed lookup would read as "not found").
+shopt -s inherit_errexit
+
 # Names shared by the scripts and cloudbuild.yaml (change them in both).
 readonly ISSUE_SERVICE=issue-coupon
 readonly RELAY_SERVICE=relay-outbox

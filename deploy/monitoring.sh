@@ -29,6 +29,9 @@ extra_flag() {
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
+if [ -n "$CHANNEL" ] && ! [[ "$CHANNEL" =~ ^projects/[a-z][a-z0-9-]+/notificationChannels/[0-9]+$ ]]; then
+  die "--notification-channel $CHANNEL: not a channel name (projects/PROJECT/notificationChannels/NUMBER)"
+fi
 here=$(dirname "$0")/monitoring
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

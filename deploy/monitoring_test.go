@@ -232,3 +232,30 @@ exit 0
 
 // policyFields are the fields deploy/monitoring.sh updates in a policy in place (POLICY_FIELDS).
 var policyFields = []string{"displayName", "severity", "combiner", "conditions", "alertStrategy", "documentation"}
+
+// TestMonitoringScriptStopsOnAFailedLookup: when gcloud cannot list (no permission, no
+// network), monitoring.sh fails instead of taking "nothing listed" for "nothing there" and
+// creating duplicates; a channel that is not a channel's name is refused before any call.
+func TestMonitoringScriptStopsOnAFailedLookup(t *testing.T) {
+	bin := t.TempDir()
+	calls := filepath.Join(bin, "calls")
+	fake := "#!/bin/sh\necho \"$*\" >> " + calls + "\ncase \"$*\" in *\" list \"*) echo PERMISSION_DENIED >&2; exit 1 ;; esac\nexit 0\n"
+	if err := os.WriteFile(filepath.Join(bin, "gcloud"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--project", "coupon-test-123"},
+		{"--project", "coupon-test-123", "--notification-channel", "--dry-run"},
+	} {
+		_ = os.Remove(calls)
+		cmd := exec.Command("bash", append([]string{"monitoring.sh"}, args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("monitoring.sh %v: exit 0, want a failure\n%s", args, out)
+		}
+		if b, _ := os.ReadFile(calls); strings.Contains(string(b), " create ") || strings.Contains(string(b), " update ") {
+			t.Errorf("monitoring.sh %v wrote after a failure:\n%s", args, b)
+		}
+	}
+}

@@ -134,10 +134,10 @@ var exporters = map[string][]string{
 }
 
 // CheckEnv reports what [Setup] would refuse in the OTEL_* environment, without building an
-// exporter: an unknown exporter name, and for [GoogleExporter] a plaintext endpoint, no
-// Application Default Credentials, or metrics without a location. A tool that writes before it
-// sets up telemetry calls it first (couponctl demo), so that a bad setting leaves nothing
-// half-written.
+// exporter: an unknown exporter name or OTLP protocol, and for [GoogleExporter] a plaintext
+// endpoint, no Application Default Credentials, or metrics without a location. A tool that
+// writes before it sets up telemetry calls it first (couponctl demo), so that a bad setting
+// leaves nothing half-written.
 func CheckEnv(ctx context.Context) error {
 	res, err := newResource(ctx)
 	if err != nil {
@@ -146,20 +146,28 @@ func CheckEnv(ctx context.Context) error {
 	return checkEnv(ctx, res)
 }
 
-// checkEnv is [CheckEnv] with the resource already built.
+// protocols are the OTEL_EXPORTER_OTLP[_<signal>]_PROTOCOL values autoexport accepts ("" is its
+// default, http/protobuf).
+var protocols = []string{"", "grpc", "http/protobuf"}
+
+// checkEnv is [CheckEnv] with the resource already built. Values are compared whole, as
+// autoexport reads them: one exporter per signal, no spaces.
 func checkEnv(ctx context.Context, res *resource.Resource) error {
+	for _, env := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"} {
+		if v := os.Getenv(env); !slices.Contains(protocols, v) {
+			return fmt.Errorf("telemetry: %s=%q: not an OTLP protocol (grpc, http/protobuf)", env, v)
+		}
+	}
 	for _, env := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
-		for _, name := range strings.Split(os.Getenv(env), ",") {
-			name = strings.TrimSpace(name)
-			if !slices.Contains(exporters[env], name) {
-				return fmt.Errorf("telemetry: %s=%q: not an exporter (%s)", env, name, strings.Join(exporters[env][1:], ", "))
-			}
-			if name != GoogleExporter {
-				continue
-			}
-			if _, _, err := googleExport(ctx, strings.TrimSuffix(strings.TrimPrefix(env, "OTEL_"), "_EXPORTER")); err != nil {
-				return fmt.Errorf("telemetry: %s=%s: %w", env, name, err)
-			}
+		name := os.Getenv(env)
+		if !slices.Contains(exporters[env], name) {
+			return fmt.Errorf("telemetry: %s=%q: not an exporter (%s)", env, name, strings.Join(exporters[env][1:], ", "))
+		}
+		if name != GoogleExporter {
+			continue
+		}
+		if _, _, err := googleExport(ctx, strings.TrimSuffix(strings.TrimPrefix(env, "OTEL_"), "_EXPORTER")); err != nil {
+			return fmt.Errorf("telemetry: %s=%s: %w", env, name, err)
 		}
 	}
 	return checkGoogleLocation(res)
@@ -173,7 +181,7 @@ var locationKeys = []attribute.Key{"location", semconv.CloudAvailabilityZoneKey,
 // no location: the Telemetry API would refuse every metric. On Google Cloud the detector finds
 // cloud.region; elsewhere OTEL_RESOURCE_ATTRIBUTES must give one.
 func checkGoogleLocation(res *resource.Resource) error {
-	if !slices.Contains(strings.Split(os.Getenv("OTEL_METRICS_EXPORTER"), ","), GoogleExporter) {
+	if os.Getenv("OTEL_METRICS_EXPORTER") != GoogleExporter {
 		return nil
 	}
 	for _, k := range locationKeys {

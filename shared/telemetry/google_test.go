@@ -152,8 +152,9 @@ func TestGoogleExportRefreshesTheToken(t *testing.T) {
 	}
 }
 
-// TestGoogleExporterMisconfigured: Setup refuses a plaintext endpoint for otlp_google and a
-// misspelt exporter, saying which variable to change, before it looks for credentials (so the
+// TestGoogleExporterMisconfigured: CheckEnv and Setup refuse a plaintext endpoint for
+// otlp_google, a misspelt exporter, a list or a space where autoexport takes one name, and an
+// unknown protocol, saying which variable to change, before they look for credentials (so the
 // test means the same on a machine that has some, such as a Cloud Build worker).
 func TestGoogleExporterMisconfigured(t *testing.T) {
 	for _, tc := range []struct {
@@ -163,10 +164,18 @@ func TestGoogleExporterMisconfigured(t *testing.T) {
 		{"plaintext", "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{"OTEL_TRACES_EXPORTER": telemetry.GoogleExporter,
 			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}},
 		{"misspelt", `OTEL_TRACES_EXPORTER="otlp_gogle"`, map[string]string{"OTEL_TRACES_EXPORTER": "otlp_gogle"}},
+		{"a list", `OTEL_METRICS_EXPORTER="none, otlp_google"`, map[string]string{"OTEL_METRICS_EXPORTER": "none, otlp_google"}},
+		{"a space", `OTEL_METRICS_EXPORTER="otlp_google "`, map[string]string{"OTEL_METRICS_EXPORTER": "otlp_google "}},
+		{"protocol", `OTEL_EXPORTER_OTLP_PROTOCOL="bogus"`, map[string]string{"OTEL_TRACES_EXPORTER": "otlp",
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "bogus"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+			for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+				"OTEL_EXPORTER_OTLP_PROTOCOL"} {
 				t.Setenv(k, tc.env[k])
+			}
+			if err := telemetry.CheckEnv(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("CheckEnv: %v, want an error saying %s", err, tc.want)
 			}
 			restore := keepGlobals()
 			defer restore()
