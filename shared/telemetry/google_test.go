@@ -146,7 +146,11 @@ func TestGoogleExportRefreshesTheToken(t *testing.T) {
 	run := gcpfake.StartCloudRun(t, 2*time.Second)
 	out := runInstance(t, run, telemetry.GoogleExporter, "TELEMETRY_TEST_RUN_FOR=3s",
 		"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_METRIC_EXPORT_INTERVAL=300")
-	run.API.CheckAllTaken(t, out)
+	// The API's view only: with exports every 300 ms, one may be in flight when shutdown starts;
+	// the SDK cancels it (logged) and sends the cumulative points in the final export.
+	if r := run.API.Refused(); len(r) > 0 {
+		t.Errorf("the Telemetry API refused %d requests: %q\n%s", len(r), r, out)
+	}
 	if n := run.API.AcceptedTokens(); n < 2 {
 		t.Errorf("the accepted requests carried %d different tokens, want a refreshed one too", n)
 	}
