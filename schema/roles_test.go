@@ -136,9 +136,15 @@ func createIssueCampaigns(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// issueForbidden: never a budget, a campaign or a coupon after the fact, never the relay's
-// columns or a LINE account, never a delete.
+// issueForbidden: no write but through issue_coupon (00009_issue_coupon.sql): never a coupon, a
+// usage, a budget add or an outbox row of its own; never a budget, a campaign or a coupon after
+// the fact, never the relay's columns or a LINE account, never a delete.
 var issueForbidden = []forbidden{
+	{"a coupon outside issue_coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at) VALUES ('THIRD', 'x', '2026-09', 1000, now())`},
+	{"a usage row outside issue_coupon", `INSERT INTO member_monthly_usage (member_id, month) VALUES ('x', '2026-09')`},
+	{"a usage add outside issue_coupon", `UPDATE member_monthly_usage SET used_yen = used_yen + 1000`},
+	{"a budget add outside issue_coupon", `UPDATE campaign_budgets SET issued_yen = issued_yen + 1000 WHERE campaign_id = 'THIRD'`},
+	{"an outbox row outside issue_coupon", `INSERT INTO notification_outbox (coupon_id, member_id) VALUES (gen_random_uuid(), 'm1')`},
 	{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
 	{"a discount", `UPDATE campaign_budgets SET discount_yen = 1`},
 	{"a period", `UPDATE campaign_budgets SET ends_at = NULL`},
@@ -186,8 +192,8 @@ func TestIssueRole(t *testing.T) {
 
 // TestRolesTestSeesWrongGrants is the roles tests' own check, red by construction: on a
 // database where coupon_issue was granted too much (a budget's UPDATE), the forbidden-write
-// check reports the budget write; where it was granted too little (no UPDATE of issued_yen),
-// its real work fails.
+// check reports the budget write; where it was granted too little (no EXECUTE of
+// issue_coupon), its real work fails.
 func TestRolesTestSeesWrongGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -203,11 +209,11 @@ func TestRolesTestSeesWrongGrants(t *testing.T) {
 
 	tooLittle := newRoleDB(t, "coupon_issue")
 	createIssueCampaigns(t, tooLittle.owner)
-	if _, err := tooLittle.owner.Exec(ctx, `REVOKE UPDATE (issued_yen) ON campaign_budgets FROM coupon_issue`); err != nil {
+	if _, err := tooLittle.owner.Exec(ctx, `REVOKE EXECUTE ON FUNCTION issue_coupon FROM coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	if err := issueWork(ctx, tooLittle.as); err == nil {
-		t.Error("without UPDATE (issued_yen): the issuances passed, want them to fail")
+		t.Error("without EXECUTE of issue_coupon: the issuances passed, want them to fail")
 	}
 }
 

@@ -40,8 +40,9 @@ const (
 	BackoffBase = 10 * time.Millisecond
 	BackoffCap  = 200 * time.Millisecond
 
-	// minAttemptTime is the least time left for which an attempt is still started: below it a
-	// transaction of about ten round trips cannot finish, and starting one only adds load.
+	// minAttemptTime is the least time left for which an attempt is still started: below it the
+	// call cannot finish (its round trip and a budget row's queue on a busy campaign), and
+	// starting one only adds load.
 	minAttemptTime = 20 * time.Millisecond
 
 	// serverMargin is how much earlier than the call's deadline an attempt's statement_timeout
@@ -50,7 +51,7 @@ const (
 	// the same region is a few ms; the rest covers scheduling on a busy instance.
 	serverMargin = 100 * time.Millisecond
 
-	// ResolveTimeout bounds the look-up that settles a lost COMMIT answer (docs/api.md: the
+	// ResolveTimeout bounds the look-up that settles a call whose answer was lost (docs/api.md: the
 	// service resolves it before answering). It runs after the budget, on a fresh context, and
 	// fits in what the budget leaves of the app's timeout: 2.5 s + 0.3 s < 3 s.
 	ResolveTimeout = 300 * time.Millisecond
@@ -59,11 +60,6 @@ const (
 	// lost transaction's backend before the look-up checks again, and how long it waits before
 	// dialling again when the database cannot be reached.
 	terminateStep = 20 * time.Millisecond
-
-	// rollbackTimeout bounds the ROLLBACK after a failed attempt, on a context without the
-	// caller's cancellation: a ROLLBACK that cannot finish that fast is on a dead connection,
-	// which the pool then drops.
-	rollbackTimeout = 200 * time.Millisecond
 )
 
 // Config tunes a [Service]. Zero fields take the defaults above.

@@ -14,6 +14,9 @@
 // Level"). There is no read-then-write in Go, so there is nothing to lose: no lost update, no
 // write skew, no phantom.
 //
-// The transaction takes its locks in one fixed order (see [Service.Issue]); only SQLSTATE 40001,
-// 40P01 and 55P03 are retried, with full-jitter backoff, inside one time budget.
+// The transaction runs inside the server as one call, issue_coupon (schema/migrations/
+// 00009_issue_coupon.sql), one network round trip per attempt, so that no lock is held across
+// the network and a refusal is answered from reads without writing. It takes its locks in one
+// fixed order (see [Service.Issue]); only SQLSTATE 40001, 40P01 and 55P03 are retried, with
+// full-jitter backoff, inside one time budget.
 package issuance

@@ -35,43 +35,36 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// rejection ends a transaction with a business result (ALREADY_ISSUED, MONTHLY_CAP, ...): it is
-// returned from the transaction's closure so that pgx rolls everything back, then turned into
-// the [Outcome].
-type rejection struct{ out Outcome }
+// ErrOutcomeUnknown is returned when an attempt's call was sent but its answer was lost (the
+// connection failed or the deadline cut it while the call ran or committed) and the look-up
+// that settles it could not be made either: the coupon may or may not exist. The caller answers
+// 500, never RETRY_EXHAUSTED ("nothing was written"); a re-send is safe and answers
+// ALREADY_ISSUED if the coupon exists (docs/api.md, "IssueCoupon").
+var ErrOutcomeUnknown = errors.New("issuance: the call's answer was lost and the coupon could not be looked up")
 
-func (r *rejection) Error() string { return fmt.Sprintf("issuance: rejected: %s", r.out.Result) }
-
-// ErrOutcomeUnknown is returned when an attempt's COMMIT was sent but its answer was lost (the
-// connection failed or the deadline hit during COMMIT) and the look-up that settles it could
-// not be made either: the coupon may or may not exist. The caller answers 500, never
-// RETRY_EXHAUSTED ("nothing was written"); a re-send is safe and answers ALREADY_ISSUED if the
-// coupon exists (docs/api.md, "IssueCoupon").
-var ErrOutcomeUnknown = errors.New("issuance: the COMMIT's answer was lost and the coupon could not be looked up")
-
-// connLostError is an attempt whose connection failed before COMMIT was sent: the server rolled
-// the transaction back when the session ended, so nothing was written and the attempt may be
-// run again on a fresh connection.
+// connLostError is an attempt whose connection failed before its call was sent, or whose lost
+// answer was settled as nothing written: the attempt may be run again on a fresh connection.
 type connLostError struct{ err error }
 
 func (e *connLostError) Error() string { return fmt.Sprintf("issuance: connection lost: %v", e.err) }
 func (e *connLostError) Unwrap() error { return e.err }
 
-// commitUnknownError is an attempt whose COMMIT was sent but whose answer never came: the
-// backend pid and transaction id say which server transaction to settle.
-type commitUnknownError struct {
-	err error
-	pid uint32 // the backend that ran the transaction
-	xid string // its transaction id (xid8, as text)
+// answerLostError is an attempt whose call was sent but whose answer never came: the call may
+// have committed. The session and the coupon id the attempt chose say which server session to end
+// and which coupon would be the attempt's own.
+type answerLostError struct {
+	err      error
+	session  session
+	couponID string
 }
 
-func (e *commitUnknownError) Error() string {
-	return fmt.Sprintf("issuance: COMMIT sent, answer lost: %v", e.err)
+func (e *answerLostError) Error() string {
+	return fmt.Sprintf("issuance: call sent, answer lost: %v", e.err)
 }
-func (e *commitUnknownError) Unwrap() error { return e.err }
+func (e *answerLostError) Unwrap() error { return e.err }
 
-// isConnLost reports whether err, met on conn before COMMIT was sent, means the connection
-// rather than the transaction failed: pgx closed the connection (a network error or a deadline
+// isConnLost reports whether err, met on a connection before the call was sent, means the
+// connection rather than the request failed: pgx closed the connection (a network error or a deadline
 // cut it), nothing reached the server (pgconn.SafeToRetry: a failed dial, a refused
 // connection), or the server ended the session (a FATAL error such as 57P01
 // admin_shutdown during a restart or failover, or class 08 connection_exception).
@@ -90,12 +83,4 @@ func isConnLost(err error, closed bool) bool {
 			(pgerrcode.IsOperatorIntervention(pgErr.Code) && pgErr.Code != pgerrcode.QueryCanceled)
 	}
 	return false
-}
-
-// isStalePlan reports whether err is 0A000 "cached plan must not change result type": a
-// migration changed a column's type under a statement prepared on a pooled connection. pgx
-// drops the statement from its cache on any error, so one more attempt prepares it afresh.
-func isStalePlan(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.FeatureNotSupported
 }

@@ -7,6 +7,7 @@ package issuance_test
 // as the deployed functions build theirs.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,10 +15,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -558,27 +561,68 @@ CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
 	assertRules(t, admin)
 }
 
-// TestCommitNeverArrives: the network drops the COMMIT (the test blackholes the client-to-server
-// stream while the last statement runs, held by a trigger, and lifts it once the session sits
-// idle in its transaction; toxiproxy then closes the link). The service cannot know whether the
-// COMMIT arrived: it settles it, and its answer agrees with the table (ISSUED with the coupon
-// that exists, or RETRY_EXHAUSTED and none), with no session left idle in a transaction to
-// block the next request. (Termination of a session that stays open, as in a real partition,
-// is proved by TestResolveTerminatesTheSession.)
+// syncDropped counts the Syncs that [dropSyncToxic] held back.
+var syncDropped atomic.Int64
+
+// dropSyncToxic is a partition after the request left: on each link it passes the client's
+// bytes until the first pipeline ending in Sync, forwards that pipeline without its Sync, and
+// drops everything after it. The server runs the call and then waits, in the call's
+// transaction, for a Sync (its COMMIT) that never comes.
+type dropSyncToxic struct{}
+
+// pgSync is the frontend Sync message (PostgreSQL 15 docs, 55.7 "Message Formats").
+var pgSync = []byte{'S', 0, 0, 0, 4}
+
+func (dropSyncToxic) Pipe(stub *toxics.ToxicStub) {
+	dropping := false
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			switch {
+			case c == nil:
+				stub.Close()
+				return
+			case dropping:
+			case bytes.HasSuffix(c.Data, pgSync):
+				dropping = true
+				syncDropped.Add(1)
+				c.Data = c.Data[:len(c.Data)-len(pgSync)]
+				stub.Output <- c
+			default:
+				stub.Output <- c
+			}
+		}
+	}
+}
+
+func init() { toxics.Register("drop_sync", new(dropSyncToxic)) }
+
+// TestCommitNeverArrives: the network drops the end of the call, its Sync (which commits it),
+// and keeps dropping (the test's toxic strips the Sync from the pipeline and holds the link; it
+// is lifted once the session is seen waiting in the call's transaction, holding its rows). The
+// service cannot know whether the call committed: it settles it, and its answer agrees with the
+// table (ISSUED with the coupon that exists, or RETRY_EXHAUSTED and none), with no session left
+// in a transaction to block the next request. (Termination of a session that stays open,
+// as in a real partition, is proved by TestResolveTerminatesTheSession.)
 func TestCommitNeverArrives(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	proxy, proxied := startProxy(t, dbURL)
-	pool := prodPool(t, proxied, 2)
+	pool := prodPool(t, proxied, 1)
 	svc := faultService(t, pool, issuance.Config{Budget: time.Second, LockTimeout: 300 * time.Millisecond,
 		StatementTimeout: 600 * time.Millisecond}, "DROP")
 	admin := connect(t, dbURL)
-	if _, err := admin.Exec(ctx, `
-CREATE SEQUENCE budget_fault;
-CREATE FUNCTION slow_first_budget() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN IF nextval('budget_fault') = 1 THEN PERFORM pg_sleep(0.2); END IF; RETURN NEW; END $$;
-CREATE TRIGGER slow_first_budget BEFORE UPDATE ON campaign_budgets FOR EACH ROW EXECUTE FUNCTION slow_first_budget()`); err != nil {
+	// The pooled connection's first attempt reads its session (its own Sync): done here, before
+	// the fault, by a request of another member.
+	if out, err := svc.Issue(ctx, "warm", "DROP"); err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("warm-up: %+v %v", out, err)
+	}
+	dropped := syncDropped.Load()
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name": "drop-sync", "type": "drop_sync", "stream": "upstream"}`)); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -590,22 +634,24 @@ CREATE TRIGGER slow_first_budget BEFORE UPDATE ON campaign_budgets FOR EACH ROW 
 		out, err := svc.Issue(ctx, "drop", "DROP")
 		done <- result{out, err}
 	}()
-	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
-		time.Sleep(time.Millisecond)
+	// Without its Sync the session has run the call and waits for the next message, still
+	// "active" (the state turns idle only at a Sync), holding the call's transaction and rows.
+	waiting := `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database()
+		AND backend_xid IS NOT NULL AND wait_event = 'ClientRead'`
+	for i := 0; scalar[int](t, admin, waiting) == 0; i++ {
+		if i > 2000 {
+			t.Fatal("no session waiting in the call's transaction after 10 s: the Sync was not held back")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
-		`{"name": "drop-commit", "type": "timeout", "stream": "upstream", "attributes": {"timeout": 0}}`)); err != nil {
-		t.Fatal(err)
+	if got := syncDropped.Load() - dropped; got != 1 {
+		t.Fatalf("the toxic held back %d Syncs, want 1", got)
 	}
-	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`) == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond) // the service sends COMMIT as soon as the UPDATE answers; let it be dropped
-	if err := proxy.Toxics.RemoveToxic(ctx, "drop-commit"); err != nil {
+	if err := proxy.Toxics.RemoveToxic(ctx, "drop-sync"); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
-	coupon := scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons), '')`)
+	coupon := scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons WHERE member_id = 'drop'), '')`)
 	switch {
 	case r.err != nil:
 		t.Fatalf("COMMIT dropped: %v, want an answer", r.err)
@@ -614,9 +660,9 @@ CREATE TRIGGER slow_first_budget BEFORE UPDATE ON campaign_budgets FOR EACH ROW 
 	default:
 		t.Fatalf("COMMIT dropped: %+v, but the table holds coupon %q", r.out, coupon)
 	}
-	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity
-		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
-		t.Errorf("%d sessions left idle in a transaction, holding the campaign row", n)
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database()
+		AND (state LIKE 'idle in transaction%' OR backend_xid IS NOT NULL) AND pid <> pg_backend_pid()`); n != 0 {
+		t.Errorf("%d sessions left in a transaction, holding the campaign row", n)
 	}
 	if out, err := svc.Issue(ctx, "drop", "DROP"); err != nil || (out.Result != issuance.ResultIssued && out.Result != issuance.ResultAlreadyIssued) {
 		t.Errorf("re-send: %+v %v, want ISSUED or ALREADY_ISSUED", out, err)

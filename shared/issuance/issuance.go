@@ -7,6 +7,7 @@ import (
 	"time"
 	_ "time/tzdata" // Asia/Tokyo must load on images without a zoneinfo database
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,7 +39,7 @@ type Outcome struct {
 	AmountYen int
 	// Month is the Asia/Tokyo calendar month the coupon counts against, YYYY-MM (ISSUED).
 	Month string
-	// Attempts is how many transactions were started: at most [MaxAttempts] lost to
+	// Attempts is how many calls were sent or tried: at most [MaxAttempts] lost to
 	// contention, more when connections failed (then the budget bounds them).
 	Attempts int
 }
@@ -67,32 +68,33 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 
 // Issue gives member memberID one coupon of campaign campaignID, or says why not.
 //
-// Each attempt is one READ COMMITTED transaction that takes its locks in this order:
+// Each attempt is one call to PostgreSQL, one network round trip: issue_coupon
+// (schema/migrations/00009_issue_coupon.sql), pipelined in autocommit behind the attempt's
+// lock_timeout and statement_timeout. The call reads first, so that a request the committed state
+// already refuses writes nothing; then it takes its locks in this order, each write judging its
+// rule on the row it writes:
 //
 //  1. R2: the coupon insert, judged by the unique index on (campaign_id, member_id);
-//  2. R3: the member x month usage row, created if missing, then one conditional add;
+//  2. R3: the member x month usage row, created or added to within the cap by one upsert;
 //  3. the outbox row (a new row: it waits on nobody);
-//  4. R1: the campaign budget row (or one of its budget stripes, see [addToBudget]), one
-//     conditional add, last, so the hottest lock is held only for the COMMIT round trip
+//  4. R1: one budget stripe of the campaign, last; the COMMIT follows inside the server, so the
+//     hottest lock is held for the COMMIT's WAL flush, never for a network round trip
 //     (docs/hot-row.md).
 //
-// A check that fails rolls the whole transaction back: a rejected request writes nothing.
 // Attempts are run again, after a full-jitter wait and never past the budget, when:
 //
 //   - they fail with 40001, 40P01 or 55P03 (contention), at most [MaxAttempts] in all;
-//   - their connection fails before COMMIT is sent (a database restart or failover: 57P01 on
-//     every pooled connection; a refused dial while the database is down), since the server
-//     rolled the transaction back; these retries end only with the budget;
-//   - they fail with 0A000 "cached plan must not change result type" (a migration changed a
-//     column type under a pooled connection's prepared statement), once per call.
+//   - their connection fails before the call is sent (a database restart or failover: a dead
+//     pooled connection, a refused dial while the database is down), or the settlement of a lost
+//     answer finds nothing written; these retries end only with the budget.
 //
 // When the budget ends first, or statement_timeout ends an attempt, the result is
-// RETRY_EXHAUSTED: nothing was written. When the COMMIT was sent but its answer lost, Issue
+// RETRY_EXHAUSTED: nothing was written. When the call was sent but its answer lost, Issue
 // settles it before answering (see [Service.resolve]): ISSUED if the coupon was committed.
 //
 // Errors: a wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up,
-// [ErrOutcomeUnknown] when a lost COMMIT answer cannot be settled, and any other database
-// error unretried (the caller answers 500).
+// [ErrOutcomeUnknown] when a lost answer cannot be settled, and any other database error
+// unretried (the caller answers 500).
 func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out Outcome, err error) {
 	if err := ids.Request(memberID, campaignID); err != nil {
 		return Outcome{}, err
@@ -105,57 +107,46 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out O
 	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt)}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
-	exhausted := func(attempts int) (Outcome, error) {
-		return Outcome{Result: ResultRetryExhausted, Attempts: attempts}, nil
-	}
-	contended, stalePlans := 0, 0
+	contended := 0
 	for attempt := 1; ; attempt++ {
 		left := time.Until(deadline)
 		if left < minAttemptTime+serverMargin {
-			return exhausted(attempt - 1)
+			return Outcome{Result: ResultRetryExhausted, Attempts: attempt - 1}, nil
 		}
-		out, err := s.attempt(ctx, req, left)
+		out, err = s.attempt(ctx, req, left)
 		span.attempted(ctx, attempt, err)
-		out.Attempts = attempt
-		var rej *rejection
-		var unknown *commitUnknownError
-		if errors.As(err, &unknown) {
-			out, err = s.resolve(ctx, req, out, unknown)
-			out.Attempts = attempt
+		var lost *answerLostError
+		if errors.As(err, &lost) {
+			out, err = s.resolve(ctx, req, lost)
 		}
+		out.Attempts = attempt
 		switch {
 		case err == nil:
 			return out, nil
-		case errors.As(err, &rej):
-			rej.out.Attempts = attempt
-			return rej.out, nil
 		case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return Outcome{}, fmt.Errorf("issuance: %w", ctx.Err()) // the caller went away
+			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: %w", ctx.Err()) // the caller went away
 		case errors.Is(err, ErrOutcomeUnknown):
-			return Outcome{}, err
+			return out, err
 		case errors.As(err, new(*connLostError)):
 			// Retried until the budget ends: each dead pooled connection costs one round trip.
 		case isTimeout(err):
-			return exhausted(attempt)
-		case isStalePlan(err) && stalePlans == 0:
-			stalePlans++
-			continue // the statement is prepared afresh at once: no contention to wait out
+			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 		case !IsRetryable(err):
-			return Outcome{}, fmt.Errorf("issuance: attempt %d: %w", attempt, err)
+			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, err)
 		default:
 			if contended++; contended == MaxAttempts {
-				return exhausted(attempt)
+				return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 			}
 		}
 		wait := backoff.FullJitter(BackoffBase, BackoffCap, attempt)
 		if time.Until(deadline)-wait < minAttemptTime+serverMargin {
-			return exhausted(attempt)
+			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 		}
 		span.waiting(wait)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			return exhausted(attempt)
+			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 		}
 	}
 }
@@ -166,113 +157,128 @@ type request struct {
 	month                string
 }
 
-// attempt runs one issuance transaction with timeouts derived from left, the time remaining.
-// Besides a [rejection] or a statement's error it returns a [connLostError] when the connection
-// failed before COMMIT was sent, and a [commitUnknownError] when it failed after.
-func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (out Outcome, err error) {
+// session names the server session of a pooled connection: its pid and when it started.
+type session struct {
+	pid   uint32
+	start time.Time
+}
+
+// sessionKey keys the [session] kept in a pooled connection's CustomData.
+const sessionKey = "issuance.session"
+
+// sessionOf returns conn's server session, read with [sqlBackendStart] on the connection's first
+// attempt and kept on the connection: one round trip per connection, none per request.
+func sessionOf(ctx context.Context, conn *pgxpool.Conn) (session, error) {
+	data := conn.Conn().PgConn().CustomData()
+	if s, ok := data[sessionKey].(session); ok {
+		return s, nil
+	}
+	s := session{pid: conn.Conn().PgConn().PID()}
+	if err := conn.QueryRow(ctx, sqlBackendStart).Scan(&s.start); err != nil {
+		return s, err
+	}
+	data[sessionKey] = s
+	return s, nil
+}
+
+// attempt runs one issuance attempt, one call in one round trip, with timeouts derived from left,
+// the time remaining. It returns the outcome of a committed call (ISSUED, or a refusal that
+// wrote nothing), or an error: a statement's (the call was rolled back), a [connLostError] when
+// the connection failed before the call was sent, an [answerLostError] when the call was sent and
+// its answer never came.
+func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (Outcome, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		if isConnLost(err, false) {
-			return out, &connLostError{err}
-		}
-		return out, err
+		return Outcome{}, beforeSend(ctx, err, false)
 	}
 	defer conn.Release()
-	defer func() { // classify a failure before COMMIT once, here
-		var unknown *commitUnknownError
-		if err != nil && !errors.As(err, &unknown) && isConnLost(err, conn.Conn().IsClosed()) && ctx.Err() == nil {
-			err = &connLostError{err}
-		}
-	}()
-	tx, err := conn.Begin(ctx)
+	sess, err := sessionOf(ctx, conn)
 	if err != nil {
-		return out, err
+		return Outcome{}, beforeSend(ctx, err, conn.Conn().IsClosed())
 	}
-	var xid string
-	if out, xid, err = s.statements(ctx, tx, r, left); err != nil {
-		// The rollback runs even when the caller has gone: a connection handed back to the
-		// pool must not carry a transaction, and its locks must not outlive the request.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx) // on failure pgx closes the connection; the pool drops it
-		return out, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
-			return out, err // the server refused the COMMIT: rolled back
-		case ctx.Err() != nil && pgconn.SafeToRetry(err) && errors.Is(err, ctx.Err()):
-			// pgx checks the context before sending: the budget (or the caller) ended first and
-			// the COMMIT never left; pgx closed the connection, so the server rolls back.
-			return out, err
+
+	couponID := uuid.NewString()
+	lockTimeout, statementTimeout := s.cfg.attemptTimeouts(left)
+	var (
+		result string
+		coupon *string
+		amount *int
+	)
+	batch := &pgx.Batch{}
+	batch.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
+	batch.Queue(sqlIssue, couponID, r.campaignID, r.memberID, r.month, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount) })
+	err = conn.SendBatch(ctx, batch).Close()
+
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return outcomeOf(r, result, coupon, amount)
+	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+		if pgErr.Code == sqlStateRejected { // a write lost a race: rolled back
+			return outcomeOf(r, pgErr.Message, nil, nil)
 		}
-		// Anything else is settled by a look-up, even a plain pgconn.SafeToRetry: pgx v5.12
-		// reports a connection that dropped while COMMIT's answer was awaited as "conn closed",
-		// safe to retry, though the server had committed (TestLostCommitAnswer).
-		return out, &commitUnknownError{err: err, pid: conn.Conn().PgConn().PID(), xid: xid}
+		return Outcome{}, err // the server ended the call with an error: rolled back
+	case errors.As(err, &pgErr) && pgErr.Severity == "FATAL", pgconn.SafeToRetry(err):
+		// Nothing committed: the call never left, or the server ended the session before the
+		// call's ReadyForQuery, which it sends as soon as the COMMIT is done, before it next
+		// looks at a termination request (a terminated session, 57P01 on every pooled session of
+		// a restart or failover; PostgreSQL 15 docs, 55.2.3 "Extended Query").
+		return Outcome{}, beforeSend(ctx, err, true)
+	}
+	// Anything else, even a plain "conn closed" or an immediate shutdown's bare end of stream,
+	// is settled by a look-up: the call may have committed before its answer was lost.
+	return Outcome{}, &answerLostError{err: err, session: sess, couponID: couponID}
+}
+
+// beforeSend classifies err, met before anything of the call was committed (closed: pgx closed
+// the connection): a [connLostError] when the connection rather than the request failed and the
+// caller still waits, else err itself. Nothing was written either way.
+func beforeSend(ctx context.Context, err error, closed bool) error {
+	if ctx.Err() == nil && isConnLost(err, closed) {
+		return &connLostError{err}
+	}
+	return err
+}
+
+// outcomeOf turns the call's result row into the [Outcome] of r.
+func outcomeOf(r request, result string, coupon *string, amount *int) (Outcome, error) {
+	out := Outcome{Result: Result(result)}
+	switch out.Result {
+	case ResultIssued:
+		if coupon == nil || amount == nil {
+			return Outcome{}, fmt.Errorf("issuance: ISSUED without a coupon id or an amount")
+		}
+		out.CouponID, out.AmountYen, out.Month = *coupon, *amount, r.month
+	case ResultAlreadyIssued:
+		if coupon == nil {
+			return Outcome{}, fmt.Errorf("issuance: ALREADY_ISSUED without the member's coupon id")
+		}
+		out.CouponID = *coupon
+	case ResultMonthlyCap, ResultBudgetExceeded, ResultCampaignNotActive, ResultUnknownCampaign:
+	default:
+		return Outcome{}, fmt.Errorf("issuance: issue_coupon answered %q, not a result code", result)
 	}
 	return out, nil
 }
 
-// statements runs the statements of one attempt in tx, in lock order. It returns the outcome
-// and the transaction's id (for settling a lost COMMIT answer).
-func (s *Service) statements(ctx context.Context, tx pgx.Tx, r request, left time.Duration) (Outcome, string, error) {
-	lockTimeout, statementTimeout := s.cfg.attemptTimeouts(left)
-	out := Outcome{Result: ResultIssued, Month: r.month}
-	if _, err := tx.Exec(ctx, sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout)); err != nil {
-		return out, "", err
-	}
-
-	// R2: one coupon per (campaign, member), judged by the partial unique index.
-	var stripes int
-	err := tx.QueryRow(ctx, sqlCouponInsert, r.campaignID, r.memberID, r.month, r.issuedAt).
-		Scan(&out.CouponID, &out.AmountYen, &stripes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, "", whyNotInserted(ctx, tx, r)
-	}
-	if err != nil {
-		return out, "", err
-	}
-
-	// R3: the member x month row, created first so that there is a row to collide on.
-	if _, err := tx.Exec(ctx, sqlUsageEnsure, r.memberID, r.month); err != nil {
-		return out, "", err
-	}
-	var usedYen int
-	err = tx.QueryRow(ctx, sqlUsageAdd, r.memberID, r.month, out.AmountYen, s.cfg.MonthlyCapYen).Scan(&usedYen)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, "", &rejection{Outcome{Result: ResultMonthlyCap}}
-	}
-	if err != nil {
-		return out, "", err
-	}
-
-	// Transactional outbox: the push is the relay's job, after COMMIT.
-	if _, err := tx.Exec(ctx, sqlOutboxInsert, out.CouponID, r.memberID, r.issuedAt, traceParent(ctx)); err != nil {
-		return out, "", err
-	}
-
-	// R1: a campaign budget stripe row, last; COMMIT follows at once.
-	xid, err := addToBudget(ctx, tx, r.campaignID, out.AmountYen, stripes)
-	return out, xid, err
-}
-
-// resolve settles an attempt whose COMMIT answer was lost (docs/api.md: never "nothing was
-// written" for a coupon that exists), on a fresh connection and a fresh context of
-// [ResolveTimeout]: the caller's deadline has often passed already. It first makes sure the attempt's transaction is over
-// (if its backend still runs it, COMMIT is in flight or never arrived: the backend is
-// terminated and waited for), then looks the coupon up by (campaign_id, member_id):
+// resolve settles an attempt whose answer was lost (docs/api.md: never "nothing was written" for
+// a coupon that exists), on a connection of its own and a fresh context of [ResolveTimeout]: the
+// caller's deadline has often passed already. It first makes sure the attempt's session is over
+// (if it still runs, the call is in flight or its Sync never arrived: the session is terminated
+// and waited for), then looks the coupon up by (campaign_id, member_id):
 //
 //   - found, with the attempt's id: ISSUED, as the attempt would have answered;
 //   - found, another id: ALREADY_ISSUED with that id;
 //   - absent: nothing was written; a [connLostError], so Issue retries while the budget lasts.
 //
-// If the transaction's end cannot be confirmed, or the look-up fails, it returns
-// [ErrOutcomeUnknown].
-func (s *Service) resolve(ctx context.Context, r request, attempted Outcome, lost *commitUnknownError) (Outcome, error) {
+// If the session's end cannot be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
+func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ResolveTimeout)
 	defer cancel()
+	unknown := func(err error) (Outcome, error) {
+		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+	}
 	// A connection of its own, not one from the pool: under load every pooled connection may
 	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
 	// The network that lost the answer may be back a moment later: dial again until the
@@ -283,49 +289,33 @@ func (s *Service) resolve(ctx context.Context, r request, attempted Outcome, los
 		conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	}
 	if err != nil {
-		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+		return unknown(err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	// Terminate and wait in short steps, each re-reading whether the backend still runs the
-	// transaction: it drops it (backend_xid) as soon as the abort is done, before it exits, and
+	// Terminate and wait in short steps, each re-reading whether the session still runs:
 	// pg_terminate_backend itself only looks every 100 ms.
 	var ended bool
 	deadline, _ := ctx.Deadline()
 	for !ended && time.Until(deadline) > 2*terminateStep {
-		if err := conn.QueryRow(ctx, sqlTransactionEnd, int64(lost.pid), lost.xid, terminateStep.Milliseconds()).Scan(&ended); err != nil {
-			return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+		err := conn.QueryRow(ctx, sqlSessionEnd, int64(lost.session.pid), lost.session.start, terminateStep.Milliseconds()).Scan(&ended)
+		if err != nil {
+			return unknown(err)
 		}
 	}
-	var existing *string
-	if err := conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing); err != nil {
-		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
-	}
+	var existing string
+	var amount int
+	err = conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount)
 	switch {
-	case existing != nil && *existing == attempted.CouponID:
-		return attempted, nil
-	case existing != nil:
-		return Outcome{Result: ResultAlreadyIssued, CouponID: *existing}, nil
-	case !ended:
-		return Outcome{}, fmt.Errorf("%w: the transaction of backend %d still runs (after: %v)", ErrOutcomeUnknown, lost.pid, lost.err)
+	case errors.Is(err, pgx.ErrNoRows) && ended:
+		return Outcome{}, &connLostError{lost.err}
+	case errors.Is(err, pgx.ErrNoRows):
+		return unknown(fmt.Errorf("the session of backend %d still runs", lost.session.pid))
+	case err != nil:
+		return unknown(err)
+	case existing == lost.couponID:
+		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: r.month}, nil
 	}
-	return Outcome{}, &connLostError{lost.err}
-}
-
-// whyNotInserted turns a coupon insert that wrote nothing into its rejection.
-func whyNotInserted(ctx context.Context, tx pgx.Tx, r request) error {
-	var existing *string
-	var known bool
-	if err := tx.QueryRow(ctx, sqlCouponWhyNot, r.campaignID, r.memberID).Scan(&existing, &known); err != nil {
-		return err
-	}
-	switch {
-	case existing != nil:
-		return &rejection{Outcome{Result: ResultAlreadyIssued, CouponID: *existing}}
-	case !known:
-		return &rejection{Outcome{Result: ResultUnknownCampaign}}
-	default:
-		return &rejection{Outcome{Result: ResultCampaignNotActive}}
-	}
+	return Outcome{Result: ResultAlreadyIssued, CouponID: existing}, nil
 }
 
 // pgInterval formats d as a PostgreSQL duration setting in whole milliseconds, at least 1 ms

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -13,10 +14,10 @@ import (
 	"github.com/mops/coupon-api/internal/pgtest"
 )
 
-// lostAttempt runs one attempt's statements for member on its own connection and leaves the
-// transaction open, as a session whose COMMIT never arrived sits idle in it. It returns the
-// connection, the attempt's outcome and what the service knows of the lost COMMIT.
-func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, Outcome, *commitUnknownError) {
+// lostAttempt makes one attempt's call for member on its own connection inside an open
+// transaction, as a session whose pipeline's Sync never arrived sits idle in the call's
+// transaction. It returns the connection and what the service knows of the lost answer.
+func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *answerLostError) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -24,23 +25,26 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, Out
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
+	lost := &answerLostError{err: errors.New("answer lost"), couponID: uuid.NewString(), session: session{pid: conn.PgConn().PID()}}
+	if err := conn.QueryRow(ctx, sqlBackendStart).Scan(&lost.session.start); err != nil {
 		t.Fatal(err)
 	}
-	r := request{memberID: member, campaignID: "LOST", issuedAt: time.Now(), month: Month(time.Now())}
-	out, xid, err := s.statements(ctx, tx, r, time.Second)
-	if err != nil {
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
-	return conn, out, &commitUnknownError{err: errors.New("answer lost"), pid: conn.PgConn().PID(), xid: xid}
+	var result string
+	if err := conn.QueryRow(ctx, sqlIssue, lost.couponID, "LOST", member, Month(time.Now()), time.Now(), s.cfg.MonthlyCapYen, nil).
+		Scan(&result, nil, nil); err != nil || result != string(ResultIssued) {
+		t.Fatalf("the call: %s %v, want ISSUED", result, err)
+	}
+	return conn, lost
 }
 
-// TestResolveTerminatesTheSession: a lost COMMIT whose session is still open (a partition: the
-// COMMIT never arrived, the server's session sits idle in its transaction, holding its rows) is
+// TestResolveTerminatesTheSession: a lost answer whose session is still open (a partition: the
+// pipeline's Sync never arrived, the session sits idle in the call's transaction, holding its rows) is
 // settled by terminating that session, which rolls the transaction back: resolve reports nothing
-// written, and no session is left. A lost COMMIT that did commit is answered ISSUED with its id.
-// All of it as a user in coupon_issue, the function's role (00008_roles.sql).
+// written, and no session is left. A lost answer whose call did commit is answered ISSUED with
+// its id. All of it as a user in coupon_issue, the function's role (00008_roles.sql, 00009).
 func TestResolveTerminatesTheSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -65,14 +69,14 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	conn, out, lost := lostAttempt(t, s, dbURL, "open")
-	_, err = s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, out, lost)
+	conn, lost := lostAttempt(t, s, dbURL, "open")
+	_, err = s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, lost)
 	if !errors.As(err, new(*connLostError)) {
 		t.Fatalf("session idle in its transaction: %v, want nothing written (a connection lost)", err)
 	}
 	var sessions, coupons int
 	if err := owner.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = $1),
-		(SELECT count(*) FROM issued_coupons)`, int64(lost.pid)).Scan(&sessions, &coupons); err != nil {
+		(SELECT count(*) FROM issued_coupons)`, int64(lost.session.pid)).Scan(&sessions, &coupons); err != nil {
 		t.Fatal(err)
 	}
 	if sessions != 0 || coupons != 0 {
@@ -82,12 +86,12 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 		t.Error("the lost session still answers")
 	}
 
-	conn, out, lost = lostAttempt(t, s, dbURL, "committed")
+	conn, lost = lostAttempt(t, s, dbURL, "committed")
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, out, lost)
-	if err != nil || got.Result != ResultIssued || got.CouponID != out.CouponID {
-		t.Errorf("committed: %+v %v, want ISSUED with %s", got, err, out.CouponID)
+	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, lost)
+	if err != nil || got.Result != ResultIssued || got.CouponID != lost.couponID || got.AmountYen != 1000 {
+		t.Errorf("committed: %+v %v, want ISSUED with %s, 1000 yen", got, err, lost.couponID)
 	}
 }

@@ -46,11 +46,10 @@ func startIssue(ctx context.Context, r request) (context.Context, *issueSpan) {
 	return ctx, &issueSpan{span: span, campaign: r.campaignID, start: time.Now()}
 }
 
-// attempted notes the outcome of attempt n: a failure (anything but success or a business
-// rejection) is kept for its event, and a retryable SQLSTATE is counted.
+// attempted notes the outcome of attempt n: a failure (an error; a refusal is an answer) is
+// kept for its event, and a retryable SQLSTATE is counted.
 func (s *issueSpan) attempted(ctx context.Context, n int, err error) {
-	var rej *rejection
-	if err == nil || errors.As(err, &rej) {
+	if err == nil {
 		return
 	}
 	s.failed, s.attempt = err, n

@@ -1,0 +1,173 @@
+-- +goose Up
+-- One round trip per issuance attempt (docs/design.md, "One call per attempt"): the issuance
+-- transaction of shared/issuance moves into the server as issue_coupon(), which IssueCoupon calls
+-- in autocommit, pipelined behind the attempt's timeouts. The transaction commits as the call
+-- ends, inside the server, so the hottest lock (a budget stripe) is held for the COMMIT's WAL
+-- flush, never for a network round trip; and a request that the committed state already refuses
+-- is answered from reads, before any insert, so it writes nothing and rolls nothing back.
+--
+-- issue_coupon gives member p_member_id one coupon of campaign p_campaign_id, with id p_coupon_id
+-- (the caller makes it, so that it can recognise its own coupon when the answer is lost), counted against
+-- month p_month (Asia/Tokyo, YYYY-MM: the service decides it from p_issued_at) under R3's cap
+-- p_cap_yen (the member cap regulation, MONTHLY_CAP_YEN), and stores p_trace_parent on the
+-- outbox row. It returns one row: result (docs/api.md's result code), coupon (the coupon's id for
+-- ISSUED, the member's existing coupon for ALREADY_ISSUED) and amount (yen, ISSUED).
+--
+-- Reads first, none of them locking; each sees the state committed when it starts (READ
+-- COMMITTED takes a snapshot per statement, PostgreSQL 15 docs 13.2.1):
+--   UNKNOWN_CAMPAIGN, CAMPAIGN_NOT_ACTIVE  from stripe 0, which every campaign has;
+--   ALREADY_ISSUED                         the member's live coupon of the campaign;
+--   MONTHLY_CAP                            the member x month counter leaves no room;
+--   BUDGET_EXCEEDED                        no budget stripe has room.
+-- Counters only grow (only `couponctl reconcile --repair` lowers one, to the sum of the live
+-- coupons), so a refusal read from committed counters stays true. Then the writes, in the lock
+-- order of docs/design.md, each judging its rule on the row it writes:
+--   R2 the coupon insert, judged by the partial unique index one_coupon_per_member (a concurrent
+--      insert of the same pair waits for the first to end, then inserts nothing if it committed);
+--   R3 one upsert of the member x month row that creates it with the coupon's amount, or adds to
+--      it only while used_yen + amount <= cap (ON CONFLICT DO UPDATE ... WHERE is judged on the
+--      newest row version once its lock is held: PostgreSQL 15 docs, INSERT "ON CONFLICT Clause");
+--   the outbox row (the transactional outbox; a new row, it waits on nobody);
+--   R1 one budget stripe, last: one conditional add on a campaign of one stripe; on several, a
+--      stripe with room that nobody holds (FOR UPDATE SKIP LOCKED), else a wait for one that the
+--      committed state shows with room, starting over if its holder took that room.
+-- A write that finds its rule broken by a transaction that committed after the reads (a race,
+-- not the committed state the reads saw) raises SQLSTATE CI409 with the result code as its
+-- message: the call's transaction rolls back, so nothing is written then either.
+--
+-- SECURITY DEFINER (docs/roles.md): coupon_issue may execute this function and read, nothing
+-- else; it cannot insert a coupon or add to a counter except through the rules written here. The
+-- function runs as its owner, the migration's identity, with a fixed search_path (PostgreSQL 15
+-- docs, CREATE FUNCTION "Writing SECURITY DEFINER Functions Safely"). lock_timeout and
+-- statement_timeout are the caller's, set for the call's transaction by the statement pipelined
+-- before it: statement_timeout is armed when a statement starts, so a function cannot set its own.
+SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
+
+-- +goose StatementBegin
+CREATE FUNCTION issue_coupon(
+  p_coupon_id uuid, p_campaign_id text, p_member_id text, p_month text, p_issued_at timestamptz,
+  p_cap_yen integer, p_trace_parent text,
+  OUT result text, OUT coupon text, OUT amount integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+DECLARE
+  v_active  boolean;
+  v_stripes integer;
+  v_stripe  smallint;
+  v_coupon  uuid;
+BEGIN
+  -- Reads: what the committed state already refuses.
+  SELECT b.discount_yen,
+         (b.starts_at IS NULL OR b.starts_at <= p_issued_at) AND (b.ends_at IS NULL OR p_issued_at < b.ends_at),
+         (SELECT count(*) FROM campaign_budgets s WHERE s.campaign_id = b.campaign_id)
+    INTO amount, v_active, v_stripes
+    FROM campaign_budgets b
+   WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
+  IF NOT FOUND THEN
+    result := 'UNKNOWN_CAMPAIGN'; amount := NULL; RETURN;
+  ELSIF NOT v_active THEN
+    result := 'CAMPAIGN_NOT_ACTIVE'; amount := NULL; RETURN;
+  END IF;
+  SELECT c.coupon_id::text INTO coupon
+    FROM issued_coupons c
+   WHERE c.campaign_id = p_campaign_id AND c.member_id = p_member_id AND NOT c.legacy_duplicate;
+  IF FOUND THEN
+    result := 'ALREADY_ISSUED'; amount := NULL; RETURN;
+  END IF;
+  IF amount > p_cap_yen OR EXISTS (
+       SELECT 1 FROM member_monthly_usage u
+        WHERE u.member_id = p_member_id AND u.month = p_month AND u.used_yen + amount > p_cap_yen) THEN
+    result := 'MONTHLY_CAP'; amount := NULL; RETURN;
+  END IF;
+  IF NOT EXISTS (
+       SELECT 1 FROM campaign_budgets s
+        WHERE s.campaign_id = p_campaign_id AND s.issued_yen + amount <= s.budget_yen) THEN
+    result := 'BUDGET_EXCEEDED'; amount := NULL; RETURN;
+  END IF;
+
+  -- R2: the coupon; the unique index judges.
+  INSERT INTO issued_coupons AS c (coupon_id, campaign_id, member_id, month, amount_yen, issued_at)
+  VALUES (p_coupon_id, p_campaign_id, p_member_id, p_month, amount, p_issued_at)
+  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
+  RETURNING c.coupon_id INTO v_coupon;
+  IF NOT FOUND THEN
+    -- A concurrent request of the same member committed its coupon while this insert waited.
+    SELECT c.coupon_id::text INTO coupon
+      FROM issued_coupons c
+     WHERE c.campaign_id = p_campaign_id AND c.member_id = p_member_id AND NOT c.legacy_duplicate;
+    result := 'ALREADY_ISSUED'; amount := NULL; RETURN;
+  END IF;
+
+  -- R3: the member x month row, created with this coupon or added to within the cap.
+  INSERT INTO member_monthly_usage AS u (member_id, month, used_yen)
+  VALUES (p_member_id, p_month, amount)
+  ON CONFLICT (member_id, month) DO UPDATE SET used_yen = u.used_yen + EXCLUDED.used_yen
+   WHERE u.used_yen + EXCLUDED.used_yen <= p_cap_yen;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI409', MESSAGE = 'MONTHLY_CAP',
+      DETAIL = 'a concurrent issuance used the member''s room this month';
+  END IF;
+
+  -- The transactional outbox row: the push is RelayOutbox's, after COMMIT.
+  INSERT INTO notification_outbox (coupon_id, member_id, created_at, trace_parent)
+  VALUES (v_coupon, p_member_id, p_issued_at, p_trace_parent);
+
+  -- R1: one budget stripe, last; the COMMIT follows as the call returns.
+  IF v_stripes <= 1 THEN
+    UPDATE campaign_budgets SET issued_yen = issued_yen + amount
+     WHERE campaign_id = p_campaign_id AND stripe = 0 AND issued_yen + amount <= budget_yen;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'CI409', MESSAGE = 'BUDGET_EXCEEDED',
+        DETAIL = 'a concurrent issuance took the campaign''s last room';
+    END IF;
+  ELSE
+    LOOP
+      WITH free AS (
+        SELECT s.campaign_id, s.stripe FROM campaign_budgets s
+         WHERE s.campaign_id = p_campaign_id AND s.issued_yen + amount <= s.budget_yen
+         ORDER BY random() LIMIT 1
+           FOR UPDATE SKIP LOCKED)
+      UPDATE campaign_budgets b SET issued_yen = b.issued_yen + amount
+        FROM free
+       WHERE b.campaign_id = free.campaign_id AND b.stripe = free.stripe;
+      EXIT WHEN FOUND;
+      -- Every stripe with room is held: wait for one that the committed state shows with room.
+      SELECT s.stripe INTO v_stripe FROM campaign_budgets s
+       WHERE s.campaign_id = p_campaign_id AND s.issued_yen + amount <= s.budget_yen
+       ORDER BY random() LIMIT 1;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'CI409', MESSAGE = 'BUDGET_EXCEEDED',
+          DETAIL = 'concurrent issuances took the campaign''s last room';
+      END IF;
+      UPDATE campaign_budgets SET issued_yen = issued_yen + amount
+       WHERE campaign_id = p_campaign_id AND stripe = v_stripe AND issued_yen + amount <= budget_yen;
+      EXIT WHEN FOUND;
+    END LOOP;
+  END IF;
+  result := 'ISSUED';
+  coupon := v_coupon::text;
+END
+$$;
+-- +goose StatementEnd
+
+-- coupon_issue: the function, and the reads of the settlement (the member's coupon: 00008's
+-- column SELECT on issued_coupons stays) and of the budget gauge (campaign_budgets); every write
+-- goes through issue_coupon. Functions are
+-- executable by PUBLIC unless revoked.
+REVOKE ALL ON FUNCTION issue_coupon(uuid, text, text, text, timestamptz, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION issue_coupon(uuid, text, text, text, timestamptz, integer, text) TO coupon_issue;
+REVOKE UPDATE ON campaign_budgets FROM coupon_issue;
+REVOKE INSERT ON issued_coupons FROM coupon_issue;
+REVOKE ALL ON member_monthly_usage FROM coupon_issue;
+REVOKE ALL ON notification_outbox FROM coupon_issue;
+
+-- +goose Down
+-- Back to the statements sent one by one (00008's grants).
+DROP FUNCTION issue_coupon(uuid, text, text, text, timestamptz, integer, text);
+GRANT UPDATE (issued_yen) ON campaign_budgets TO coupon_issue;
+GRANT INSERT (campaign_id, member_id, month, amount_yen, issued_at) ON issued_coupons TO coupon_issue;
+GRANT SELECT ON member_monthly_usage TO coupon_issue;
+GRANT INSERT (member_id, month) ON member_monthly_usage TO coupon_issue;
+GRANT UPDATE (used_yen) ON member_monthly_usage TO coupon_issue;
+GRANT INSERT (coupon_id, member_id, created_at, trace_parent) ON notification_outbox TO coupon_issue;
