@@ -22,33 +22,58 @@ import (
 func benchCmd() *cobra.Command {
 	var (
 		clients  []int
+		rtts     []time.Duration
 		duration time.Duration
 		pgbench  string
 		format   string
+		soldOut  bool
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "One hot campaign on one PostgreSQL: IssueCoupon over HTTP (1 and 16 stripes) against pgbench (the design write-up's transaction, the bare one-row UPDATE)",
-		Long: `bench measures one hot campaign four ways on one durable PostgreSQL, at each --clients count,
-each cell for --duration:
+		Short: "One hot campaign on one PostgreSQL at added network round trips: IssueCoupon over HTTP (1 and 16 stripes) against pgbench (bare UPDATE, issue_coupon(), the same writes pipelined, the write-up's transaction)",
+		Long: `bench measures one hot campaign six ways on one durable PostgreSQL, at each --rtt round trip
+and each --clients count, each cell for --duration (pgbench runs -M prepared, the scripts are in
+internal/hotbench/pgbench/):
 
-  pgbench: bare one-row UPDATE     the ceiling of one hot row (internal/hotbench/pgbench/bare-update.sql)
-  pgbench: the write-up's transaction  the design write-up's issuance transaction (docs/design.md), nine round trips
-                                   (internal/hotbench/pgbench/seed.sql)
-  IssueCoupon, 1 stripe            the product over HTTP: the functions framework on loopback, as
-                                   ` + "`couponctl demo`" + ` serves it, pool of max(--clients) connections
-  IssueCoupon, 16 stripes          the same on a campaign of 16 budget stripes
+  pgbench: bare one-row UPDATE      the ceiling of one hot row (bare-update.sql)
+  pgbench: issue_coupon(), 1 round trip
+                                    the timeouts and issue_coupon() in one pipeline, as IssueCoupon
+                                    calls it (function.sql), 1 stripe
+  pgbench: same writes pipelined, no function
+                                    the same writes as plain statements in one pipeline, each guard
+                                    aborting it on a miss (pipelined.sql), 1 stripe: the alternative
+                                    to the function
+  pgbench: the write-up's transaction, 9 round trips
+                                    the design write-up's first transaction (docs/design.md,
+                                    seed.sql), 1 stripe: a reference
+  IssueCoupon, 1 stripe             the product over HTTP: the functions framework on loopback, as
+                                    ` + "`couponctl demo`" + ` serves it, pool of max(--clients) connections
+  IssueCoupon, 16 stripes           the same on a campaign of 16 budget stripes
 
 Every request is a new member of a campaign with room for all, so every answer should be ISSUED.
-After each cell the rules are checked from the tables (package reconcile) and the cell's coupons
-counted against its ISSUED answers or pgbench transactions. The table gives throughput, p50/p99
-latency and each cell's ratio to the same client count's pgbench cells. Progress goes to stderr.
+Every cell's traffic to PostgreSQL, pgbench's and IssueCoupon's pool's, goes through a latency
+proxy on 127.0.0.1 that adds the --rtt round trip, half each way (internal/latencyproxy; 0 is the
+proxy adding nothing, the table's "0 (proxy only)"). After each cell the rules are checked from
+the tables (package reconcile) and the cell's coupons counted against its ISSUED answers or
+pgbench transactions. The table gives throughput, p50/p99 latency and each cell's ratio to the
+bare UPDATE at the same round trip and client count, and to its own rate at round trip 0.
 
-Database: DATABASE_URL (its user must be allowed to CREATE DATABASE: bench works in a database
-of its own, dropped at the end), or a throwaway durable PostgreSQL (fsync and synchronous_commit
-on) when unset. Needs pgbench (Debian: postgresql-15). A benchmark, not a test: the machine
+--sold-out adds one cell per round trip and client count: a first-come campaign of 1,000 coupons
+of 1 yen on 16 stripes and 20,000 requests, each from a new member, through IssueCoupon. Its own table
+gives the time to sell out (first request to last ISSUED answer), issued/s until then,
+BUDGET_EXCEEDED refusals/s after it, and the rows the cell wrote to issued_coupons,
+member_monthly_usage, notification_outbox and campaign_budgets and the transactions it rolled
+back (pg_stat_user_tables, pg_stat_database), minus 4 rows per coupon issued: the rows written by
+refusals. To count exactly, bench ends the database's other sessions of its role before and
+after the cell (a session flushes its statistics as it exits; pools replace the connections).
+
+Progress goes to stderr. Database: DATABASE_URL, a postgres:// URL with a TCP host (its user must
+be allowed to CREATE DATABASE: bench works in a database of its own, dropped at the end), or a
+throwaway durable PostgreSQL (fsync and synchronous_commit on) when unset. Needs pgbench (Debian:
+postgresql-15) and Linux (the proxy waits on timerfd). A benchmark, not a test: the machine
 decides the figures; compare them only within one table.`,
 		Example: `  couponctl bench
+  couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
   couponctl bench --clients 32 --duration 5s --format markdown`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -58,24 +83,40 @@ decides the figures; compare them only within one table.`,
 			if len(clients) == 0 || slices.Min(clients) < 1 {
 				return fmt.Errorf("--clients: give one or more client counts, each at least 1")
 			}
+			if len(rtts) == 0 {
+				return fmt.Errorf("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
+			}
+			if err := hotbench.CheckRTTs(rtts); err != nil {
+				return fmt.Errorf("--rtt: %w", err)
+			}
 			if duration < time.Second {
 				return fmt.Errorf("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
 			}
 			if err := hotbench.CheckPgbench(pgbench); err != nil {
 				return err
 			}
-			return runBench(cmd, clients, duration, pgbench, format)
+			cfg := hotbench.Config{Pgbench: pgbench, RTTs: rtts, Clients: clients, Duration: duration}
+			if soldOut {
+				so := hotbench.BlackFriday
+				cfg.SoldOut = &so
+			}
+			return runBench(cmd, cfg, format)
 		},
 	}
 	f := c.Flags()
 	f.IntSliceVar(&clients, "clients", []int{8, 32, 64}, "concurrent clients of each cell")
-	f.DurationVar(&duration, "duration", 10*time.Second, "length of each cell (whole seconds)")
+	f.DurationSliceVar(&rtts, "rtt", []time.Duration{0}, "round trips the proxy adds to every cell's traffic, Go durations such as 0,0.5ms,1ms")
+	f.DurationVar(&duration, "duration", 10*time.Second, "length of each cell (whole seconds); the sold-out cell runs until its requests are answered")
 	f.StringVar(&pgbench, "pgbench", hotbench.DefaultPgbench, "the pgbench binary")
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(hotbench.Formats, ", "))
+	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
 	return c
 }
 
-func runBench(cmd *cobra.Command, clients []int, duration time.Duration, pgbench, format string) error {
+// runBench runs the bench of cfg (its flags) on DATABASE_URL or a throwaway server: a fresh
+// database, the latency proxy in front of it, IssueCoupon served through the proxy, and the
+// table to stdout.
+func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 	ctx := cmd.Context()
 	errOut := cmd.ErrOrStderr()
 	capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
@@ -96,27 +137,36 @@ func runBench(cmd *cobra.Command, clients []int, duration time.Duration, pgbench
 		return err
 	}
 	defer drop()
-	top := slices.Max(clients)
-	baseURL, err := serveFunctions(ctx, dbURL, top)
+	proxy, proxied, err := hotbench.Through(dbURL)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d); %d cells of %s\n", baseURL, top, len(clients)*len(hotbench.Variants), duration)
+	defer proxy.Close()
+	top := slices.Max(cfg.Clients)
+	baseURL, err := serveFunctions(ctx, proxied, top) // one connection per client, as pgbench has
+	if err != nil {
+		return err
+	}
+	cells := len(cfg.RTTs) * len(cfg.Clients) * len(hotbench.Variants)
+	if cfg.SoldOut != nil {
+		cells += len(cfg.RTTs) * len(cfg.Clients)
+	}
+	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",
+		baseURL, top, proxy.Addr(), cells)
 	if err := writeMachine(ctx, cmd, dbURL); err != nil {
 		return err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: top}, Timeout: issuance.AppTimeout}
 	send := httpIssuer(client, baseURL+"/IssueCoupon")
-	rs, err := hotbench.Run(ctx, hotbench.Config{
-		DBURL: dbURL, Pgbench: pgbench, Clients: clients, Duration: duration, CapYen: capYen, Progress: errOut,
-		Issue: func(ctx context.Context, memberID, campaignID string) (string, error) {
-			return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
-		},
-	})
+	cfg.DBURL, cfg.Proxy, cfg.CapYen, cfg.Progress = dbURL, proxy, capYen, errOut
+	cfg.Issue = func(ctx context.Context, memberID, campaignID string) (string, error) {
+		return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
+	}
+	rep, err := hotbench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	return hotbench.WriteTable(cmd.OutOrStdout(), format, rs)
+	return hotbench.WriteTable(cmd.OutOrStdout(), format, rep)
 }
 
 // writeMachine prints what the figures were measured on: date, cores, Go and the PostgreSQL

@@ -156,7 +156,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 		tel.close(cmd)
 		logs.finish(out)
 	}()
-	baseURL, err := serveFunctions(ctx, dbURL, o.workers)
+	baseURL, err := serveFunctions(ctx, dbURL, min(o.workers, demoPoolMax))
 	if err != nil {
 		return err
 	}
@@ -236,10 +236,11 @@ func newProgress(w io.Writer, total int, what string) (step func(done int), end 
 }
 
 // serveFunctions serves every registered function through the functions framework on a free
-// loopback port, configured through the environment as Cloud Run configures it, and returns
-// its base URL once it accepts connections. The server lives as long as the process.
-func serveFunctions(ctx context.Context, dbURL string, workers int) (string, error) {
-	poolURL, err := withPoolSize(dbURL, min(workers, demoPoolMax))
+// loopback port, configured through the environment as Cloud Run configures it, each with a
+// pool of poolSize connections, and returns its base URL once it accepts connections. The
+// server lives as long as the process.
+func serveFunctions(ctx context.Context, dbURL string, poolSize int) (string, error) {
+	poolURL, err := withPoolSize(dbURL, poolSize)
 	if err != nil {
 		return "", err
 	}

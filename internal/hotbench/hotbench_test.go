@@ -15,17 +15,24 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-// TestRunChecksEveryCell runs the whole bench for one second a cell at 2 clients, the product
-// called in-process instead of over HTTP: both pgbench scripts run on the schema, every cell does
-// work, and the rules and the coupon counts hold after each one. A request answered other than
-// ISSUED is counted as failed.
+// TestRunChecksEveryCell runs the whole bench for one second a cell at 2 clients and round trips
+// of 0 and 1 ms, with a small sold-out cell, the product called in-process instead of over HTTP
+// but through the latency proxy: every pgbench script runs on the schema, every cell does work,
+// and the rules and the coupon counts hold after each one; the sold-out cell sells its campaign
+// out, and its statistics hold at least the rows of its coupons (they were flushed). A request
+// answered other than ISSUED is counted as failed. Speeds are logged, never asserted.
 func TestRunChecksEveryCell(t *testing.T) {
 	if _, err := exec.LookPath(hotbench.DefaultPgbench); err != nil {
 		t.Skipf("no pgbench: %v", err)
 	}
 	ctx := context.Background()
 	url := pgtest.URL(t)
-	pool, err := pgxpool.New(ctx, url)
+	proxy, proxied, err := hotbench.Through(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	pool, err := pgxpool.New(ctx, proxied)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +41,11 @@ func TestRunChecksEveryCell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	soldOut := hotbench.SoldOut{Coupons: 20, Stripes: 4, Requests: 200}
 	var progress bytes.Buffer
-	rs, err := hotbench.Run(ctx, hotbench.Config{
-		DBURL: url, Clients: []int{2}, Duration: time.Second, CapYen: issuance.DefaultMonthlyCapYen, Progress: &progress,
+	rep, err := hotbench.Run(ctx, hotbench.Config{
+		DBURL: url, Proxy: proxy, RTTs: []time.Duration{0, time.Millisecond}, Clients: []int{2},
+		Duration: time.Second, CapYen: issuance.DefaultMonthlyCapYen, SoldOut: &soldOut, Progress: &progress,
 		Issue: func(ctx context.Context, memberID, campaignID string) (string, error) {
 			out, err := svc.Issue(ctx, memberID, campaignID)
 			return string(out.Result), err
@@ -45,23 +54,37 @@ func TestRunChecksEveryCell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != len(hotbench.Variants) {
-		t.Fatalf("%d results, want one per variant: %+v", len(rs), rs)
+	if len(rep.Cells) != 2*len(hotbench.Variants) || len(rep.SoldOut) != 2 {
+		t.Fatalf("%d cells and %d sold-out cells, want one per variant and one sold-out cell per round trip: %+v",
+			len(rep.Cells), len(rep.SoldOut), rep)
 	}
-	for _, r := range rs {
+	for _, r := range rep.Cells {
 		if r.Done == 0 || r.TPS <= 0 || r.P99Ms < r.P50Ms || r.Failed != 0 || r.Rules != "held" {
 			t.Errorf("%+v: want work done, no failure, rules held", r)
 		}
 	}
-	if n := strings.Count(progress.String(), "\n"); n != len(rs) {
-		t.Errorf("%d progress lines, want %d:\n%s", n, len(rs), progress.String())
+	for _, r := range rep.SoldOut {
+		t.Logf("sold out at rtt %s: %+v", r.RTT, r)
+		if r.Issued != int64(soldOut.Coupons) || r.Issued+r.Refused != int64(soldOut.Requests) || r.Rules != "held" {
+			t.Errorf("%+v: want every coupon issued, every other request refused, rules held", r)
+		}
+		if r.SoldOutSec <= 0 || r.RefusalRows < 0 {
+			t.Errorf("%+v: want a sell-out time, and at least %d rows written per coupon", r, hotbench.RowsPerIssue)
+		}
+	}
+	if n := strings.Count(progress.String(), "\n"); n != len(rep.Cells)+len(rep.SoldOut) {
+		t.Errorf("%d progress lines, want %d:\n%s", n, len(rep.Cells)+len(rep.SoldOut), progress.String())
 	}
 	var table bytes.Buffer
-	if err := hotbench.WriteTable(&table, "markdown", rs); err != nil {
+	if err := hotbench.WriteTable(&table, "markdown", rep); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "| 2 | pgbench: the write-up's transaction |") || !strings.Contains(table.String(), " 1.00x |") {
-		t.Errorf("table:\n%s", table.String())
+	t.Logf("\n%s", table.String())
+	for _, want := range []string{"| 0 (proxy only) | 2 | pgbench: bare one-row UPDATE |", "| 1 ms | 2 | IssueCoupon, 16 stripes |",
+		" 1.00x |", "| rtt | clients | coupons |"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 }
 
