@@ -150,7 +150,7 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(closePool)
-	h := faultHandler(t, pool, issuance.Config{Budget: 600 * time.Millisecond, LockTimeout: 200 * time.Millisecond,
+	h := faultHandler(t, pool, issuance.Config{Budget: 900 * time.Millisecond, LockTimeout: 200 * time.Millisecond,
 		StatementTimeout: 400 * time.Millisecond})
 	if r := send(t, h, jsonPost(strings.NewReader(`{"member_id":"m1","campaign_id":"OPEN"}`))); r.status != http.StatusCreated {
 		t.Fatalf("before: %d %v", r.status, r.body)

@@ -120,7 +120,7 @@ func TestResultTable(t *testing.T) {
 // is 503 RETRY_EXHAUSTED with Retry-After.
 func TestRetryExhausted(t *testing.T) {
 	t.Parallel()
-	h, pool := newTestHandler(t, issuance.Config{Budget: 600 * time.Millisecond,
+	h, pool := newTestHandler(t, issuance.Config{Budget: 900 * time.Millisecond,
 		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)

@@ -96,7 +96,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 
 	// RETRY_EXHAUSTED: another session holds the campaign's budget row past a short budget.
-	short, err := issue.NewHandler(pool, issuance.Config{Budget: 600 * time.Millisecond,
+	short, err := issue.NewHandler(pool, issuance.Config{Budget: 900 * time.Millisecond,
 		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -69,6 +69,8 @@ type Server struct {
 	postgres string
 	args     []string
 	cred     *syscall.Credential
+	// paused are the processes [Server.Pause] stopped, the postmaster first.
+	paused []int
 }
 
 // URL is a connection URL for the superuser "postgres" on database "postgres".
@@ -177,21 +179,98 @@ func (s *Server) launch(ctx context.Context) error {
 // Down stops the server as `pg_ctl stop -m fast` does (open sessions are rolled back and get
 // 57P01 admin_shutdown) but keeps its files, so that [Server.Up] starts it again on the same
 // port with the same data: a database restart or failover, for fault tests.
-func (s *Server) Down() error {
+func (s *Server) Down() error { return s.halt(syscall.SIGINT, "fast") }
+
+// Crash stops the server as `pg_ctl stop -m immediate` does: SIGQUIT to the postmaster, which
+// ends every server process at once, without a checkpoint and without writing what the WAL
+// buffers still hold. [Server.Up] then starts it with crash recovery from the WAL on disk. The
+// operating system survives, so WAL already written to it is kept even if not yet fsynced: with
+// synchronous_commit on, every commit that was answered is.
+func (s *Server) Crash() error { return s.halt(syscall.SIGQUIT, "immediate") }
+
+// haltTimeout bounds how long a shutdown may take before the postmaster is killed.
+const haltTimeout = 30 * time.Second
+
+// halt sends sig to the postmaster (resuming it first if [Server.Pause] stopped it) and waits
+// for it to exit, killing it after [haltTimeout]; mode names the shutdown in the error.
+func (s *Server) halt(sig syscall.Signal, mode string) error {
 	if s.cmd == nil {
 		return errors.New("localpg: server is not running")
 	}
+	if len(s.paused) > 0 {
+		s.Resume()
+	}
 	cmd := s.cmd
 	s.cmd = nil
-	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Process.Signal(sig)
 	select {
 	case <-s.done:
 		return nil
-	case <-time.After(30 * time.Second):
+	case <-time.After(haltTimeout):
 		_ = cmd.Process.Kill()
 		<-s.done
-		return errors.New("localpg: fast shutdown took over 30 s; killed")
+		return fmt.Errorf("localpg: %s shutdown took over %s; killed", mode, haltTimeout)
 	}
+}
+
+// Pause stops every process of the server with SIGSTOP, the postmaster first so that it starts
+// no new one, then its children (backends, WAL writer, checkpointer, ...): a database that
+// hangs. The kernel still accepts connections on its port, and nothing answers them, until
+// [Server.Resume]. It returns how many processes it stopped.
+func (s *Server) Pause() (int, error) {
+	if s.cmd == nil {
+		return 0, errors.New("localpg: server is not running")
+	}
+	postmaster := s.cmd.Process.Pid
+	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
+		return 0, fmt.Errorf("localpg: stop postmaster %d: %w", postmaster, err)
+	}
+	s.paused = append(s.paused, postmaster)
+	children, err := childrenOf(postmaster)
+	for _, pid := range children {
+		if syscall.Kill(pid, syscall.SIGSTOP) == nil {
+			s.paused = append(s.paused, pid)
+		}
+	}
+	if err != nil {
+		s.Resume()
+		return 0, err
+	}
+	return len(s.paused), nil
+}
+
+// Resume sends SIGCONT to every process [Server.Pause] stopped, children first.
+func (s *Server) Resume() {
+	for i := len(s.paused) - 1; i >= 0; i-- {
+		_ = syscall.Kill(s.paused[i], syscall.SIGCONT) // a process gone since has nothing to resume
+	}
+	s.paused = nil
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc (Linux).
+func childrenOf(pid int) ([]int, error) {
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return nil, fmt.Errorf("localpg: list processes: %w", err)
+	}
+	var children []int
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // ended since the listing
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ")" ends it.
+		fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
+			continue
+		}
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		children = append(children, child)
+	}
+	if len(children) == 0 {
+		return nil, fmt.Errorf("localpg: postmaster %d has no child process in /proc", pid)
+	}
+	return children, nil
 }
 
 // Up starts a server stopped by [Server.Down] again, on the same port and data.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 )
 
@@ -51,9 +52,9 @@ const (
 	// the same region is a few ms; the rest covers scheduling on a busy instance.
 	serverMargin = 100 * time.Millisecond
 
-	// ResolveTimeout bounds the look-up that settles a call whose answer was lost (docs/api.md: the
-	// service resolves it before answering). It runs after the budget, on a fresh context, and
-	// fits in what the budget leaves of the app's timeout: 2.5 s + 0.3 s < 3 s.
+	// ResolveTimeout is the part of the budget kept for the look-up that settles a call whose
+	// answer was lost (docs/api.md: the service resolves it before answering): a dial and two
+	// short statements on a fresh connection, with room for a lost session's termination.
 	ResolveTimeout = 300 * time.Millisecond
 
 	// terminateStep is how long one pg_terminate_backend call of that look-up waits for the
@@ -62,12 +63,31 @@ const (
 	terminateStep = 20 * time.Millisecond
 )
 
+// The whole call ends by one deadline, start + Budget, and every other bound is derived from it
+// (docs/api.md, "The 3 s bound"):
+//
+//	attempts (acquire, dial, the calls, waits)  until start + Budget - db.CancelGrace - ResolveTimeout
+//	a call still running then: cancelled, waited for at most db.CancelGrace (pgx, shared/db)
+//	settling a lost answer: at most ResolveTimeout, ending at start + Budget
+//
+// 1.9 s + 0.3 s + 0.3 s = 2.5 s with the defaults, inside the app gateway's 3 s ([AppTimeout]).
+
+// attemptsEnd is the deadline of a call's attempts, given the call's deadline: what remains is
+// kept for a running call's cancellation and the settlement of a lost answer.
+func attemptsEnd(callEnd time.Time) time.Time {
+	return callEnd.Add(-db.CancelGrace - ResolveTimeout)
+}
+
+// minBudget is the least budget that leaves an attempt its minimum time, 0.72 s.
+const minBudget = db.CancelGrace + ResolveTimeout + minAttemptTime + serverMargin
+
 // Config tunes a [Service]. Zero fields take the defaults above.
 type Config struct {
 	// MonthlyCapYen is R3's cap in yen (env MONTHLY_CAP_YEN). Default [DefaultMonthlyCapYen].
 	MonthlyCapYen int
-	// Budget bounds one whole call, all attempts and waits included (env ISSUE_BUDGET).
-	// Default [DefaultBudget]; at most [AppTimeout].
+	// Budget bounds one whole call, all attempts and waits and the settlement of a lost answer
+	// included (env ISSUE_BUDGET). Default [DefaultBudget]; at least minBudget (0.72 s), at most
+	// [AppTimeout].
 	Budget time.Duration
 	// LockTimeout caps each attempt's lock_timeout (env ISSUE_LOCK_TIMEOUT).
 	// Default [DefaultLockTimeout]; must be below StatementTimeout.
@@ -101,14 +121,16 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate refuses a configuration that cannot keep the timeout order
-// 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, or a cap that is not positive.
+// 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, a Budget below minBudget (0.72 s),
+// or a cap that is not positive.
 func (c Config) Validate() error {
 	var errs []error
 	if c.MonthlyCapYen <= 0 {
 		errs = append(errs, fmt.Errorf("monthly cap %d yen: must be positive", c.MonthlyCapYen))
 	}
-	if c.Budget <= 0 || c.Budget > AppTimeout {
-		errs = append(errs, fmt.Errorf("budget %s: must be in (0, %s], inside the app's timeout", c.Budget, AppTimeout))
+	if c.Budget < minBudget || c.Budget > AppTimeout {
+		errs = append(errs, fmt.Errorf("budget %s: must be in [%s, %s]: inside the app's timeout, with room for an attempt, "+
+			"a running call's cancellation and a lost answer's settlement", c.Budget, minBudget, AppTimeout))
 	}
 	if c.LockTimeout <= 0 || c.LockTimeout >= c.StatementTimeout {
 		errs = append(errs, fmt.Errorf("lock timeout %s: must be positive and below the statement timeout %s",

@@ -669,3 +669,111 @@ func TestCommitNeverArrives(t *testing.T) {
 	}
 	assertRules(t, admin)
 }
+
+// TestStalledDatabaseAnswersInsideTheBudget: under load from 32 clients, every process of the
+// database is stopped (SIGSTOP) for 3 s, as a database that hangs, then resumed. Requests are in
+// every phase when it stops: waiting for a connection, in their call, committing, settling a lost
+// answer. Every call still ends inside the gateway's 3 s (docs/api.md, "The 3 s bound": by
+// construction at the budget's end, 2.5 s), each answer agrees with the tables, and the rules
+// hold.
+func TestStalledDatabaseAnswersInsideTheBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := localpg.Start(ctx, localpg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Resume(); srv.Stop() })
+	if _, err := schema.MigrateURL(ctx, srv.URL()); err != nil {
+		t.Fatal(err)
+	}
+	pool := prodPool(t, srv.URL(), 16)
+	svc := faultService(t, pool, issuance.Config{}, "STALL")
+
+	type answer struct {
+		member string
+		out    issuance.Outcome
+		err    error
+		took   time.Duration
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		wg      sync.WaitGroup
+		next    atomic.Int64
+	)
+	stop := make(chan struct{})
+	for range 32 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				member := fmt.Sprintf("s%05d", next.Add(1))
+				start := time.Now()
+				out, err := svc.Issue(ctx, member, "STALL")
+				mu.Lock()
+				answers = append(answers, answer{member, out, err, time.Since(start)})
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n, err := srv.Pause(); err != nil || n < 2 {
+		t.Fatalf("stopped %d processes of the server (%v), want the postmaster and its children", n, err)
+	}
+	time.Sleep(3 * time.Second)
+	srv.Resume()
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+
+	issued := map[string]string{}
+	stalled, unknown, longest := 0, 0, time.Duration(0)
+	for _, a := range answers {
+		longest = max(longest, a.took)
+		if a.took >= issuance.AppTimeout {
+			t.Errorf("%s: answered %+v %v after %s, past the gateway's %s", a.member, a.out, a.err, a.took, issuance.AppTimeout)
+		}
+		switch {
+		case errors.Is(a.err, issuance.ErrOutcomeUnknown):
+			unknown++
+		case a.err != nil:
+			t.Errorf("%s: %v", a.member, a.err)
+		case a.out.Result == issuance.ResultIssued:
+			issued[a.member] = a.out.CouponID
+		case a.out.Result == issuance.ResultRetryExhausted:
+			stalled++
+		default:
+			t.Errorf("%s: %+v, want ISSUED or RETRY_EXHAUSTED", a.member, a.out)
+		}
+	}
+	t.Logf("%d answers, %d ISSUED, %d RETRY_EXHAUSTED, %d outcome unknown; the longest took %s",
+		len(answers), len(issued), stalled, unknown, longest)
+	if stalled+unknown == 0 {
+		t.Fatal("no request met the stall: nothing answered RETRY_EXHAUSTED or outcome unknown")
+	}
+	rows, err := pool.Query(ctx, `SELECT member_id, coupon_id::text FROM issued_coupons WHERE campaign_id = 'STALL'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inDB, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Member, ID string }])
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	for _, c := range inDB {
+		found[c.Member] = c.ID
+	}
+	for member, id := range issued {
+		if found[member] != id {
+			t.Errorf("%s: answered ISSUED with %s, the table holds %q", member, id, found[member])
+		}
+	}
+	if extra := len(found) - len(issued); extra > unknown {
+		t.Errorf("%d coupons exist that no ISSUED answer named, more than the %d outcomes unknown", extra, unknown)
+	}
+	assertRules(t, pool)
+}

@@ -88,9 +88,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 //     pooled connection, a refused dial while the database is down), or the settlement of a lost
 //     answer finds nothing written; these retries end only with the budget.
 //
-// When the budget ends first, or statement_timeout ends an attempt, the result is
+// When the attempts' time ends first, or statement_timeout ends an attempt, the result is
 // RETRY_EXHAUSTED: nothing was written. When the call was sent but its answer lost, Issue
-// settles it before answering (see [Service.resolve]): ISSUED if the coupon was committed.
+// settles it before answering (see [Service.resolve]): ISSUED if the coupon was committed. The
+// whole call ends inside the budget, every path included (see [attemptsEnd]).
 //
 // Errors: a wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up,
 // [ErrOutcomeUnknown] when a lost answer cannot be settled, and any other database error
@@ -99,7 +100,8 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out O
 	if err := ids.Request(memberID, campaignID); err != nil {
 		return Outcome{}, err
 	}
-	deadline := time.Now().Add(s.cfg.Budget)
+	callEnd := time.Now().Add(s.cfg.Budget)
+	deadline := attemptsEnd(callEnd)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
@@ -117,7 +119,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out O
 		span.attempted(ctx, attempt, err)
 		var lost *answerLostError
 		if errors.As(err, &lost) {
-			out, err = s.resolve(ctx, req, lost)
+			out, err = s.resolve(ctx, req, lost, callEnd)
 		}
 		out.Attempts = attempt
 		switch {
@@ -263,8 +265,8 @@ func outcomeOf(r request, result string, coupon *string, amount *int) (Outcome, 
 }
 
 // resolve settles an attempt whose answer was lost (docs/api.md: never "nothing was written" for
-// a coupon that exists), on a connection of its own and a fresh context of [ResolveTimeout]: the
-// caller's deadline has often passed already. It first makes sure the attempt's session is over
+// a coupon that exists), on a connection of its own and a context that ends at callEnd, the
+// call's deadline: the attempts' deadline has often passed already. It first makes sure the attempt's session is over
 // (if it still runs, the call is in flight or its Sync never arrived: the session is terminated
 // and waited for), then looks the coupon up by (campaign_id, member_id):
 //
@@ -273,16 +275,16 @@ func outcomeOf(r request, result string, coupon *string, amount *int) (Outcome, 
 //   - absent: nothing was written; a [connLostError], so Issue retries while the budget lasts.
 //
 // If the session's end cannot be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
-func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError) (Outcome, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ResolveTimeout)
+func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError, callEnd time.Time) (Outcome, error) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callEnd)
 	defer cancel()
 	unknown := func(err error) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
 	}
 	// A connection of its own, not one from the pool: under load every pooled connection may
 	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
-	// The network that lost the answer may be back a moment later: dial again until the
-	// look-up's time is up.
+	// The network that lost the answer may be back a moment later: dial again until the call's
+	// time is up.
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	for err != nil && ctx.Err() == nil {
 		time.Sleep(terminateStep)

@@ -420,9 +420,10 @@ func TestInFlightDuplicate(t *testing.T) {
 // not leak into the session.
 func TestStuckLockHolder(t *testing.T) {
 	t.Parallel()
-	// Lock timeouts this long let only about three attempts fit in the budget, well under
+	// Lock timeouts this long let only about three attempts fit in the attempts' 1.2 s (the budget
+	// less the cancel grace and the settlement, docs/api.md "The 3 s bound"), well under
 	// MaxAttempts: the budget, not the attempt limit, must end the call.
-	cfg := issuance.Config{Budget: 1200 * time.Millisecond, LockTimeout: 900 * time.Millisecond, StatementTimeout: 1100 * time.Millisecond}
+	cfg := issuance.Config{Budget: 1800 * time.Millisecond, LockTimeout: 900 * time.Millisecond, StatementTimeout: 1100 * time.Millisecond}
 	b := setup(t, 1, 0, cfg)
 	ctx := context.Background()
 	holder, err := pgx.Connect(ctx, b.pool.Config().ConnConfig.ConnString())

@@ -70,7 +70,7 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 	}
 
 	conn, lost := lostAttempt(t, s, dbURL, "open")
-	_, err = s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, lost)
+	_, err = s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, lost, time.Now().Add(ResolveTimeout))
 	if !errors.As(err, new(*connLostError)) {
 		t.Fatalf("session idle in its transaction: %v, want nothing written (a connection lost)", err)
 	}
@@ -90,7 +90,7 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, lost)
+	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, lost, time.Now().Add(ResolveTimeout))
 	if err != nil || got.Result != ResultIssued || got.CouponID != lost.couponID || got.AmountYen != 1000 {
 		t.Errorf("committed: %+v %v, want ISSUED with %s, 1000 yen", got, err, lost.couponID)
 	}
