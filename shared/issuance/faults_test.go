@@ -740,6 +740,9 @@ func TestStalledDatabaseAnswersInsideTheBudget(t *testing.T) {
 		switch {
 		case errors.Is(a.err, issuance.ErrOutcomeUnknown):
 			unknown++
+			if a.out.Attempts < 1 {
+				t.Errorf("%s: outcome unknown after %d attempts, want the attempt that ran counted", a.member, a.out.Attempts)
+			}
 		case a.err != nil:
 			t.Errorf("%s: %v", a.member, a.err)
 		case a.out.Result == issuance.ResultIssued:
