@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/hotbench"
 	"github.com/mops/coupon-api/internal/isolationlab"
+	"github.com/mops/coupon-api/internal/latencyproxy"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -137,7 +139,13 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	defer drop()
-	proxy, proxied, err := hotbench.Through(dbURL)
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	proxy, proxied, err := hotbench.Through(dbURL, func(target string) (hotbench.Proxy, error) {
+		return latencyproxy.StartProcess(exe, latencyProxyVerb, target)
+	})
 	if err != nil {
 		return err
 	}
@@ -167,6 +175,23 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	return hotbench.WriteTable(cmd.OutOrStdout(), format, rep)
+}
+
+// latencyProxyVerb is the hidden verb that runs bench's latency proxy in a process of its own
+// (latencyproxy.Serve on its standard streams).
+const latencyProxyVerb = "latency-proxy"
+
+// latencyProxyCmd is bench's latency proxy process: `couponctl latency-proxy HOST:PORT`.
+func latencyProxyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    latencyProxyVerb + " HOST:PORT",
+		Short:  "bench's latency proxy, run by bench in a process of its own",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return latencyproxy.Serve(args[0], cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
 }
 
 // writeMachine prints what the figures were measured on: date, cores, Go and the PostgreSQL

@@ -38,7 +38,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/latencyproxy"
 	"github.com/mops/coupon-api/internal/reconcile"
 )
 
@@ -92,7 +91,7 @@ type Config struct {
 	DBURL string
 	// Proxy is the latency proxy in front of DBURL's server (see [Through]); IssueCoupon
 	// connects through it, and so does pgbench. Run sets its round trip for each of RTTs.
-	Proxy *latencyproxy.Proxy
+	Proxy Proxy
 	// Issue sends one request to IssueCoupon.
 	Issue IssueFunc
 	// Pgbench is the pgbench binary; empty is [DefaultPgbench].
@@ -209,11 +208,20 @@ func CheckRTTs(rtts []time.Duration) error {
 	return nil
 }
 
-// Through starts a latency proxy in front of the server of dbURL (a postgres:// URL with a TCP
-// host; a Unix socket cannot be proxied), adding nothing yet, and returns it with dbURL pointed
-// at it: the URL that IssueCoupon's pool must use for [Run] to set its round trip. The caller
-// closes the proxy.
-func Through(dbURL string) (*latencyproxy.Proxy, string, error) {
+// Proxy is a latency proxy: internal/latencyproxy's Proxy in this process, or its Process in
+// a child process (what `couponctl bench` uses, so that the measured process's load does not
+// delay the proxy).
+type Proxy interface {
+	Addr() string
+	SetRTT(time.Duration) error
+	Close()
+}
+
+// Through starts a latency proxy with start in front of the server of dbURL (a postgres:// URL
+// with a TCP host; a Unix socket cannot be proxied), adding nothing yet, and returns it with
+// dbURL pointed at it: the URL that IssueCoupon's pool must use for [Run] to set its round trip.
+// The caller closes the proxy.
+func Through(dbURL string, start func(target string) (Proxy, error)) (Proxy, string, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return nil, "", errors.New("hotbench: the latency proxy needs a postgres:// database URL")
@@ -225,7 +233,7 @@ func Through(dbURL string) (*latencyproxy.Proxy, string, error) {
 	if u.Port() == "" {
 		target = net.JoinHostPort(u.Hostname(), "5432") // libpq's default port
 	}
-	p, err := latencyproxy.Start(target, 0)
+	p, err := start(target)
 	if err != nil {
 		return nil, "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/hotbench"
+	"github.com/mops/coupon-api/internal/latencyproxy"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -27,7 +28,9 @@ func TestRunChecksEveryCell(t *testing.T) {
 	}
 	ctx := context.Background()
 	url := pgtest.URL(t)
-	proxy, proxied, err := hotbench.Through(url)
+	proxy, proxied, err := hotbench.Through(url, func(target string) (hotbench.Proxy, error) {
+		return latencyproxy.Start(target, 0)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
