@@ -115,42 +115,84 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out O
 		if left < minAttemptTime+serverMargin {
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt - 1}, nil
 		}
-		out, err = s.attempt(ctx, req, left)
-		span.attempted(ctx, attempt, err)
-		var lost *answerLostError
-		if errors.As(err, &lost) {
-			out, err = s.resolve(ctx, req, lost, callEnd)
-		}
-		out.Attempts = attempt
-		switch {
-		case err == nil:
-			return out, nil
-		case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: %w", ctx.Err()) // the caller went away
-		case errors.Is(err, ErrOutcomeUnknown):
+		out, err = s.settledAttempt(ctx, req, left, callEnd, span, attempt)
+		switch next(ctx, err) {
+		case answer:
 			return out, err
-		case errors.As(err, new(*connLostError)):
-			// Retried until the budget ends: each dead pooled connection costs one round trip.
-		case isTimeout(err):
+		case giveUp:
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
-		case !IsRetryable(err):
+		case callerLeft:
+			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: %w", ctx.Err())
+		case fail:
 			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, err)
-		default:
+		case retryContended:
 			if contended++; contended == MaxAttempts {
 				return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 			}
 		}
-		wait := backoff.FullJitter(BackoffBase, BackoffCap, attempt)
-		if time.Until(deadline)-wait < minAttemptTime+serverMargin {
-			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
-		}
-		span.waiting(wait)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
+		if !pause(ctx, span, deadline, attempt) {
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 		}
 	}
+}
+
+// settledAttempt runs attempt n (see [Service.attempt]) with left of the attempts' time, and
+// settles its answer if it was lost (see [Service.resolve]), by callEnd.
+func (s *Service) settledAttempt(ctx context.Context, r request, left time.Duration, callEnd time.Time,
+	span *issueSpan, n int) (Outcome, error) {
+	out, err := s.attempt(ctx, r, left)
+	span.attempted(ctx, n, err)
+	var lost *answerLostError
+	if errors.As(err, &lost) {
+		out, err = s.resolve(ctx, r, lost, callEnd)
+	}
+	out.Attempts = n
+	return out, err
+}
+
+// pause waits the full-jitter time after failed attempt n, and reports whether another attempt
+// still fits before deadline (false, without waiting, when it would not, or when ctx ends).
+func pause(ctx context.Context, span *issueSpan, deadline time.Time, n int) bool {
+	wait := backoff.FullJitter(BackoffBase, BackoffCap, n)
+	if time.Until(deadline)-wait < minAttemptTime+serverMargin {
+		return false
+	}
+	span.waiting(wait)
+	select {
+	case <-time.After(wait):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// step is what [Service.Issue] does after an attempt.
+type step int
+
+const (
+	answer         step = iota // the attempt's outcome, or ErrOutcomeUnknown, is the answer
+	giveUp                     // nothing was written and no time is left: RETRY_EXHAUSTED
+	callerLeft                 // the caller went away: ctx's error
+	fail                       // an error that no retry mends: the caller answers 500
+	retryContended             // 40001, 40P01, 55P03: again after a wait, at most MaxAttempts
+	retryConnLost              // a connection lost with nothing written: again until the budget ends
+)
+
+// next classifies the error of an attempt (settled, if its answer was lost) made under ctx.
+func next(ctx context.Context, err error) step {
+	switch {
+	case err == nil, errors.Is(err, ErrOutcomeUnknown):
+		return answer
+	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return callerLeft
+	case errors.As(err, new(*connLostError)):
+		return retryConnLost // each dead pooled connection costs one round trip
+	case isTimeout(err):
+		return giveUp
+	case IsRetryable(err):
+		return retryContended
+	}
+	return fail
 }
 
 type request struct {
