@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
+
+	"github.com/mops/coupon-api/shared/db"
 )
 
 // CheckTimeout bounds the start-up check, in seconds: a Cloud SQL dial with a fresh certificate
@@ -49,7 +51,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	defer cancel()
 	cc := pool.Config().ConnConfig
 	if err := pool.Ping(ctx); err != nil {
-		return explainConnect(err, cc.User, cc.Database)
+		return explainConnect(err, cc.Database)
 	}
 	want, err := Newest()
 	if err != nil {
@@ -77,13 +79,14 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // explainConnect turns a failed first connection into what an operator can act on.
-func explainConnect(err error, user, database string) error {
+func explainConnect(err error, database string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code):
-			return fmt.Errorf("database refused user %q (%s): check the password (DB_PASS, or DATABASE_URL), "+
-				"or DB_IAM_AUTH and the user's grants: %w", user, pgErr.Code, err)
+			// What the server refused (peer or ident, a password, Cloud SQL IAM, a missing or
+			// NOLOGIN role, pg_hba.conf), from its message: db.LoginHint.
+			return db.ExplainLogin(err)
 		case pgErr.Code == pgerrcode.InvalidCatalogName:
 			return fmt.Errorf("database %q does not exist (DB_NAME, or DATABASE_URL): create it, "+
 				"then run `couponctl migrate`: %w", database, err)

@@ -1,12 +1,8 @@
 package issue
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 
 	"github.com/mops/coupon-api/shared/ids"
@@ -35,24 +31,17 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 		w.Header().Set("Allow", http.MethodPost)
 		return req, http.StatusMethodNotAllowed, fmt.Errorf("method %s: use POST", r.Method)
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return req, http.StatusUnsupportedMediaType, errors.New("Content-Type must be application/json")
+	if !reqbody.IsJSON(r.Header) {
+		return req, http.StatusUnsupportedMediaType, reqbody.ErrNotJSONType
 	}
 	if enc := reqbody.Encoding(r.Header); enc != "" {
 		return req, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Encoding %q: send the body uncompressed", enc)
 	}
-	tooLarge := fmt.Errorf("body over %d bytes", MaxBodyBytes)
-	if r.ContentLength > MaxBodyBytes {
-		return req, http.StatusRequestEntityTooLarge, tooLarge
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if errors.As(err, new(*http.MaxBytesError)) {
-		return req, http.StatusRequestEntityTooLarge, tooLarge
-	}
+	body, status, err := reqbody.Read(w, r, MaxBodyBytes)
 	if err != nil {
-		return req, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
+		return req, status, err
 	}
-	if err := decodeObject(json.NewDecoder(bytes.NewReader(body)), &req); err != nil {
+	if err := decodeObject(body, &req); err != nil {
 		return req, http.StatusBadRequest, err
 	}
 	if err := ids.Request(req.MemberID, req.CampaignID); err != nil {
@@ -61,55 +50,31 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 	return req, 0, nil
 }
 
-// decodeObject walks the tokens of {"member_id": "...", "campaign_id": "..."}: encoding/json
-// alone would accept duplicate keys (keeping the last) and ignore trailing data.
-func decodeObject(dec *json.Decoder, req *request) error {
-	if tok, err := dec.Token(); err == io.EOF {
+// decodeObject reads {"member_id": "...", "campaign_id": "..."} by the shared rules
+// (reqbody.DecodeObject): both fields required, strings, each once, nothing else.
+func decodeObject(body []byte, req *request) error {
+	var member, campaign bool
+	err := reqbody.DecodeObject(body, reqbody.Fields{
+		"member_id": func(v reqbody.Value) (err error) {
+			member = true
+			req.MemberID, err = v.String()
+			return err
+		},
+		"campaign_id": func(v reqbody.Value) (err error) {
+			campaign = true
+			req.CampaignID, err = v.String()
+			return err
+		},
+	})
+	switch {
+	case errors.Is(err, reqbody.ErrEmpty):
 		return errors.New(`body is empty: want {"member_id": "...", "campaign_id": "..."}`)
-	} else if err != nil {
-		return fmt.Errorf("body is not JSON: %w", err)
-	} else if tok != json.Delim('{') {
-		return errors.New("body must be a JSON object")
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("body is not JSON: %w", err)
-		}
-		key := tok.(string) // inside an object, json.Decoder yields keys as strings
-		var dst *string
-		switch key {
-		case "member_id":
-			dst = &req.MemberID
-		case "campaign_id":
-			dst = &req.CampaignID
-		default:
-			return fmt.Errorf("unknown field %q", key)
-		}
-		if seen[key] {
-			return fmt.Errorf("duplicate field %q", key)
-		}
-		seen[key] = true
-		if tok, err = dec.Token(); err != nil {
-			return fmt.Errorf("body is not JSON: %w", err)
-		}
-		s, ok := tok.(string)
-		if !ok {
-			return fmt.Errorf("field %q must be a string", key)
-		}
-		*dst = s
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return fmt.Errorf("body is not JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the JSON object")
-	}
-	for _, key := range []string{"member_id", "campaign_id"} {
-		if !seen[key] {
-			return fmt.Errorf("missing field %q", key)
-		}
+	case err != nil:
+		return err
+	case !member:
+		return errors.New(`missing field "member_id"`)
+	case !campaign:
+		return errors.New(`missing field "campaign_id"`)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/functions/relay"
@@ -21,7 +22,8 @@ import (
 )
 
 // TestOpenAPI drives the real RelayOutbox handler on a real PostgreSQL and a LINE stand-in
-// through every answer docs/openapi.yaml documents (200 with each count non-zero, 400, 405, 500),
+// through every answer docs/openapi.yaml documents (200 with each count non-zero, 400, 405, 413,
+// 415, 500),
 // validates each against the document with kin-openapi, and fails on a documented answer it
 // never produced.
 func TestOpenAPI(t *testing.T) {
@@ -95,6 +97,11 @@ SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil
 	if resp := spec.Do(t, h, gz); resp.StatusCode != http.StatusUnsupportedMediaType {
 		t.Errorf("gzip body: %d, want 415 as IssueCoupon answers", resp.StatusCode)
 	}
+	form := httptest.NewRequest("POST", "/", strings.NewReader(`{"max_rows": 10}`))
+	form.Header.Set("Content-Type", "application/x-www-form-urlencoded") // curl -d without -H
+	if resp := spec.Do(t, h, form); resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("a form-encoded body: %d, want 415 as IssueCoupon answers", resp.StatusCode)
+	}
 	for _, c := range []struct {
 		method, body string
 		status       int
@@ -103,6 +110,9 @@ SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil
 		{"POST", `{"max_rows": 0}`, 400},
 		{"POST", `{"rows": 10}`, 400},
 		{"POST", `[`, 400},
+		{"POST", `null`, 400},
+		{"POST", `{"max_rows": null}`, 400},
+		{"POST", `{"max_rows": 10}` + strings.Repeat(" ", relay.MaxBodyBytes), 413},
 		{"GET", "", 405},
 	} {
 		if status, got := call(h, c.method, c.body); status != c.status {
@@ -147,5 +157,53 @@ INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_
 
 	if unseen := spec.Unseen(); len(unseen) > 0 {
 		t.Errorf("documented answers never produced: %v", unseen)
+	}
+}
+
+// TestOpenAPISecurity: docs/openapi.yaml declares what the deployed services require, a
+// Google-signed ID token (an http bearer scheme, JWT) checked by Cloud Run IAM with
+// roles/run.invoker, on every operation, and says that local couponctl serve checks none.
+func TestOpenAPISecurity(t *testing.T) {
+	t.Parallel()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(apispec.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name, ref := range doc.Components.SecuritySchemes {
+		s := ref.Value
+		if s.Type == "http" && s.Scheme == "bearer" && s.BearerFormat == "JWT" &&
+			strings.Contains(s.Description, "roles/run.invoker") && strings.Contains(s.Description, "ID token") {
+			names = append(names, name)
+		}
+	}
+	if len(names) != 1 {
+		t.Fatalf("security schemes %v: want one http bearer JWT scheme describing the ID token and roles/run.invoker",
+			doc.Components.SecuritySchemes)
+	}
+	required := func(reqs openapi3.SecurityRequirements) bool {
+		for _, r := range reqs {
+			if _, ok := r[names[0]]; ok && len(r) == 1 {
+				return len(reqs) == 1 // no alternative, such as {} (anonymous)
+			}
+		}
+		return false
+	}
+	for _, path := range []string{"/IssueCoupon", "/RelayOutbox"} {
+		op := doc.Paths.Find(path).Post
+		if reqs := op.Security; reqs != nil && !required(*reqs) || reqs == nil && !required(doc.Security) {
+			t.Errorf("POST %s does not require %s", path, names[0])
+		}
+	}
+	local := false
+	for _, s := range doc.Servers {
+		local = local || strings.Contains(s.Description, "no authentication")
+	}
+	if !local || !strings.Contains(doc.Info.Description, "couponctl serve` (the server below) has no authentication") {
+		t.Errorf("the document does not say that local couponctl serve has no authentication")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -79,7 +78,7 @@ func NewHandler(pool *pgxpool.Pool, cfg outbox.Config) (*Handler, error) {
 	return &Handler{relay: r, log: slog.Default()}, nil
 }
 
-// MaxBodyBytes is the largest request body accepted, in bytes.
+// MaxBodyBytes is the largest request body accepted, in bytes: 4 KiB, as IssueCoupon's.
 const MaxBodyBytes = 4 << 10
 
 // MaxRowsLimit is the largest max_rows a caller may ask for, in rows: about 100 s of pushing at
@@ -91,21 +90,13 @@ const MaxRowsLimit = 200_000
 // {"sent": n, "retry_later": n, "parked": n, "skipped": n}; 502 with the same counts and a
 // "message" when the run ended early because LINE refused the channel access token
 // ([outbox.ErrTokenRefused]) or kept failing ([outbox.ErrLINEUnavailable]), so that Cloud
-// Scheduler records the run as failed; 400 for a body it does not understand, 405 for a method
-// other than POST, and 500 (detail logged) when the database fails.
+// Scheduler records the run as failed; 405 for a method other than POST, and 415, 413 or 400
+// for a request [decodeRequest] refuses; and 500 (detail logged) when the database fails.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Message: "use POST"})
-		return
-	}
-	if enc := reqbody.Encoding(r.Header); enc != "" {
-		writeJSON(w, http.StatusUnsupportedMediaType, errorBody{Message: fmt.Sprintf("Content-Encoding %q: send the body uncompressed", enc)})
-		return
-	}
-	maxRows, err := decodeMaxRows(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	maxRows, status, err := decodeRequest(w, r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Message: err.Error()})
+		h.log.InfoContext(r.Context(), "RelayOutbox: request refused", "status", status, "reason", err.Error())
+		writeJSON(w, status, errorBody{Message: err.Error()})
 		return
 	}
 	res, err := h.relay.Run(r.Context(), maxRows)
@@ -123,30 +114,45 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// decodeMaxRows reads an empty body (0: the relay's default) or one JSON object with at most
-// the integer field max_rows, and nothing after it.
-func decodeMaxRows(body io.Reader) (int, error) {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	var req struct {
-		MaxRows *int `json:"max_rows"`
+// decodeRequest judges the request by IssueCoupon's rules and in its words (shared/reqbody),
+// and returns max_rows (0: the relay's default) or the HTTP status of the first failure: the
+// method (405), the headers (415: a Content-Encoding other than identity; a Content-Type other
+// than application/json on a body that is not empty), the size (413: the whole body is read up
+// to [MaxBodyBytes] before any of it is parsed, so an oversized body is 413 whatever it holds),
+// then the content (400): one JSON object whose only field is the integer max_rows in
+// 1..[MaxRowsLimit], given at most once, nothing after it. Unlike IssueCoupon's, the body may be
+// empty: no bytes, with any Content-Type or none, as Cloud Scheduler and an operator's bare
+// POST send it, or {} or white space sent as JSON; that is the default run. null is not empty:
+// it is refused as IssueCoupon refuses it.
+func decodeRequest(w http.ResponseWriter, r *http.Request) (int, int, error) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return 0, http.StatusMethodNotAllowed, fmt.Errorf("method %s: use POST", r.Method)
 	}
-	switch err := dec.Decode(&req); {
-	case errors.Is(err, io.EOF):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("body must be empty or {\"max_rows\": N}: %w", err)
+	if enc := reqbody.Encoding(r.Header); enc != "" {
+		return 0, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Encoding %q: send the body uncompressed", enc)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return 0, errors.New("trailing data after the JSON object")
+	if r.ContentLength > 0 && !reqbody.IsJSON(r.Header) {
+		return 0, http.StatusUnsupportedMediaType, reqbody.ErrNotJSONType
 	}
-	if req.MaxRows == nil {
-		return 0, nil
+	body, status, err := reqbody.Read(w, r, MaxBodyBytes)
+	if err != nil {
+		return 0, status, err
 	}
-	if n := *req.MaxRows; n < 1 || n > MaxRowsLimit {
-		return 0, fmt.Errorf("max_rows %d: must be in 1..%d", n, MaxRowsLimit)
+	if len(body) > 0 && !reqbody.IsJSON(r.Header) { // a body sent without a Content-Length
+		return 0, http.StatusUnsupportedMediaType, reqbody.ErrNotJSONType
 	}
-	return *req.MaxRows, nil
+	var maxRows int64
+	err = reqbody.DecodeObject(body, reqbody.Fields{
+		"max_rows": func(v reqbody.Value) (err error) {
+			maxRows, err = v.Int(1, MaxRowsLimit)
+			return err
+		},
+	})
+	if err != nil && !errors.Is(err, reqbody.ErrEmpty) {
+		return 0, http.StatusBadRequest, err
+	}
+	return int(maxRows), 0, nil
 }
 
 type errorBody struct {

@@ -67,7 +67,9 @@ RETURNING coupon_id::text`)
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"max_rows": 100}`)))
+	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"max_rows": 100}`))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
@@ -106,7 +108,8 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
 	}
 }
 
-// TestRejectsBadRequests checks the request rules: POST only, an empty body or {"max_rows": N}.
+// TestRejectsBadRequests checks the request rules: POST only, an empty body or {"max_rows": N}
+// (every rule and its words: TestRequestRules).
 func TestRejectsBadRequests(t *testing.T) {
 	t.Parallel()
 	h, err := relay.NewHandler(nil, outbox.Config{ChannelAccessToken: "t"})
@@ -125,7 +128,9 @@ func TestRejectsBadRequests(t *testing.T) {
 		{http.MethodPost, `[`, http.StatusBadRequest},
 	} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(c.method, "/", strings.NewReader(c.body)))
+		req := httptest.NewRequest(c.method, "/", strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
 		if rec.Code != c.want {
 			t.Errorf("%s %q: status %d, want %d", c.method, c.body, rec.Code, c.want)
 		}

@@ -93,7 +93,7 @@ func groups(ms []Measurement) []group {
 // WriteChart draws ms in format (one of [ChartFormats]) at width x height: one panel per unit,
 // yen (R1), rows (R2, R3, pushes without a coupon) and percent of requests (retries and
 // give-ups), each with one bar group per strategy and worker count. Each bar is the mean over
-// the runs and carries its value; a zero is drawn as a labelled "0" on the axis, so that a rule
+// the runs, as each panel's title says (with how many runs), and carries its value; a zero is drawn as a labelled "0" on the axis, so that a rule
 // that held reads as a measurement, not as missing data. Drawn with gonum.org/v1/plot.
 func WriteChart(w io.Writer, ms []Measurement, width, height vg.Length, format string) error {
 	gs := groups(ms)
@@ -104,7 +104,9 @@ func WriteChart(w io.Writer, ms []Measurement, width, height vg.Length, format s
 		return fmt.Errorf("isolationlab: chart format %q: want one of %s", format, strings.Join(ChartFormats, ", "))
 	}
 	plots := make([][]*plot.Plot, len(panels))
+	means := meansNote(gs)
 	for i, pn := range panels {
+		pn.title += "\n" + means
 		p, err := barPlot(gs, pn)
 		if err != nil {
 			return err
@@ -123,6 +125,22 @@ func WriteChart(w io.Writer, ms []Measurement, width, height vg.Length, format s
 	}
 	_, err = c.WriteTo(w)
 	return err
+}
+
+// meansNote says what a bar is: the mean of the runs of one strategy at one worker count (or the
+// one run), with how many runs, so that a bar is not read as one run's figure.
+func meansNote(gs []group) string {
+	lo, hi := len(gs[0].runs), len(gs[0].runs)
+	for _, g := range gs {
+		lo, hi = min(lo, len(g.runs)), max(hi, len(g.runs))
+	}
+	switch {
+	case hi == 1:
+		return "each bar: one run of a strategy at a worker count"
+	case lo == hi:
+		return fmt.Sprintf("each bar: the mean of %d runs of a strategy at a worker count (value above it)", lo)
+	}
+	return fmt.Sprintf("each bar: the mean of the %d to %d runs of a strategy at a worker count (value above it)", lo, hi)
 }
 
 func barPlot(gs []group, pn panel) (*plot.Plot, error) {

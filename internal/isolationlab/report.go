@@ -49,7 +49,9 @@ func columns(campaignIDs []string) []column {
 	)
 }
 
-// WriteTable writes ms to w in format: "text" (aligned columns for a terminal), "markdown"
+// WriteTable writes ms to w in format: "text" (aligned columns, one line per run: about 220
+// columns with three campaigns; [WriteTerminalTable] wraps the same columns for a terminal),
+// "markdown"
 // (a GitHub table), "csv" (a header row, then one row per run) or "json" (an array of
 // [Measurement]). RETRY_EXHAUSTED counts the Before code's SYSTEM_ERROR too; retried % is the
 // transactions started beyond each request's first, per 100 requests.
@@ -73,6 +75,91 @@ func WriteTable(w io.Writer, format string, ms []Measurement) error {
 		csvHeader[i] = c.csv
 	}
 	return writeRows(w, format, rows, csvHeader, ms)
+}
+
+// terminalColumn is one column of [WriteTerminalTable]: a header of two short lines, explained
+// in the key under its table.
+type terminalColumn struct {
+	top, bottom string
+	cell        func(m Measurement) string
+}
+
+// WriteTerminalTable writes ms for a terminal, in about 100 columns with three campaigns: the
+// table of [WriteTable] wrapped into two tables, the rules broken (counted with SQL after each
+// run) and the retries, give-ups and latency, each with the strategy, workers and run, headers
+// of two short lines, and a key under each table for what a short header means.
+func WriteTerminalTable(w io.Writer, ms []Measurement) error {
+	first := []terminalColumn{
+		{"", "strategy", nil}, // filled left-aligned by writeTerminal
+		{"", "workers", func(m Measurement) string { return strconv.Itoa(m.Workers) }},
+		{"", "run", func(m Measurement) string { return strconv.Itoa(m.Run) }},
+	}
+	rules := append(slices.Clone(first), terminalColumn{"", "coupons", func(m Measurement) string { return strconv.FormatInt(m.Coupons, 10) }})
+	for i, id := range CampaignIDs(ms) {
+		rules = append(rules, terminalColumn{"R1 over", id, func(m Measurement) string {
+			if i >= len(m.Campaigns) {
+				return ""
+			}
+			return strconv.FormatInt(m.Campaigns[i].OvershootYen, 10)
+		}})
+	}
+	rules = append(rules,
+		terminalColumn{"R1", "drift", func(m Measurement) string { return strconv.FormatInt(m.CounterDriftYen, 10) }},
+		terminalColumn{"R2", "dups", func(m Measurement) string { return strconv.FormatInt(m.DuplicatePairs, 10) }},
+		terminalColumn{"R3", "over", func(m Measurement) string { return strconv.FormatInt(m.MembersOverCap, 10) }},
+		terminalColumn{"pushes", "w/o coupon", func(m Measurement) string { return strconv.FormatInt(m.PushesWithoutCoupon, 10) }},
+	)
+	perf := append(slices.Clone(first),
+		terminalColumn{"retried", "%", func(m Measurement) string { return strconv.FormatFloat(m.RetriedPct(), 'f', 1, 64) }},
+		terminalColumn{"RETRY_", "EXHAUSTED", func(m Measurement) string { return strconv.Itoa(m.Exhausted) }},
+		terminalColumn{"", "errors", func(m Measurement) string { return strconv.Itoa(m.Errors) }},
+		terminalColumn{"", "req/s", func(m Measurement) string { return strconv.FormatFloat(m.Throughput, 'f', 0, 64) }},
+		terminalColumn{"p50", "ms", func(m Measurement) string { return strconv.FormatFloat(m.P50Ms, 'f', 1, 64) }},
+		terminalColumn{"p99", "ms", func(m Measurement) string { return strconv.FormatFloat(m.P99Ms, 'f', 1, 64) }},
+	)
+	fmt.Fprintln(w, "Rules, counted with SQL on the tables after each run (0 = the rule held):")
+	if err := writeTerminal(w, rules, ms); err != nil {
+		return err
+	}
+	fmt.Fprint(w, `  R1 over: yen issued beyond the campaign's budget. R1 drift: yen between the budget counters
+  and the coupons they count. R2 dups: (campaign, member) pairs holding more than one coupon.
+  R3 over: member-months over the monthly cap. pushes w/o coupon: LINE pushes (or outbox rows)
+  for coupons that do not exist.
+
+Retries, give-ups and latency:
+`)
+	if err := writeTerminal(w, perf, ms); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(w, `  retried %: transactions started beyond each request's first, per 100 requests (see below).
+  RETRY_EXHAUSTED: requests given up on (the Before code's SYSTEM_ERROR too). errors: requests
+  that got no result. req/s: throughput; p50, p99: request latency in milliseconds.
+`)
+	return err
+}
+
+// writeTerminal writes one table of [WriteTerminalTable]: the two header lines, then a line per
+// measurement, columns right-aligned except the first (the strategy), two spaces apart.
+func writeTerminal(w io.Writer, cols []terminalColumn, ms []Measurement) error {
+	width := len("strategy")
+	for _, m := range ms {
+		width = max(width, len(m.Strategy))
+	}
+	left := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(first string, cell func(c terminalColumn) string) {
+		cells := []string{left(first)}
+		for _, c := range cols[1:] {
+			cells = append(cells, cell(c))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	row("", func(c terminalColumn) string { return c.top })
+	row("strategy", func(c terminalColumn) string { return c.bottom })
+	for _, m := range ms {
+		row(m.Strategy, func(c terminalColumn) string { return c.cell(m) })
+	}
+	return tw.Flush()
 }
 
 // writeRows writes a table, rows[0] being its header, in format: aligned text, a GitHub markdown

@@ -1,10 +1,25 @@
-// Package reqbody holds the request-body rules both functions share (docs/api.md): a body is
-// sent as is, never compressed, so a Content-Encoding other than identity is refused with 415
-// before the body is read.
+// Package reqbody holds the request-body rules both functions share (docs/api.md), in the
+// order they are judged, and the words of their refusals:
+//
+//   - a body is sent as is, never compressed: a Content-Encoding other than identity is 415
+//     before the body is read ([Encoding]);
+//   - a body is JSON: a Content-Type other than application/json is 415 ([IsJSON]);
+//   - a body is at most a few KiB: the whole body is read up to the limit before any of it is
+//     parsed, so a larger one is 413 whatever it holds ([Read]);
+//   - a body is one JSON object: not null, not an array or a scalar; each field known, given
+//     once and of its type; nothing after the object ([DecodeObject]). Otherwise 400, in words
+//     that name the field, never Go's types.
 package reqbody
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -19,4 +34,124 @@ func Encoding(h http.Header) string {
 		}
 	}
 	return ""
+}
+
+// ErrNotJSONType is the refusal of a Content-Type other than application/json (415).
+var ErrNotJSONType = errors.New("Content-Type must be application/json")
+
+// IsJSON reports whether h declares the body application/json (parameters such as charset
+// aside).
+func IsJSON(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == "application/json"
+}
+
+// Read reads the whole body of r, at most limit bytes. A body over limit is refused with 413
+// whatever it holds: at once when its Content-Length says so, otherwise when reading passes the
+// limit (http.MaxBytesReader also tells the server to close the connection). Another read
+// failure is 400.
+func Read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
+	tooLarge := fmt.Errorf("body over %d bytes", limit)
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	if r.Body == nil {
+		return nil, 0, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if errors.As(err, new(*http.MaxBytesError)) {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
+	}
+	return body, 0, nil
+}
+
+// ErrEmpty is [DecodeObject]'s answer to a body of nothing but white space: each function says
+// what that means (IssueCoupon refuses it, RelayOutbox runs with its defaults).
+var ErrEmpty = errors.New("body is empty")
+
+// Fields are the fields a JSON object may hold, each with what reads its value.
+type Fields map[string]func(Value) error
+
+// Value is one field's value in the object [DecodeObject] walks.
+type Value struct {
+	key string
+	tok json.Token
+}
+
+// String returns the value as a string, or an error naming the field when it is not a JSON
+// string (null included).
+func (v Value) String() (string, error) {
+	s, ok := v.tok.(string)
+	if !ok {
+		return "", fmt.Errorf("field %q must be a string", v.key)
+	}
+	return s, nil
+}
+
+// Int returns the value as an integer in lo..hi, or an error naming the field when it is not a
+// JSON integer (null, a string, a fraction or an exponent included) or outside lo..hi.
+func (v Value) Int(lo, hi int64) (int64, error) {
+	num, ok := v.tok.(json.Number)
+	if !ok || strings.ContainsAny(string(num), ".eE") {
+		return 0, fmt.Errorf("field %q must be an integer", v.key)
+	}
+	n, err := strconv.ParseInt(string(num), 10, 64)
+	if err != nil || n < lo || n > hi { // err: an integer beyond int64, far outside any range
+		return 0, fmt.Errorf("field %q must be in %d..%d", v.key, lo, hi)
+	}
+	return n, nil
+}
+
+// DecodeObject walks body as one JSON object token by token, and hands each field's value to
+// its reader in fields. It refuses what encoding/json alone would accept or word in Go's terms:
+// null and any other non-object, a field not in fields (names are case-sensitive), a field given
+// twice, a value of the wrong type, and data after the object. A body of white space alone is
+// [ErrEmpty]. Which fields are required is the caller's rule.
+func DecodeObject(body []byte, fields Fields) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err == io.EOF {
+		return ErrEmpty
+	} else if err != nil {
+		return fmt.Errorf("body is not JSON: %w", err)
+	} else if tok != json.Delim('{') {
+		return errors.New("body must be a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("body is not JSON: %w", err)
+		}
+		key := tok.(string) // inside an object, json.Decoder yields keys as strings
+		read, ok := fields[key]
+		if !ok {
+			return fmt.Errorf("unknown field %q", key)
+		}
+		if seen[key] {
+			return fmt.Errorf("duplicate field %q", key)
+		}
+		seen[key] = true
+		if tok, err = dec.Token(); err != nil {
+			return fmt.Errorf("body is not JSON: %w", err)
+		}
+		if err := read(Value{key: key, tok: tok}); err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+			// A reader that took an object or an array as its value would have to walk it;
+			// none does, and each refuses it by its type above.
+			return fmt.Errorf("field %q: nested values are not read", key)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return fmt.Errorf("body is not JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
 }
