@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,7 +73,10 @@ With the defaults (300 members) the right outcome is exactly 600 coupons, every 
 holding two, SW-A issuing exactly 100,000 yen.
 
 The functions' own log lines (JSON, and the framework's) go to a file named at the end, so
-that the report reads top to bottom. With DATABASE_URL set the demo writes its campaigns,
+that the report reads top to bottom, with its lines counted by level.
+
+Ctrl-C stops the demo at any step: it says "interrupted", stops and removes the throwaway
+server and the log file, and exits 130. With DATABASE_URL set the demo writes its campaigns,
 coupons and outbox rows into that database, so it asks for --yes first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd, o) },
@@ -154,6 +159,10 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	defer func() {
 		logs.restore() // first, so that a telemetry flush error reaches the terminal
 		tel.close(cmd)
+		if ctx.Err() != nil { // interrupted: main says so; nothing is left behind
+			logs.discard()
+			return
+		}
 		logs.finish(out)
 	}()
 	baseURL, err := serveFunctions(ctx, dbURL, min(o.workers, demoPoolMax))
@@ -413,8 +422,9 @@ func (l *functionLogs) discard() {
 	_ = os.Remove(l.f.Name())
 }
 
-// finish closes the log file and tells w where it is, with its lines by level (the JSON lines'
-// "level" or "severity"; the relay's warnings about the injected failures are expected).
+// finish closes the log file and tells w where it is, with its lines by level, counted by
+// [logLevel] from the lines the file holds (the relay's warnings about the injected failures
+// are expected).
 func (l *functionLogs) finish(w io.Writer) {
 	_ = l.f.Close()
 	b, err := os.ReadFile(l.f.Name())
@@ -423,20 +433,68 @@ func (l *functionLogs) finish(w io.Writer) {
 	}
 	var lines []string
 	if len(b) > 0 {
-		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		lines = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	}
+	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %s; the relay's lines about the injected failures are expected)\n",
+		l.f.Name(), len(lines), countLevels(lines))
+}
+
+// countLevels counts lines by [logLevel]: ERROR, WARN and INFO always, DEBUG and the lines
+// without a level when there are any, so that the counts add up to the lines.
+func countLevels(lines []string) string {
 	levels := map[string]int{}
 	for _, line := range lines {
-		var v struct {
-			Level    string `json:"level"`
-			Severity string `json:"severity"`
-		}
-		if json.Unmarshal([]byte(line), &v) == nil {
-			levels[strings.ToUpper(v.Level+v.Severity)]++
-		}
+		levels[logLevel(line)]++
 	}
-	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %d ERROR, %d WARN, %d INFO; the relay's lines about the injected failures are expected)\n",
-		l.f.Name(), len(lines), levels["ERROR"], levels["WARN"]+levels["WARNING"], levels["INFO"])
+	s := fmt.Sprintf("%d ERROR, %d WARN, %d INFO", levels["ERROR"], levels["WARN"], levels["INFO"])
+	if n := levels["DEBUG"]; n > 0 {
+		s += fmt.Sprintf(", %d DEBUG", n)
+	}
+	if n := levels[""]; n > 0 {
+		s += fmt.Sprintf(", %d without a level", n)
+	}
+	return s
+}
+
+// slogDefaultLine is a line of slog's default logger, which writes through the log package:
+// "2026/09/21 10:00:00 WARN msg key=value" (log's date and time flags; a level such as INFO+2
+// is printed with its offset).
+var slogDefaultLine = regexp.MustCompile(`^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? (DEBUG|INFO|WARN|ERROR)(?:[+-]\d+)? `)
+
+// slogTextLevel is the level of a line of slog's TextHandler: "time=... level=WARN msg=...".
+var slogTextLevel = regexp.MustCompile(`(?:^| )level=(DEBUG|INFO|WARN|ERROR)(?:[+-]\d+)?(?: |$)`)
+
+// logLevel is the level of one line of the demo's log file, ERROR, WARN, INFO or DEBUG, or ""
+// for a line without one (the functions framework's "Serving function" lines). The file holds
+// the functions' lines in the shape telemetry gives them: JSON with Cloud Logging's "severity"
+// (or slog's "level") when telemetry is set up, slog's default text lines through the log
+// package when it is off (--telemetry=off), and the log package's own lines.
+func logLevel(line string) string {
+	var v struct {
+		Level    string `json:"level"`
+		Severity string `json:"severity"`
+	}
+	var level string
+	if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &v) == nil {
+		level = strings.ToUpper(cmp.Or(v.Severity, v.Level))
+		level, _, _ = strings.Cut(level, "+") // slog's ERROR+2
+		level, _, _ = strings.Cut(level, "-")
+	} else if m := slogDefaultLine.FindStringSubmatch(line); m != nil {
+		level = m[1]
+	} else if m := slogTextLevel.FindStringSubmatch(line); m != nil {
+		level = m[1]
+	}
+	switch level {
+	case "WARNING":
+		return "WARN"
+	case "CRITICAL", "ALERT", "EMERGENCY": // Cloud Logging's severities above ERROR
+		return "ERROR"
+	case "NOTICE":
+		return "INFO"
+	case "DEFAULT":
+		return ""
+	}
+	return level
 }
 
 // countIfExists counts the rows of table, or returns 0 when the table does not exist (an

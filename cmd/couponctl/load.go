@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/internal/audit"
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/db"
@@ -29,22 +32,13 @@ type loadOptions struct {
 	members, budget    int
 	duration           time.Duration
 	seed               uint64
+	record             string // the answer log's path, "" for none
 }
-
-// contractAnswers are the (status, result) pairs docs/api.md allows IssueCoupon to answer a
-// well-formed request with; anything else is counted as a violation.
-var contractAnswers = map[int]string{
-	http.StatusCreated: "ISSUED", http.StatusOK: "ALREADY_ISSUED", http.StatusNotFound: "UNKNOWN_CAMPAIGN",
-	http.StatusServiceUnavailable: "RETRY_EXHAUSTED",
-}
-
-// contractConflicts are the results docs/api.md answers with 409.
-var contractConflicts = map[string]bool{"MONTHLY_CAP": true, "BUDGET_EXCEEDED": true, "CAMPAIGN_NOT_ACTIVE": true}
 
 func loadCmd() *cobra.Command {
 	var o loadOptions
 	c := &cobra.Command{
-		Use:   "load --url URL [--campaigns N] [--clients N] [--duration D]",
+		Use:   "load --url URL [--campaigns N] [--clients N] [--duration D] [--record FILE]",
 		Short: "Sustained load on a served IssueCoupon, then the rules checked by SQL",
 		Long: `Send IssueCoupon requests to --url from --clients concurrent clients for --duration
 (tsenart/vegeta, as fast as the service answers), spread over --campaigns campaigns and
@@ -58,7 +52,13 @@ Exits 1 if an answer is outside the contract, docs/api.md (a 5xx other than 503 
 error) or a rule is broken. Start the service first, for example:
 
   DATABASE_URL=... FUNCTION_TARGET=IssueCoupon PORT=8080 couponctl serve &
-  DATABASE_URL=... couponctl load --url http://127.0.0.1:8080/ --clients 256 --duration 1m`,
+  DATABASE_URL=... couponctl load --url http://127.0.0.1:8080/ --clients 256 --duration 1m
+
+--record FILE also writes every answer to FILE, one JSON line each: {"t": send time
+(RFC 3339), "ms": latency in milliseconds, "member_id", "campaign_id", "status": the HTTP status
+or 0, "result": the body's result or "", "coupon_id": or "", "error": the transport error or ""}.
+"couponctl audit FILE" then checks those answers against the tables: every ISSUED coupon
+exists, no refusal is contradicted, every answer came within 3 s.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runLoad(cmd, o) },
 	}
@@ -70,13 +70,14 @@ error) or a rule is broken. Start the service first, for example:
 	f.DurationVar(&o.duration, "duration", time.Minute, "how long to send")
 	f.Uint64Var(&o.seed, "seed", uint64(time.Now().Unix()), "seed of the request mix; also names the run's members")
 	f.IntVar(&o.budget, "budget-yen", 1_000_000_000, "budget of each campaign created, in yen")
+	f.StringVar(&o.record, "record", "", "write every answer to this file, one JSON line each, for couponctl audit")
 	return c
 }
 
 func (o loadOptions) validate() error {
 	var errs []error
-	if u, err := url.Parse(o.url); o.url == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		errs = append(errs, fmt.Errorf("--url %q: want the function's http(s) URL", o.url))
+	if u, err := url.Parse(o.url); o.url == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Fragment != "" {
+		errs = append(errs, fmt.Errorf("--url %q: want the function's http(s) URL, without a #fragment", o.url))
 	}
 	if o.campaigns < 1 || o.campaigns > 9999 {
 		errs = append(errs, fmt.Errorf("--campaigns %d: must be in 1..9999", o.campaigns))
@@ -107,6 +108,12 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 		return fmt.Errorf("load checks the rules on the service's database: %w", err)
 	}
 	defer closePool()
+	var record *answerlog.Writer
+	if o.record != "" {
+		if record, err = answerlog.Create(o.record); err != nil {
+			return err
+		}
+	}
 	campaigns := make([]string, o.campaigns)
 	for i := range campaigns {
 		campaigns[i] = fmt.Sprintf("LOAD-%04d", i+1)
@@ -126,8 +133,12 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 		mu.Lock()
 		m, c := rng.IntN(o.members), rng.IntN(len(campaigns))
 		mu.Unlock()
-		t.Method, t.URL, t.Header = http.MethodPost, o.url, header
-		t.Body = fmt.Appendf(nil, `{"member_id":"ld%s-%d","campaign_id":"%s"}`, run, m, campaigns[c])
+		member := fmt.Sprintf("ld%s-%d", run, m)
+		// The URL's fragment names the request's member and campaign for the answer log: vegeta
+		// gives a result its target's URL, and a fragment is never sent.
+		t.Method, t.Header = http.MethodPost, header
+		t.URL = o.url + "#" + url.Values{"m": {member}, "c": {campaigns[c]}}.Encode()
+		t.Body = fmt.Appendf(nil, `{"member_id":"%s","campaign_id":"%s"}`, member, campaigns[c])
 		return nil
 	}
 	attacker := vegeta.NewAttacker(vegeta.Workers(uint64(o.clients)), vegeta.MaxWorkers(uint64(o.clients)),
@@ -144,13 +155,23 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 			label = "transport error"
 		}
 		answers[label]++
-		if !inContract(res.Code, result) {
+		if audit.Classify(int(res.Code), result) != audit.Determinate {
 			if outside++; len(examples) < 5 {
 				examples = append(examples, strings.TrimSpace(label+" "+res.Error))
 			}
 		}
+		if record != nil {
+			_ = record.Write(recordedAnswer(res)) // a failed write is Close's error
+		}
 	}
 	metrics.Close()
+	if record != nil {
+		if err := record.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(errOut, "load: %d answers recorded in %s (couponctl audit %s checks them against the tables)\n",
+			record.Count(), record.Name(), record.Name())
+	}
 
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	fmt.Fprintf(out, "requests %d in %s: %.0f req/s\n", metrics.Requests, metrics.Duration.Round(time.Millisecond), metrics.Rate)
@@ -194,13 +215,19 @@ func loadResultOf(res *vegeta.Result) string {
 	return body.Result
 }
 
-// inContract reports whether status and result agree with docs/api.md's table for a
-// well-formed request.
-func inContract(status uint16, result string) bool {
-	if status == http.StatusConflict {
-		return contractConflicts[result]
+// recordedAnswer is res as a line of the answer log, its member and campaign read from the
+// fragment of its URL (see the targeter); vegeta's Error is the transport error only without a
+// status (with one it is the status line).
+func recordedAnswer(res *vegeta.Result) answerlog.Answer {
+	var pair url.Values
+	if u, err := url.Parse(res.URL); err == nil {
+		pair, _ = url.ParseQuery(u.Fragment)
 	}
-	return result != "" && contractAnswers[int(status)] == result
+	var transportErr error
+	if res.Code == 0 {
+		transportErr = errors.New(cmp.Or(res.Error, "no answer"))
+	}
+	return answerlog.New(res.Timestamp, res.Latency, pair.Get("m"), pair.Get("c"), int(res.Code), res.Body, transportErr)
 }
 
 // probeIssueCoupon sends one request that writes nothing (an empty object: INVALID_REQUEST) and

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,15 +25,91 @@ import (
 var errViolations = errors.New("rules broken")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := rootCmd().ExecuteContext(ctx)
+	ctx, stop := interruptible(context.Background())
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, errViolations) {
-			fmt.Fprintln(os.Stderr, "couponctl:", err)
-		}
-		os.Exit(1)
+	os.Exit(code)
+}
+
+// interrupted is the cause of the context [interruptible] cancels on a signal.
+type interrupted struct{ sig os.Signal }
+
+func (i interrupted) Error() string { return "interrupted by " + i.sig.String() }
+
+// exitCode is what a shell expects of a process that a signal ended: 128 + the signal's
+// number (130 for SIGINT, Ctrl-C; 143 for SIGTERM).
+func (i interrupted) exitCode() int {
+	if s, ok := i.sig.(syscall.Signal); ok {
+		return 128 + int(s)
 	}
+	return 130
+}
+
+// interruptible returns a context cancelled, with an [interrupted] cause, on the first SIGINT
+// (Ctrl-C) or SIGTERM. Later signals are caught too, and ignored, so that the verb can still
+// clean up (stop its throwaway server, remove its temporary files) after a second Ctrl-C; stop
+// ends the catching.
+func interruptible(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(interrupted{s})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// usageError is a command line couponctl does not understand: an unknown verb, flag or
+// argument. It is printed with the usage of the verb it was given to.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+// Exit codes besides 0 and 1 (an error, or a rule broken).
+const (
+	exitUsage = 2 // a command line couponctl does not understand
+)
+
+// run runs the command line args and returns the process's exit code. An error is printed once
+// on stderr, as "couponctl: ...": with the verb's usage when the command line was not understood
+// (exit 2); as "couponctl: interrupted" when a signal ended the verb (exit 130 for Ctrl-C, 143
+// for SIGTERM), whatever the phase it interrupted failed with (a cancelled request, SQLSTATE
+// 57014 from a cancelled query): the verbs clean up before they return.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := rootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	var sig interrupted
+	var usage usageError
+	switch {
+	case errors.As(context.Cause(ctx), &sig):
+		if err == nil {
+			return 0 // the verb finished its work, or stopped as asked (serve drains and exits 0)
+		}
+		fmt.Fprintln(stderr, "couponctl: interrupted")
+		return sig.exitCode()
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "couponctl: %v\n\n%s", err, cmd.UsageString())
+		return exitUsage
+	case errors.Is(err, errViolations):
+		return 1
+	}
+	fmt.Fprintln(stderr, "couponctl:", err)
+	return 1
 }
 
 func rootCmd() *cobra.Command {
@@ -40,18 +118,62 @@ func rootCmd() *cobra.Command {
 		Short: "Local and operator tool of coupon-api (IssueCoupon and RelayOutbox on PostgreSQL)",
 		Long: `couponctl runs the coupon-api Silver Week demo, migrates the schema, manages campaigns,
 serves a function as deployed, reconciles counters with rows, shows and requeues the
-notification outbox, and runs the isolation lab.
+notification outbox, runs the isolation lab, drills faults under load and audits what
+IssueCoupon answered against what it wrote.
 
 Database: every verb connects as the functions do: DATABASE_URL (a PostgreSQL URL), or Cloud
 SQL through the Go connector when INSTANCE_CONNECTION_NAME is set (with DB_USER, DB_NAME,
-DB_IAM_AUTH, DB_PRIVATE_IP). "demo" and "sim" use DATABASE_URL, or start a throwaway local
-PostgreSQL when it is unset.`,
+DB_IAM_AUTH, DB_PRIVATE_IP). "demo", "sim" and "drill" use DATABASE_URL, or start a throwaway
+local PostgreSQL when it is unset.`,
+		// Errors and usage are printed by run, once: a verb's failure without the usage, a
+		// command line couponctl does not understand with it.
 		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		SilenceErrors:     true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		// SuggestionsFor below reads it as is; cobra sets its default of 2 only on its own path.
+		SuggestionsMinimumDistance: 2,
+		// Without arguments couponctl prints its help; with one that names no verb, Args
+		// refuses it (cobra's own check of a root's arguments says nothing of the usage).
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+			}
+			return errors.New(msg)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), benchCmd(), loadCmd(), outboxCmd(), lineCmd(), legacyCmd())
+	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
+		outboxCmd(), lineCmd(), legacyCmd())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	wrapVerbs(root)
 	return root
+}
+
+// wrapVerbs makes every verb under c (and c) say the same way what it cannot do: its argument
+// checks' refusals become [usageError]s, and its failures to log in to the database are
+// explained by what the server refused ([db.ExplainLogin]), whichever path connected (the pool's
+// start-up check, goose, a verb's own connection).
+func wrapVerbs(c *cobra.Command) {
+	args := c.Args
+	if args == nil {
+		args = cobra.ArbitraryArgs
+	}
+	c.Args = func(cmd *cobra.Command, a []string) error {
+		if err := args(cmd, a); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+	if runE := c.RunE; runE != nil {
+		c.RunE = func(cmd *cobra.Command, a []string) error { return db.ExplainLogin(runE(cmd, a)) }
+	}
+	for _, sub := range c.Commands() {
+		wrapVerbs(sub)
+	}
 }
 
 // groupCmd is a verb made of sub-verbs, such as "campaign create". Alone or with an unknown

@@ -41,8 +41,10 @@ func simCmd() *cobra.Command {
 		Long: `sim runs the same load through each strategy against a real PostgreSQL, a fresh database per
 strategy x workers x run, and counts with SQL afterwards what broke: coupons issued, R1 overshoot
 per campaign and counter drift (yen), R2 duplicate pairs, R3 members over the cap, pushes for
-coupons that do not exist; then retries, RETRY_EXHAUSTED, throughput and latency. A verdict
-follows the table: per strategy, the rules any of its runs broke. "retried %" is the
+coupons that do not exist; then retries, RETRY_EXHAUSTED, throughput and latency. For a
+terminal (--format text) these are two tables in about 100 columns, the rules and then the
+retries and latency, each with a key under it. A verdict follows: per strategy, the rules any
+of its runs broke. --chart draws each figure as the mean of the --runs. "retried %" is the
 transactions started beyond each request's first, per 100 requests: over 100 means more than
 one retry per request on average.
 
@@ -123,7 +125,7 @@ PostgreSQL when unset. Progress goes to stderr.`,
 			if err != nil {
 				return err
 			}
-			if err := isolationlab.WriteTable(cmd.OutOrStdout(), format, ms); err != nil {
+			if err := writeSimTable(cmd.OutOrStdout(), format, ms); err != nil {
 				return err
 			}
 			// The verdict is prose: after a text or markdown table on stdout; beside JSON or
@@ -159,12 +161,22 @@ PostgreSQL when unset. Progress goes to stderr.`,
 	f.IntVar(&load.CapYen, "cap-yen", 0, "R3 monthly cap in yen (default MONTHLY_CAP_YEN, else 2000)")
 	f.DurationVar(&load.TapGap, "tap-gap", load.TapGap, "the second tap comes up to this long after the first")
 	f.Uint64Var(&load.Seed, "seed", load.Seed, "shuffle seed; each run adds its workers and run number")
-	f.StringVar(&format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", "))
-	f.StringVar(&chart, "chart", "", "also write a chart of violations and retries to this file, in the format its extension names ("+
+	f.StringVar(&format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", ")+
+		" (text: for a terminal, two tables in about 100 columns with a key; the others one row per run)")
+	f.StringVar(&chart, "chart", "", "also write a chart of violations and retries to this file (each bar the mean of the --runs), in the format its extension names ("+
 		strings.Join(isolationlab.ChartFormats, ", ")+")")
 	f.StringVar(&scenario, "scenario", "silver-week", "load: silver-week, or black-friday (one first-come campaign: good, stripes-16, preallocated, serializable; docs/hot-campaigns.md)")
 	friday.register(f)
 	return c
+}
+
+// writeSimTable writes the lab's table in format: for "text", the terminal's, wrapped to about
+// 100 columns with a key under it; the others (markdown, json, csv) one row per run, for files.
+func writeSimTable(w io.Writer, format string, ms []isolationlab.Measurement) error {
+	if format == "text" {
+		return isolationlab.WriteTerminalTable(w, ms)
+	}
+	return isolationlab.WriteTable(w, format, ms)
 }
 
 // completeLoad sets load's campaigns from the flags: n campaigns SW-A, SW-B, ..., each with

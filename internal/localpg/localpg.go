@@ -185,24 +185,29 @@ func (s *Server) Down() error { return s.halt(syscall.SIGINT, "fast") }
 // ends every server process at once, without a checkpoint and without writing what the WAL
 // buffers still hold. [Server.Up] then starts it with crash recovery from the WAL on disk. The
 // operating system survives, so WAL already written to it is kept even if not yet fsynced: with
-// synchronous_commit on, every commit that was answered is.
+// synchronous_commit on, every commit that was answered is. Processes stopped by
+// [Server.Pause] or [Server.HoldWALWriter] are killed, never resumed.
 func (s *Server) Crash() error { return s.halt(syscall.SIGQUIT, "immediate") }
 
 // haltTimeout bounds how long a shutdown may take before the postmaster is killed.
 const haltTimeout = 30 * time.Second
 
-// halt sends sig to the postmaster (resuming it first if [Server.Pause] stopped it) and waits
-// for it to exit, killing it after [haltTimeout]; mode names the shutdown in the error.
+// halt sends sig to the postmaster and waits for it to exit, killing it after [haltTimeout]; mode
+// names the shutdown in the error. Stopped processes are resumed first for a shutdown and killed
+// after SIGQUIT (a crash).
 func (s *Server) halt(sig syscall.Signal, mode string) error {
 	if s.cmd == nil {
 		return errors.New("localpg: server is not running")
 	}
-	if len(s.paused) > 0 {
-		s.Resume()
-	}
 	cmd := s.cmd
 	s.cmd = nil
-	_ = cmd.Process.Signal(sig)
+	if sig == syscall.SIGQUIT {
+		_ = cmd.Process.Signal(sig)
+		s.killPaused() // a crash: what was stopped never runs again
+	} else {
+		s.Resume() // a shutdown: every process must run to take part
+		_ = cmd.Process.Signal(sig)
+	}
 	select {
 	case <-s.done:
 		return nil
@@ -239,7 +244,45 @@ func (s *Server) Pause() (int, error) {
 	return len(s.paused), nil
 }
 
-// Resume sends SIGCONT to every process [Server.Pause] stopped, children first.
+// HoldWALWriter stops the server's WAL writer with SIGSTOP, until [Server.Resume] or a crash.
+// Commits made with synchronous_commit=off then stay in the server's WAL buffers instead of being
+// written out within wal_writer_delay, so that [Server.Crash] loses every one of them; a commit
+// made with synchronous_commit on is flushed by its own backend and survives.
+func (s *Server) HoldWALWriter() error {
+	if s.cmd == nil {
+		return errors.New("localpg: server is not running")
+	}
+	children, err := childrenOf(s.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	for _, pid := range children {
+		title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.HasPrefix(string(title), walWriterTitle) {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				return fmt.Errorf("localpg: stop the WAL writer %d: %w", pid, err)
+			}
+			s.paused = append(s.paused, pid)
+			return nil
+		}
+	}
+	return errors.New("localpg: no WAL writer process among the postmaster's children")
+}
+
+// walWriterTitle is how the WAL writer names itself in its command line (PostgreSQL's process
+// title, "postgres: walwriter").
+const walWriterTitle = "postgres: walwriter"
+
+// killPaused ends every stopped process with SIGKILL, which a stopped process cannot hold off.
+func (s *Server) killPaused() {
+	for _, pid := range s.paused {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	s.paused = nil
+}
+
+// Resume sends SIGCONT to every process [Server.Pause] or [Server.HoldWALWriter] stopped,
+// children first.
 func (s *Server) Resume() {
 	for i := len(s.paused) - 1; i >= 0; i-- {
 		_ = syscall.Kill(s.paused[i], syscall.SIGCONT) // a process gone since has nothing to resume

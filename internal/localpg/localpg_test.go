@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestExplicitBinDirWithoutBinaries: a PG_BIN_DIR that holds no initdb is an error that names
@@ -35,5 +38,111 @@ func TestReportsBinaries(t *testing.T) {
 	defer srv.Stop()
 	if srv.BinDir() == "" || !strings.HasPrefix(srv.Version(), "postgres (PostgreSQL) ") {
 		t.Errorf("BinDir %q, Version %q: want the directory and `postgres --version`", srv.BinDir(), srv.Version())
+	}
+}
+
+// TestPauseResumeCrashUp: a paused server answers nothing (a query times out) until resumed;
+// after a crash (immediate stop) it comes back up on the same port with every committed row.
+func TestPauseResumeCrashUp(t *testing.T) {
+	ctx := context.Background()
+	srv, err := Start(ctx, Options{Durable: true})
+	if errors.Is(err, ErrBinariesMissing) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	conn, err := pgx.Connect(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+
+	if n, err := srv.Pause(); err != nil || n < 5 {
+		t.Fatalf("Pause: %d processes stopped, %v; want the postmaster and its children", n, err)
+	}
+	stalled, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = pgx.Connect(stalled, srv.URL())
+	cancel()
+	if err == nil {
+		t.Error("a paused server accepted a session, want no answer")
+	}
+	srv.Resume()
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after Resume: %d rows, %v; want 1", n, err)
+	}
+
+	if err := srv.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Error("the session survived the crash")
+	}
+	if err := srv.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("after the crash and Up: %d rows, %v; want the committed row", n, err)
+	}
+}
+
+// TestHeldWALWriterLosesOnlyAsyncCommits: with the WAL writer held, a crash loses every commit
+// made with synchronous_commit off, and none made with it on (each such commit flushes itself).
+func TestHeldWALWriterLosesOnlyAsyncCommits(t *testing.T) {
+	ctx := context.Background()
+	srv, err := Start(ctx, Options{Durable: true, Settings: map[string]string{"autovacuum": "off", "bgwriter_lru_maxpages": "0"}})
+	if errors.Is(err, ErrBinariesMissing) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	conn, err := pgx.Connect(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE commits (sync boolean)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.HoldWALWriter(); err != nil {
+		t.Fatal(err)
+	}
+	for _, setting := range []string{"on", "off"} {
+		if _, err := conn.Exec(ctx, `SET synchronous_commit = `+setting); err != nil {
+			t.Fatal(err)
+		}
+		for range 50 {
+			if _, err := conn.Exec(ctx, `INSERT INTO commits VALUES ($1)`, setting == "on"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := srv.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var synced, async int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE sync), count(*) FILTER (WHERE NOT sync) FROM commits`).Scan(&synced, &async); err != nil {
+		t.Fatal(err)
+	}
+	if synced != 50 || async != 0 {
+		t.Errorf("after the crash: %d of 50 synchronous commits, %d of 50 asynchronous ones; want all and none", synced, async)
 	}
 }

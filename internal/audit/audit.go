@@ -1,0 +1,380 @@
+// Package audit checks an answer log (internal/answerlog) against the tables the service wrote:
+// what IssueCoupon told its callers must agree with what it committed. `couponctl audit` and
+// `couponctl drill` run it after the traffic has stopped.
+//
+// What it checks, each a violation when it fails:
+//
+//   - every answer is in the contract (docs/api.md) for a well-formed request;
+//   - every answer came within the app's timeout ([issuance.AppTimeout], 3 s), a transport error
+//     after it included (the caller gave up);
+//   - every ISSUED and ALREADY_ISSUED names a coupon that exists in issued_coupons, is live
+//     (voided_at IS NULL, NOT legacy_duplicate) and belongs to the answer's (campaign, member);
+//     no two ISSUED answers name the same coupon (each request makes its own coupon id);
+//   - no refusal is contradicted by the final tables (see below);
+//   - every live coupon of a (campaign, member) pair of the log was answered ISSUED to one of its
+//     requests, unless one of them got an indeterminate answer;
+//   - R1-R3, the counters and one outbox row per coupon, by SQL (internal/reconcile).
+//
+// Refusals are checked only where the final state proves them wrong whenever they were answered.
+// That holds because the counters only grow while the traffic runs (issue_coupon adds to them;
+// only `couponctl reconcile --repair` lowers one, and no verb changes a budget, a discount or a
+// campaign's period) and campaigns are never deleted:
+//
+//   - UNKNOWN_CAMPAIGN for a campaign that exists and was created more than [Config.ClockSkew]
+//     before the request was sent;
+//   - CAMPAIGN_NOT_ACTIVE for a campaign that does not exist, or whose period covers the whole
+//     time from sending to the answer, widened by the clock skew;
+//   - BUDGET_EXCEEDED for a campaign that does not exist, or one of whose budget stripes still
+//     has room for one more coupon in the final counters;
+//   - MONTHLY_CAP for a campaign that does not exist, or when the member's final used_yen for
+//     the month plus the campaign's discount still fits under the cap. The month is the
+//     Asia/Tokyo month of the request, which the service decides from its own clock: an answer
+//     whose time, widened by the clock skew, spans two months is not checked.
+//
+// What it cannot check: that a refusal was right at the moment it was answered (the state in
+// between is gone); that RETRY_EXHAUSTED wrote nothing, except through the pair check above;
+// what an indeterminate answer (a transport error, a 5xx other than 503 RETRY_EXHAUSTED) did:
+// those are reported with whether their pair holds a coupon now, not judged. The pair check
+// assumes the log holds every request sent for its pairs, as it does for `couponctl load` and
+// `couponctl drill`, whose member ids are their run's own.
+package audit
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// DefaultClockSkew is how far apart the clocks of the client that wrote the log, the service and
+// the database may be, for the checks that compare the log's times with the tables': on one
+// machine they are one clock; NTP keeps Cloud Run and Cloud SQL within milliseconds.
+const DefaultClockSkew = time.Second
+
+// maxExamples bounds the lines a failed check lists, so that a run that lost thousands of
+// coupons still prints a readable report; the count is always whole.
+const maxExamples = 100
+
+// Config says what to audit against.
+type Config struct {
+	// CapYen is R3's cap in yen: the service's MONTHLY_CAP_YEN. Default
+	// [issuance.DefaultMonthlyCapYen].
+	CapYen int
+	// AnswerBound is how long the caller waits for an answer. Default [issuance.AppTimeout].
+	AnswerBound time.Duration
+	// ClockSkew widens the times compared with the tables. Default [DefaultClockSkew].
+	ClockSkew time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.CapYen = cmp.Or(c.CapYen, issuance.DefaultMonthlyCapYen)
+	c.AnswerBound = cmp.Or(c.AnswerBound, issuance.AppTimeout)
+	c.ClockSkew = cmp.Or(c.ClockSkew, DefaultClockSkew)
+	return c
+}
+
+// Class is what an answer tells its caller.
+type Class int
+
+const (
+	// Determinate answers are in the contract: the caller knows what happened.
+	Determinate Class = iota
+	// Indeterminate answers leave the caller not knowing whether a coupon was written: no
+	// answer (a transport error), or a 5xx other than 503 RETRY_EXHAUSTED.
+	Indeterminate
+	// Outside answers are neither: a status or result docs/api.md does not give a well-formed
+	// request.
+	Outside
+)
+
+// contract is the status docs/api.md answers each result with, for a well-formed request.
+var contract = map[string]int{
+	string(issuance.ResultIssued):            http.StatusCreated,
+	string(issuance.ResultAlreadyIssued):     http.StatusOK,
+	string(issuance.ResultMonthlyCap):        http.StatusConflict,
+	string(issuance.ResultBudgetExceeded):    http.StatusConflict,
+	string(issuance.ResultCampaignNotActive): http.StatusConflict,
+	string(issuance.ResultUnknownCampaign):   http.StatusNotFound,
+	string(issuance.ResultRetryExhausted):    http.StatusServiceUnavailable,
+}
+
+// Classify says what an answer with HTTP status (0: none) and body result tells the caller.
+// Cloud Run's 429, whatever its body, is determinate: the function did not run (docs/api.md: treat
+// it as RETRY_EXHAUSTED).
+func Classify(status int, result string) Class {
+	switch {
+	case status == 0:
+		return Indeterminate
+	case status == http.StatusTooManyRequests:
+		return Determinate
+	case result != "" && contract[result] == status:
+		return Determinate
+	case status >= 500:
+		return Indeterminate
+	}
+	return Outside
+}
+
+// Label names an answer in the report: "201 ISSUED", "500 INTERNAL_ERROR", "transport error".
+func Label(a answerlog.Answer) string {
+	if a.Status == 0 {
+		return "transport error"
+	}
+	return fmt.Sprintf("%d %s", a.Status, cmp.Or(a.Result, "(no result)"))
+}
+
+// Beginner opens the transaction the audit reads in: a *pgxpool.Pool or a *pgx.Conn.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Run audits answers against the tables, read through db in one REPEATABLE READ snapshot. The
+// traffic must have stopped: a request still in flight can change the tables under the
+// snapshot's feet only before it, but its answer is not in the log. Errors are the database's.
+func Run(ctx context.Context, db Beginner, answers []answerlog.Answer, cfg Config) (Report, error) {
+	cfg = cfg.withDefaults()
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return Report{}, fmt.Errorf("audit: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	t, err := readTables(ctx, tx, answers, cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Answers: len(answers), Codes: codeRows(answers, cfg.AnswerBound),
+		Indeterminate: indeterminateRows(answers, t), Invariants: t.invariants}
+	if len(answers) > 0 {
+		rep.From, rep.To = answers[0].T, answers[0].T
+		for _, a := range answers {
+			rep.From, rep.To = minTime(rep.From, a.T), maxTime(rep.To, a.T)
+		}
+	}
+	rep.Checks = []Check{
+		checkContract(answers),
+		checkLatency(answers, cfg.AnswerBound),
+		checkCoupons(answers, t),
+		checkRefusals(answers, t, cfg),
+		checkPairs(answers, t),
+	}
+	return rep, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// stamp is an answer's send time for a report line.
+func stamp(a answerlog.Answer) string { return a.T.Format("15:04:05.000") }
+
+// pairOf is an answer's (campaign, member).
+func pairOf(a answerlog.Answer) pair { return pair{campaign: a.CampaignID, member: a.MemberID} }
+
+// checkContract finds the answers [Classify] puts outside the contract.
+func checkContract(answers []answerlog.Answer) Check {
+	c := Check{Name: "answers in the contract (docs/api.md)", Checked: len(answers), Unit: "answers"}
+	for _, a := range answers {
+		if Classify(a.Status, a.Result) == Outside {
+			c.fail("%s %s %s: %s", stamp(a), a.CampaignID, a.MemberID, Label(a))
+		}
+	}
+	return c
+}
+
+// checkLatency finds the answers, and the transport errors, that came after bound.
+func checkLatency(answers []answerlog.Answer, bound time.Duration) Check {
+	c := Check{Name: fmt.Sprintf("answers within %s (the app's timeout)", bound), Checked: len(answers), Unit: "answers"}
+	for _, a := range answers {
+		if a.Latency() > bound {
+			c.fail("%s %s %s: %.0f ms, %s", stamp(a), a.CampaignID, a.MemberID, a.Ms, Label(a))
+		}
+	}
+	return c
+}
+
+// checkCoupons checks each ISSUED and ALREADY_ISSUED against the coupon it names. A coupon that
+// is missing or not the answer's gets one line, with every answer that named it.
+func checkCoupons(answers []answerlog.Answer, t tables) Check {
+	c := Check{Name: "ISSUED and ALREADY_ISSUED name a live coupon of their (campaign, member)", Unit: "answers"}
+	type wrong struct {
+		first   answerlog.Answer // the first answer that named the coupon for the pair
+		why     string
+		answers []string
+	}
+	bad := map[string]*wrong{} // by coupon id and pair
+	issued := map[string]int{}
+	for _, a := range answers {
+		if !claimsCoupon(a) {
+			continue
+		}
+		c.Checked++
+		if a.CouponID == "" {
+			c.fail("%s %s %s: %s without a coupon_id", stamp(a), a.CampaignID, a.MemberID, a.Result)
+			continue
+		}
+		if a.Result == string(issuance.ResultIssued) {
+			if issued[a.CouponID]++; issued[a.CouponID] == 2 {
+				c.fail("coupon %s (%s, %s): answered ISSUED to more than one request", a.CouponID, a.CampaignID, a.MemberID)
+			}
+		}
+		why := couponProblem(a, t)
+		if why == "" {
+			continue
+		}
+		c.Failed++
+		key := a.CouponID + " " + a.CampaignID + " " + a.MemberID
+		w := bad[key]
+		if w == nil {
+			w = &wrong{first: a, why: why}
+			bad[key] = w
+		}
+		w.answers = append(w.answers, a.Result+" at "+stamp(a))
+	}
+	byTime := slices.SortedFunc(maps.Values(bad), func(x, y *wrong) int { return x.first.T.Compare(y.first.T) })
+	for _, w := range byTime {
+		c.line("coupon %s (%s, %s): %s; answered %s", w.first.CouponID, w.first.CampaignID, w.first.MemberID, w.why, strings.Join(w.answers, ", "))
+	}
+	return c
+}
+
+// couponProblem says what is wrong with the coupon answer a names, "" when nothing.
+func couponProblem(a answerlog.Answer, t tables) string {
+	got, ok := t.byID[a.CouponID]
+	switch {
+	case !ok:
+		return "not in issued_coupons"
+	case got.campaign != a.CampaignID || got.member != a.MemberID:
+		return fmt.Sprintf("belongs to (%s, %s)", got.campaign, got.member)
+	case !got.live:
+		return "voided or a legacy duplicate"
+	}
+	return ""
+}
+
+// claimsCoupon reports whether a is a determinate ISSUED or ALREADY_ISSUED.
+func claimsCoupon(a answerlog.Answer) bool {
+	return (a.Result == string(issuance.ResultIssued) || a.Result == string(issuance.ResultAlreadyIssued)) &&
+		Classify(a.Status, a.Result) == Determinate
+}
+
+// checkRefusals checks each refusal against the final tables (see the package comment for what
+// proves one wrong).
+func checkRefusals(answers []answerlog.Answer, t tables, cfg Config) Check {
+	c := Check{Name: "refusals not contradicted by the final tables", Unit: "refusals"}
+	for _, a := range answers {
+		if Classify(a.Status, a.Result) != Determinate {
+			continue
+		}
+		why, checked := contradiction(a, t, cfg)
+		if !checked {
+			continue
+		}
+		c.Checked++
+		if why != "" {
+			c.fail("%s %s %s: %s, but %s", stamp(a), a.CampaignID, a.MemberID, a.Result, why)
+		}
+	}
+	return c
+}
+
+// contradiction says why the final tables prove refusal a wrong ("" when they do not), and
+// whether a is a refusal the audit can check at all.
+func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checked bool) {
+	camp, exists := t.campaigns[a.CampaignID]
+	sentEarliest, answeredLatest := a.T.Add(-cfg.ClockSkew), a.T.Add(a.Latency()+cfg.ClockSkew)
+	switch issuance.Result(a.Result) {
+	case issuance.ResultUnknownCampaign:
+		if exists && camp.createdAt.Before(sentEarliest) {
+			return fmt.Sprintf("the campaign exists since %s", camp.createdAt.Format(time.RFC3339)), true
+		}
+		return "", true
+	case issuance.ResultCampaignNotActive, issuance.ResultBudgetExceeded, issuance.ResultMonthlyCap:
+		if !exists {
+			return "the campaign does not exist", true
+		}
+	default:
+		return "", false
+	}
+	switch issuance.Result(a.Result) {
+	case issuance.ResultCampaignNotActive:
+		if camp.activeThroughout(sentEarliest, answeredLatest) {
+			return "its period covers the whole request", true
+		}
+	case issuance.ResultBudgetExceeded:
+		if camp.room {
+			return "a budget stripe still has room for a coupon", true
+		}
+	case issuance.ResultMonthlyCap:
+		month := issuance.Month(sentEarliest)
+		if month != issuance.Month(answeredLatest) {
+			return "", false
+		}
+		used := t.usedYen[memberMonth{member: a.MemberID, month: month}]
+		if used+camp.discountYen <= cfg.CapYen {
+			return fmt.Sprintf("the member has used %d of %d yen in %s and the coupon is %d yen", used, cfg.CapYen, month, camp.discountYen), true
+		}
+	}
+	return "", true
+}
+
+// checkPairs finds live coupons of the log's pairs that no answer said ISSUED for, while every
+// answer of the pair was one its caller could rely on.
+func checkPairs(answers []answerlog.Answer, t tables) Check {
+	c := Check{Name: "every coupon of the log's pairs was answered ISSUED (or an answer was indeterminate)", Unit: "coupons"}
+	type seen struct {
+		issued  map[string]bool
+		unclear bool
+		results []string
+	}
+	byPair := map[pair]*seen{}
+	for _, a := range answers {
+		s := byPair[pairOf(a)]
+		if s == nil {
+			s = &seen{issued: map[string]bool{}}
+			byPair[pairOf(a)] = s
+		}
+		if Classify(a.Status, a.Result) != Determinate {
+			s.unclear = true
+		}
+		if a.Result == string(issuance.ResultIssued) {
+			s.issued[a.CouponID] = true
+		}
+		s.results = append(s.results, Label(a))
+	}
+	for p, ids := range t.byPair {
+		s := byPair[p]
+		for _, id := range ids {
+			c.Checked++
+			if !s.unclear && !s.issued[id] {
+				c.fail("coupon %s of (%s, %s) exists, but no answer said ISSUED for it (answers: %s)",
+					id, p.campaign, p.member, strings.Join(s.results, ", "))
+			}
+		}
+	}
+	slices.Sort(c.Examples) // map order: sorted so that two runs print alike
+	return c
+}
+
+// activeThroughout reports whether the campaign's period covers [from, to].
+func (c campaignRow) activeThroughout(from, to time.Time) bool {
+	return (c.startsAt == nil || !c.startsAt.After(from)) && (c.endsAt == nil || to.Before(*c.endsAt))
+}

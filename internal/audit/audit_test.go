@@ -1,0 +1,204 @@
+package audit
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testConfig audits against the defaults, with a clock skew of 1 ms: the log's clock and the
+// database's are this machine's.
+var testConfig = Config{ClockSkew: time.Millisecond}
+
+// issueLog creates campaigns A (two 1,000 yen coupons' budget), B and C (large budgets) on a
+// new database, sends through the real issuance service m1..m3 x A, B twice each (a double tap),
+// then m1 x C (over the cap) and an unknown campaign, and returns the pool and the answers as
+// IssueCoupon would have logged them: 5 ISSUED, 5 ALREADY_ISSUED, 2 BUDGET_EXCEEDED (m3 x A), one
+// MONTHLY_CAP, one UNKNOWN_CAMPAIGN.
+func issueLog(t *testing.T) (*pgxpool.Pool, []answerlog.Answer) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	for _, c := range []campaign.Campaign{
+		{ID: "A", DiscountYen: 1000, BudgetYen: 2000},
+		{ID: "B", DiscountYen: 1000, BudgetYen: 1_000_000},
+		{ID: "C", DiscountYen: 1000, BudgetYen: 1_000_000},
+	} {
+		if err := campaign.Create(ctx, pool, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []answerlog.Answer
+	send := func(member, campaignID string) {
+		sent := time.Now()
+		out, err := svc.Issue(ctx, member, campaignID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, answerOf(sent, member, campaignID, string(out.Result), out.CouponID))
+	}
+	for _, m := range []string{"m1", "m2", "m3"} {
+		for _, c := range []string{"A", "A", "B", "B"} {
+			send(m, c)
+		}
+	}
+	send("m1", "C")
+	send("m1", "NOPE")
+	return pool, answers
+}
+
+// answerOf is the answer IssueCoupon gives with result, in 5 ms.
+func answerOf(sent time.Time, member, campaignID, result, couponID string) answerlog.Answer {
+	return answerlog.Answer{T: sent, Ms: 5, MemberID: member, CampaignID: campaignID,
+		Status: contract[result], Result: result, CouponID: couponID}
+}
+
+// couponOf is the coupon id the log's ISSUED answer for (member, campaignID) names.
+func couponOf(t *testing.T, answers []answerlog.Answer, member, campaignID string) string {
+	t.Helper()
+	for _, a := range answers {
+		if a.MemberID == member && a.CampaignID == campaignID && a.Result == "ISSUED" {
+			return a.CouponID
+		}
+	}
+	t.Fatalf("no ISSUED answer for (%s, %s)", campaignID, member)
+	return ""
+}
+
+// TestAuditPassesARealLog: the answers the service gave, audited against what it wrote, pass
+// every check; the table counts them by code.
+func TestAuditPassesARealLog(t *testing.T) {
+	pool, answers := issueLog(t)
+	rep, err := Run(context.Background(), pool, answers, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("violations on a real log:\n%s", strings.Join(v, "\n"))
+	}
+	counts := map[string]int{}
+	for _, c := range rep.Codes {
+		counts[c.Label] = c.Count
+	}
+	want := map[string]int{"201 ISSUED": 5, "200 ALREADY_ISSUED": 5, "409 BUDGET_EXCEEDED": 2, "409 MONTHLY_CAP": 1, "404 UNKNOWN_CAMPAIGN": 1}
+	for label, n := range want {
+		if counts[label] != n {
+			t.Errorf("%s: %d answers, want %d (table %+v)", label, counts[label], n, rep.Codes)
+		}
+	}
+	var out strings.Builder
+	rep.Write(&out)
+	if !strings.Contains(out.String(), "201 ISSUED") || strings.Contains(out.String(), "FAIL") {
+		t.Errorf("report:\n%s", out.String())
+	}
+}
+
+// TestAuditIsRedOnALostCoupon: an answer log that claims ISSUED for a coupon id the tables do
+// not hold fails the audit, naming that id.
+func TestAuditIsRedOnALostCoupon(t *testing.T) {
+	pool, answers := issueLog(t)
+	const lost = "00000000-0000-4000-8000-000000000042"
+	answers = append(answers, answerOf(time.Now(), "m4", "B", "ISSUED", lost))
+	rep, err := Run(context.Background(), pool, answers, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := strings.Join(rep.Violations(), "\n")
+	if !strings.Contains(v, "coupon "+lost+" (B, m4): not in issued_coupons; answered ISSUED at ") {
+		t.Errorf("violations:\n%s\nwant the lost coupon %s named as not in issued_coupons", v, lost)
+	}
+}
+
+// TestAuditFindsEachContradiction: each answer below contradicts the tables (or the contract, or
+// the 3 s bound) and fails its check with a line that says why; an indeterminate answer is
+// reported, not judged.
+func TestAuditFindsEachContradiction(t *testing.T) {
+	pool, answers := issueLog(t)
+	now := time.Now()
+	m1B := couponOf(t, answers, "m1", "B")
+	late := answerOf(now, "m9", "A", "BUDGET_EXCEEDED", "")
+	late.Ms = 3400
+	for _, tc := range []struct {
+		name  string
+		edit  func([]answerlog.Answer) []answerlog.Answer
+		check int // index in Report.Checks
+		want  string
+	}{
+		{"ALREADY_ISSUED naming another pair's coupon", add(answerOf(now, "m3", "C", "ALREADY_ISSUED", m1B)), 2, "belongs to (B, m1)"},
+		{"ISSUED twice for one coupon", add(answerOf(now, "m1", "B", "ISSUED", m1B)), 2, "coupon " + m1B + " (B, m1): answered ISSUED to more than one request"},
+		{"UNKNOWN_CAMPAIGN for a campaign that exists", add(answerOf(now, "m9", "B", "UNKNOWN_CAMPAIGN", "")), 3, "the campaign exists since"},
+		{"BUDGET_EXCEEDED with room left", add(answerOf(now, "m9", "B", "BUDGET_EXCEEDED", "")), 3, "a budget stripe still has room"},
+		{"MONTHLY_CAP for a member with room", add(answerOf(now, "m9", "B", "MONTHLY_CAP", "")), 3, "the member has used 0 of 2000 yen"},
+		{"CAMPAIGN_NOT_ACTIVE for an always active campaign", add(answerOf(now, "m9", "C", "CAMPAIGN_NOT_ACTIVE", "")), 3, "its period covers the whole request"},
+		{"an answer after 3 s", add(late), 1, "3400 ms"},
+		{"a status the contract does not give the result", add(answerlog.Answer{T: now, Ms: 5, MemberID: "m9", CampaignID: "B", Status: 200, Result: "MONTHLY_CAP"}), 0, "200 MONTHLY_CAP"},
+		{"a coupon no answer said ISSUED for", drop("m3", "B", "ISSUED"), 4, "no answer said ISSUED for it (answers: 200 ALREADY_ISSUED)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Run(context.Background(), pool, tc.edit(slices.Clone(answers)), testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range rep.Checks {
+				failed := i == tc.check
+				if (c.Failed > 0) != failed {
+					t.Errorf("check %q: %d failed %q, want failed=%v", c.Name, c.Failed, c.Examples, failed)
+				}
+				if failed && (len(c.Examples) != 1 || !strings.Contains(c.Examples[0], tc.want)) {
+					t.Errorf("check %q: %q, want one line with %q", c.Name, c.Examples, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestAuditReportsIndeterminateAnswers: the ISSUED answer of (B, m3) replaced by a transport
+// error and a 500: the audit passes (nobody was told anything false) and counts both among the
+// indeterminate answers whose pair holds a coupon.
+func TestAuditReportsIndeterminateAnswers(t *testing.T) {
+	pool, answers := issueLog(t)
+	answers = drop("m3", "B", "ISSUED")(answers)
+	answers = append(answers,
+		answerlog.Answer{T: time.Now(), Ms: 2, MemberID: "m3", CampaignID: "B", Error: "connection reset by peer"},
+		answerlog.Answer{T: time.Now(), Ms: 9, MemberID: "m3", CampaignID: "B", Status: 500, Result: "INTERNAL_ERROR"})
+	rep, err := Run(context.Background(), pool, answers, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Errorf("violations: %q, want none", v)
+	}
+	want := []IndeterminateRow{{Label: "500 INTERNAL_ERROR", Count: 1, CouponExists: 1}, {Label: "transport error", Count: 1, CouponExists: 1}}
+	if !slices.Equal(rep.Indeterminate, want) {
+		t.Errorf("indeterminate %+v, want %+v", rep.Indeterminate, want)
+	}
+}
+
+// add returns an edit that appends extra to the log.
+func add(extra ...answerlog.Answer) func([]answerlog.Answer) []answerlog.Answer {
+	return func(a []answerlog.Answer) []answerlog.Answer { return append(a, extra...) }
+}
+
+// drop returns an edit that removes the answers with result for (member, campaignID).
+func drop(member, campaignID, result string) func([]answerlog.Answer) []answerlog.Answer {
+	return func(answers []answerlog.Answer) []answerlog.Answer {
+		return slices.DeleteFunc(answers, func(a answerlog.Answer) bool {
+			return a.MemberID == member && a.CampaignID == campaignID && a.Result == result
+		})
+	}
+}

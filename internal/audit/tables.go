@@ -1,0 +1,157 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+type pair struct{ campaign, member string }
+
+type memberMonth struct{ member, month string }
+
+// coupon is a row of issued_coupons that an answer named.
+type coupon struct {
+	campaign, member string
+	live             bool // voided_at IS NULL AND NOT legacy_duplicate
+}
+
+// campaignRow is what the refusal checks read of a campaign: its stripe 0 (every campaign has
+// one; issue_coupon reads it) and whether any stripe has room for one more coupon.
+type campaignRow struct {
+	createdAt        time.Time
+	discountYen      int
+	startsAt, endsAt *time.Time
+	room             bool
+}
+
+// tables is what the audit reads, for the log's coupons, pairs, campaigns and member-months.
+type tables struct {
+	byID       map[string]coupon // by coupon id, the coupons the answers name
+	byPair     map[pair][]string // the live coupon ids of the log's pairs
+	campaigns  map[string]campaignRow
+	usedYen    map[memberMonth]int // member_monthly_usage.used_yen; absent is 0
+	invariants reconcile.Report
+}
+
+const sqlCouponsByID = `
+SELECT coupon_id::text, campaign_id, member_id, voided_at IS NULL AND NOT legacy_duplicate
+  FROM issued_coupons WHERE coupon_id = ANY($1::uuid[])`
+
+const sqlCouponsOfPairs = `
+SELECT i.coupon_id::text, i.campaign_id, i.member_id
+  FROM issued_coupons i
+  JOIN unnest($1::text[], $2::text[]) AS p(campaign_id, member_id)
+    ON i.campaign_id = p.campaign_id AND i.member_id = p.member_id
+ WHERE i.voided_at IS NULL AND NOT i.legacy_duplicate`
+
+const sqlCampaigns = `
+SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at,
+       EXISTS (SELECT 1 FROM campaign_budgets s
+                WHERE s.campaign_id = z.campaign_id AND s.issued_yen + s.discount_yen <= s.budget_yen)
+  FROM campaign_budgets z JOIN campaigns c USING (campaign_id)
+ WHERE z.stripe = 0 AND z.campaign_id = ANY($1::text[])`
+
+const sqlUsage = `
+SELECT u.member_id, u.month, u.used_yen
+  FROM member_monthly_usage u
+  JOIN unnest($1::text[], $2::text[]) AS k(member_id, month) USING (member_id, month)`
+
+// readTables reads, through q, what the answers need to be judged.
+func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg Config) (tables, error) {
+	t := tables{byID: map[string]coupon{}, byPair: map[pair][]string{}, campaigns: map[string]campaignRow{}, usedYen: map[memberMonth]int{}}
+	var ids, pairCampaigns, pairMembers, campaignIDs, members, months []string
+	seenPair, seenCampaign, seenMonth := map[pair]bool{}, map[string]bool{}, map[memberMonth]bool{}
+	for _, a := range answers {
+		if _, err := uuid.Parse(a.CouponID); err == nil && claimsCoupon(a) {
+			ids = append(ids, a.CouponID)
+		}
+		if p := pairOf(a); !seenPair[p] {
+			seenPair[p] = true
+			pairCampaigns, pairMembers = append(pairCampaigns, p.campaign), append(pairMembers, p.member)
+		}
+		if !seenCampaign[a.CampaignID] {
+			seenCampaign[a.CampaignID] = true
+			campaignIDs = append(campaignIDs, a.CampaignID)
+		}
+		if a.Result == string(issuance.ResultMonthlyCap) {
+			k := memberMonth{member: a.MemberID, month: issuance.Month(a.T)}
+			if !seenMonth[k] {
+				seenMonth[k] = true
+				members, months = append(members, k.member), append(months, k.month)
+			}
+		}
+	}
+	err := scan(ctx, q, "coupons", sqlCouponsByID, []any{ids}, func(r pgx.Rows) error {
+		var id string
+		var c coupon
+		if err := r.Scan(&id, &c.campaign, &c.member, &c.live); err != nil {
+			return err
+		}
+		t.byID[id] = c
+		return nil
+	})
+	if err == nil {
+		err = scan(ctx, q, "coupons of the pairs", sqlCouponsOfPairs, []any{pairCampaigns, pairMembers}, func(r pgx.Rows) error {
+			var id string
+			var p pair
+			if err := r.Scan(&id, &p.campaign, &p.member); err != nil {
+				return err
+			}
+			t.byPair[p] = append(t.byPair[p], id)
+			return nil
+		})
+	}
+	if err == nil {
+		err = scan(ctx, q, "campaigns", sqlCampaigns, []any{campaignIDs}, func(r pgx.Rows) error {
+			var id string
+			var c campaignRow
+			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.room); err != nil {
+				return err
+			}
+			t.campaigns[id] = c
+			return nil
+		})
+	}
+	if err == nil {
+		err = scan(ctx, q, "usage", sqlUsage, []any{members, months}, func(r pgx.Rows) error {
+			var k memberMonth
+			var used int
+			if err := r.Scan(&k.member, &k.month, &used); err != nil {
+				return err
+			}
+			t.usedYen[k] = used
+			return nil
+		})
+	}
+	if err != nil {
+		return t, err
+	}
+	t.invariants, err = reconcile.Check(ctx, q, reconcile.Config{CapYen: cfg.CapYen})
+	return t, err
+}
+
+// scan runs query with args through q and calls each for every row; errors name what.
+func scan(ctx context.Context, q pgx.Tx, what, query string, args []any, each func(pgx.Rows) error) error {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return fmt.Errorf("audit: %s: %w", what, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: %s: %w", what, err)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/localpg"
+)
+
+// Fault is one kind of fault the drill injects.
+type Fault string
+
+// The faults, each held for its slot of the schedule (see [Options.Duration]).
+const (
+	// DBCrash stops the database as `pg_ctl stop -m immediate` does, then starts it again
+	// (crash recovery). Only on the drill's own server.
+	DBCrash Fault = "db-crash"
+	// Kill ends the serving process with SIGKILL, then starts a new one.
+	Kill Fault = "kill"
+	// SIGTERM sends the serving process SIGTERM, as Cloud Run does before stopping an instance:
+	// it drains its requests and must exit 0; then a new one is started.
+	SIGTERM Fault = "sigterm"
+	// Stall stops every database server process with SIGSTOP for [stallHold], then resumes
+	// them: a database that hangs without failing. Only on the drill's own server.
+	Stall Fault = "stall"
+	// LINEOutage makes the LINE stand-in answer 503 to every push.
+	LINEOutage Fault = "line-outage"
+)
+
+// Faults are every kind, in the default schedule's order.
+var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage}
+
+// stallHold bounds how long [Stall] holds the database stopped: about the app's 3 s timeout, so
+// that requests in flight outlast their 2.5 s budget.
+const stallHold = 3 * time.Second
+
+// ParseFaults parses a comma list of fault names (see [Faults]); each may appear once.
+func ParseFaults(list string) ([]Fault, error) {
+	var faults []Fault
+	for name := range strings.SplitSeq(list, ",") {
+		f := Fault(strings.TrimSpace(name))
+		if !slices.Contains(Faults, f) {
+			return nil, fmt.Errorf("fault %q: want one of %s", f, joinFaults(Faults))
+		}
+		if slices.Contains(faults, f) {
+			return nil, fmt.Errorf("fault %q named twice", f)
+		}
+		faults = append(faults, f)
+	}
+	return faults, nil
+}
+
+func joinFaults(faults []Fault) string {
+	names := make([]string, len(faults))
+	for i, f := range faults {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
+}
+
+// needsServer reports whether f acts on the database server's processes, which the drill owns
+// only when it started the server itself.
+func (f Fault) needsServer() bool { return f == DBCrash || f == Stall }
+
+// event is one fault as it happened.
+type event struct {
+	fault      Fault
+	start, end time.Time // injected; recovered
+	note       string
+	violation  string // what the fault showed wrong, "" when nothing
+}
+
+// injector injects the faults into the drill's processes.
+type injector struct {
+	db   *localpg.Server // nil when the drill does not own the database
+	svc  *service
+	stub *linestub.Stub
+	// holdWALWriter, when positive, is how long [DBCrash] holds the WAL writer stopped before
+	// the crash ([BreakSyncCommitOff]).
+	holdWALWriter time.Duration
+}
+
+// inject injects f, holds it for hold, and recovers from it. Its error means the drill cannot go
+// on (a process that does not come back); what the fault showed wrong is the event's violation.
+func (in *injector) inject(ctx context.Context, f Fault, hold time.Duration) (event, error) {
+	ev := event{fault: f, start: time.Now()}
+	var err error
+	switch f {
+	case DBCrash:
+		err = in.crashDatabase(ctx, hold, &ev)
+	case Kill:
+		err = in.killService(ctx, hold, &ev)
+	case SIGTERM:
+		err = in.terminateService(ctx, hold, &ev)
+	case Stall:
+		err = in.stallDatabase(ctx, hold, &ev)
+	case LINEOutage:
+		in.stub.Default(linestub.Response{Status: http.StatusServiceUnavailable, Message: "drill: LINE outage"})
+		err = sleep(ctx, hold)
+		in.stub.Default(linestub.Response{})
+		ev.note = "the LINE stand-in answered 503 to every push"
+	}
+	ev.end = time.Now()
+	return ev, err
+}
+
+func (in *injector) crashDatabase(ctx context.Context, hold time.Duration, ev *event) error {
+	held := ""
+	if in.holdWALWriter > 0 {
+		if err := in.db.HoldWALWriter(); err != nil {
+			return err
+		}
+		if err := sleep(ctx, in.holdWALWriter); err != nil {
+			return err
+		}
+		held = fmt.Sprintf("WAL writer held %.1f s first (--break); ", in.holdWALWriter.Seconds())
+	}
+	if err := in.db.Crash(); err != nil {
+		return err
+	}
+	if err := sleep(ctx, hold); err != nil {
+		return err
+	}
+	up := time.Now()
+	if err := in.db.Up(ctx); err != nil {
+		return fmt.Errorf("drill: the database does not come back after the crash: %w", err)
+	}
+	ev.note = fmt.Sprintf("%simmediate stop; crash recovery and start took %.1f s", held, time.Since(up).Seconds())
+	return nil
+}
+
+func (in *injector) killService(ctx context.Context, hold time.Duration, ev *event) error {
+	in.svc.kill()
+	if err := sleep(ctx, hold); err != nil {
+		return err
+	}
+	up := time.Now()
+	if err := in.svc.start(ctx); err != nil {
+		return err
+	}
+	ev.note = fmt.Sprintf("SIGKILL; a new process served after %.1f s", time.Since(up).Seconds())
+	return nil
+}
+
+func (in *injector) terminateService(ctx context.Context, hold time.Duration, ev *event) error {
+	took, err := in.svc.terminate()
+	if err != nil {
+		ev.violation = err.Error()
+	}
+	if err := sleep(ctx, hold-took); err != nil {
+		return err
+	}
+	up := time.Now()
+	if err := in.svc.start(ctx); err != nil {
+		return err
+	}
+	ev.note = fmt.Sprintf("drained and exited in %.1f s; a new process served after %.1f s", took.Seconds(), time.Since(up).Seconds())
+	return nil
+}
+
+func (in *injector) stallDatabase(ctx context.Context, hold time.Duration, ev *event) error {
+	n, err := in.db.Pause()
+	if err != nil {
+		return err
+	}
+	err = sleep(ctx, hold)
+	in.db.Resume()
+	ev.note = fmt.Sprintf("SIGSTOP to the postmaster and %d children, SIGCONT %.1f s later", n-1, hold.Seconds())
+	return err
+}
+
+// sleep waits d (nothing when d <= 0), or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
