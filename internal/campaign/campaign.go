@@ -40,10 +40,10 @@ type Campaign struct {
 const MaxStripes = 64
 
 // StripeRateTPS is the issuance rate one budget stripe row is sized for, in coupons per second:
-// about half of what one hot campaign row sustained at 32 clients on the 2-core build machine
-// (809 coupons/s through IssueCoupon over HTTP, 1,069/s for the bare one-row UPDATE; see
-// docs/performance.md and docs/hot-row.md), leaving headroom for a slower or busier database.
-const StripeRateTPS = 400
+// about half of what one hot campaign row carried through IssueCoupon over HTTP at 32 clients with
+// a 1 ms round trip to PostgreSQL on the 2-core build machine (1,003/s, `couponctl bench --rtt`,
+// docs/performance.md), leaving headroom for a slower or busier database.
+const StripeRateTPS = 500
 
 // StripesFor returns the stripes for a campaign expected to take expectedRPS issuance requests
 // per second at its peak: one per [StripeRateTPS], at least 1 and at most [MaxStripes]. A campaign
