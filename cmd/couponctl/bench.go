@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -150,6 +151,15 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	defer proxy.Close()
+	out := cmd.OutOrStdout() // taken before the functions' log lines go to a file
+	logs, err := captureLogs()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		logs.restore()
+		logs.finish(errOut, "")
+	}()
 	top := slices.Max(cfg.Clients)
 	baseURL, err := serveFunctions(ctx, proxied, top) // one connection per client, as pgbench has
 	if err != nil {
@@ -161,7 +171,7 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",
 		baseURL, top, proxy.Addr(), cells)
-	if err := writeMachine(ctx, cmd, dbURL); err != nil {
+	if err := writeMachine(ctx, out, dbURL); err != nil {
 		return err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: top}, Timeout: issuance.AppTimeout}
@@ -174,7 +184,7 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 	if err != nil {
 		return err
 	}
-	return hotbench.WriteTable(cmd.OutOrStdout(), format, rep)
+	return hotbench.WriteTable(out, format, rep)
 }
 
 // latencyProxyVerb is the hidden verb that runs bench's latency proxy in a process of its own
@@ -196,7 +206,7 @@ func latencyProxyCmd() *cobra.Command {
 
 // writeMachine prints what the figures were measured on: date, cores, Go and the PostgreSQL
 // server's version and durability settings.
-func writeMachine(ctx context.Context, cmd *cobra.Command, dbURL string) error {
+func writeMachine(ctx context.Context, w io.Writer, dbURL string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return err
@@ -207,7 +217,7 @@ func writeMachine(ctx context.Context, cmd *cobra.Command, dbURL string) error {
 current_setting('synchronous_commit')`).Scan(&version, &fsync, &syncCommit); err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s, %d cores, %s, PostgreSQL %s (fsync %s, synchronous_commit %s)\n",
+	fmt.Fprintf(w, "%s, %d cores, %s, PostgreSQL %s (fsync %s, synchronous_commit %s)\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), version, fsync, syncCommit)
 	return nil
 }

@@ -163,7 +163,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 			logs.discard()
 			return
 		}
-		logs.finish(out)
+		logs.finish(out, "; the relay's lines about the injected failures are expected")
 	}()
 	baseURL, err := serveFunctions(ctx, dbURL, min(o.workers, demoPoolMax))
 	if err != nil {
@@ -398,9 +398,9 @@ type functionLogs struct {
 // captureLogs points os.Stdout, os.Stderr and the log package at a new temporary file. The
 // report's writers, taken before, still reach the terminal.
 func captureLogs() (*functionLogs, error) {
-	f, err := os.CreateTemp("", "couponctl-demo-*.log")
+	f, err := os.CreateTemp("", "couponctl-functions-*.log")
 	if err != nil {
-		return nil, fmt.Errorf("demo: log file: %w", err)
+		return nil, fmt.Errorf("log file: %w", err)
 	}
 	l := &functionLogs{f: f, stdout: os.Stdout, stderr: os.Stderr, logOutput: log.Writer()}
 	log.SetOutput(f)
@@ -423,9 +423,8 @@ func (l *functionLogs) discard() {
 }
 
 // finish closes the log file and tells w where it is, with its lines by level, counted by
-// [logLevel] from the lines the file holds (the relay's warnings about the injected failures
-// are expected).
-func (l *functionLogs) finish(w io.Writer) {
+// [logLevel] from the lines the file holds, and note on what to expect in them.
+func (l *functionLogs) finish(w io.Writer, note string) {
 	_ = l.f.Close()
 	b, err := os.ReadFile(l.f.Name())
 	if err != nil {
@@ -435,8 +434,7 @@ func (l *functionLogs) finish(w io.Writer) {
 	if len(b) > 0 {
 		lines = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	}
-	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %s; the relay's lines about the injected failures are expected)\n",
-		l.f.Name(), len(lines), countLevels(lines))
+	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %s%s)\n", l.f.Name(), len(lines), countLevels(lines), note)
 }
 
 // countLevels counts lines by [logLevel]: ERROR, WARN and INFO always, DEBUG and the lines
