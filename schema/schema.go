@@ -1,8 +1,8 @@
 // Package schema holds the coupon-api tables as ordered SQL migrations embedded in the binary,
 // applied with goose (github.com/pressly/goose/v3).
 //
-// The tables and what each serializes are described in migrations/00001_issuance.sql and in
-// docs/api.md ("Tables").
+// The tables and what each serializes are described in migrations/00002_issuance.sql and in
+// docs/api.md ("Tables"); the issuance transaction is migrations/00009_issue_coupon.sql.
 package schema
 
 import (
