@@ -16,8 +16,8 @@ import (
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// SpanName is the name of the span around one [Service.Issue] call; its statements (otelpgx,
-// shared/db) are its children.
+// SpanName is the name of the span around one [Service.Issue] call; its attempts' calls (otelpgx's
+// batch spans, shared/db) are its children.
 const SpanName = "issuance.Issue"
 
 // EventAttemptFailed is the span event of one failed attempt: its SQLSTATE
