@@ -17,7 +17,6 @@ require (
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/rs/zerolog v1.28.0
 	github.com/schollz/progressbar/v3 v3.19.1
-	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/tsenart/vegeta/v12 v12.13.0

@@ -36,6 +36,17 @@ const (
 	// quarter of [LINEPushRateLimit], so four overlapping runs stay below LINE's limit.
 	DefaultRateLimit = LINEPushRateLimit / 4
 
+	// DefaultMaxAttempts is the attempt limit per row (env RELAY_MAX_ATTEMPTS): a row whose
+	// push was sent and failed that many times is parked (dead-lettered). A row given back
+	// unpushed (see the package doc) is not charged.
+	DefaultMaxAttempts = 10
+
+	// DefaultBreakerFailures is how many pushes in a row may fail with a timeout, a connection
+	// error or a 5xx before a run stops pushing (env RELAY_BREAKER_FAILURES): LINE is down or
+	// hanging, and the rows not yet pushed are given back for a later run instead of each
+	// waiting out its push timeout and using up an attempt.
+	DefaultBreakerFailures = 10
+
 	// DefaultPushTimeout bounds one push's HTTP round trip (env RELAY_PUSH_TIMEOUT). A push
 	// that times out is retried later with the same retry key, so LINE answers 409 if the
 	// first one got through.
@@ -43,7 +54,7 @@ const (
 
 	// DefaultBatchTimeout bounds the pushes of one claimed batch (env RELAY_BATCH_TIMEOUT):
 	// a push in flight when it ends is cancelled and retried later; a row not yet pushed is
-	// given back unharmed.
+	// given back.
 	DefaultBatchTimeout = 15 * time.Second
 
 	// DefaultMarkTimeout bounds the database work around the pushes (env RELAY_MARK_TIMEOUT):
@@ -59,14 +70,9 @@ const (
 	DefaultLease = 30 * time.Second
 
 	// DefaultRunBudget bounds one run (env RELAY_RUN_BUDGET), inside Cloud Scheduler's
-	// one-minute period so consecutive runs rarely overlap; [Relay.Run] says how a run keeps
+	// one-minute period so consecutive runs rarely overlap; the package doc says how a run keeps
 	// to it. Deploy the function with a request timeout of at least 60 s.
 	DefaultRunBudget = 50 * time.Second
-
-	// DefaultMaxAttempts is the attempt limit per row (env RELAY_MAX_ATTEMPTS): a row whose
-	// push was sent and failed that many times is parked (dead-lettered). A row claimed but not
-	// pushed (refused token, LINE down, batch out of time) is not charged.
-	DefaultMaxAttempts = 10
 
 	// DefaultRetryBase and DefaultRetryCap bound the full-jitter wait before attempt n+1, uniform
 	// in [0, min(RetryCap, RetryBase*2^(n-1))) (env RELAY_RETRY_BASE, RELAY_RETRY_CAP;
@@ -84,17 +90,9 @@ const (
 	// it anyway. [Config.Validate] keeps RetryCap below it.
 	RetryKeyWindow = 23 * time.Hour
 
-	// DefaultBreakerFailures is how many pushes in a row may fail with a timeout, a connection
-	// error or a 5xx before a run stops pushing (env RELAY_BREAKER_FAILURES): LINE is down or
-	// hanging, and the rows not yet pushed are given back unharmed for a later run instead of
-	// each waiting out its push timeout and using up an attempt.
-	DefaultBreakerFailures = 10
-
-	// DefaultRetention is how long sent and skipped outbox rows are kept: `couponctl outbox
-	// prune` (the daily operator job, as coupon_admin) deletes older ones with [Prune], so the
-	// table and its indexes stay small; env RELAY_RETENTION (e.g. 720h) overrides it there and
-	// in `couponctl reconcile`. Parked and open rows are never deleted. The relay itself deletes
-	// nothing (its role may not, docs/roles.md).
+	// DefaultRetention is how long sent and skipped outbox rows are kept before [Prune] deletes
+	// them, so the table and its indexes stay small; env RELAY_RETENTION (e.g. 720h) overrides it
+	// in `couponctl outbox prune` and `couponctl reconcile`.
 	DefaultRetention = 30 * 24 * time.Hour
 
 	// PruneBatch bounds the rows one prune statement deletes, in rows: a short statement that

@@ -14,12 +14,11 @@ var ErrPushRejected = errors.New("outbox: push rejected by LINE")
 
 // ErrTokenRefused is matched (errors.Is) by a [*PushError] for 401 or 403: LINE refused the
 // channel access token (expired, revoked, or without the right), not the message. [Relay.Run]
-// returns it when it ends a run for that reason; the rows are given back unharmed.
+// returns it when it ends a run for that reason.
 var ErrTokenRefused = errors.New("outbox: LINE refused the channel access token")
 
 // ErrLINEUnavailable is returned by [Relay.Run] when it ended the run early because LINE kept
-// failing (a streak of timeouts, connection errors or 5xx opened the circuit breaker); the rows
-// it had not pushed are given back unharmed.
+// failing: [Config.BreakerFailures] timeouts, connection errors or 5xx in a row.
 var ErrLINEUnavailable = errors.New("outbox: LINE unavailable, run ended early")
 
 // PushError is a push that LINE did not accept: an HTTP status other than 2xx and 409, or no

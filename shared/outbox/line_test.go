@@ -3,8 +3,10 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,17 +79,22 @@ func TestUnlinkedMembersAreSkipped(t *testing.T) {
 	}
 }
 
-// TestCutBodyIsSent answers 200 and drops the connection halfway through the body: LINE has the
-// message, so the row is sent after one push. Red against judging by the SDK's error first:
+// TestCutBodyIsSent answers 200 and drops the connection halfway through the body (checked:
+// the client saw one body break off): LINE has the message, so the row is sent after one push. Red against judging by the SDK's error first:
 // the row was parked as a refusal ("HTTP 200").
 func TestCutBodyIsSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 3)
 	id := b.coupons[1]
 	b.stub.Script(id, linestub.Response{CutBody: true})
+	cut := &bodyErrors{next: http.DefaultTransport}
+	b.cfg.HTTPClient = &http.Client{Transport: cut}
 
 	if got := run(t, newRelay(t, b), 0); got != (outbox.Result{Sent: 3}) {
 		t.Fatalf("run: %+v, want 3 sent", got)
+	}
+	if n := cut.n.Load(); n != 1 {
+		t.Errorf("%d answers' bodies broke off, want 1: the cut body was not seen", n)
 	}
 	if s := state(t, b.pool, id); !s.sent || s.parked || s.attempts != 1 {
 		t.Errorf("cut-body row: %+v, want sent after 1 attempt", s)
@@ -133,7 +140,7 @@ func TestRefusedTokenBurnsNothing(t *testing.T) {
 	}
 }
 
-// TestHangingLINEEndsRunEarly makes every push take ten times the push timeout: after five
+// TestHangingLINEEndsRunEarly makes LINE hang: every push takes ten times the push timeout. After five
 // timeouts in a row the run ends with ErrLINEUnavailable, the rows it did not push come back
 // due and untouched, and the attempts charged equal the pushes LINE received. Red against the
 // relay without a breaker: it pushed (and charged) all 30 rows, one timeout each.
@@ -152,12 +159,12 @@ func TestHangingLINEEndsRunEarly(t *testing.T) {
 	if res.Sent != 0 || res.Parked != 0 || res.RetryLater >= rows {
 		t.Errorf("run: %+v, want only some rows retried later", res)
 	}
-	// The stand-in records a push when it gives up on it; wait for the ones in flight (it
-	// holds each for at most its Delay).
+	// The stand-in records a push when it gives up on it (after at most its Delay): closing the
+	// server waits for the requests in flight.
+	b.srv.Close()
 	pushes := b.stub.Stats().Requests
-	for deadline := time.Now().Add(10 * b.cfg.PushTimeout); pushes < res.RetryLater && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		pushes = b.stub.Stats().Requests
+	if pushes == 0 {
+		t.Fatal("LINE received no push: the hang was never seen")
 	}
 	attempts := count(t, b.pool, `SELECT coalesce(sum(attempts), 0) FROM notification_outbox`)
 	if attempts != pushes || attempts != res.RetryLater {
@@ -264,7 +271,8 @@ func TestRetentionDeletesOnlyOldClosedRows(t *testing.T) {
 	}
 }
 
-// TestBatchEndsWithinItsBound makes every mark statement take 400 ms inside PostgreSQL and
+// TestBatchEndsWithinItsBound makes every mark statement take 400 ms inside PostgreSQL (a
+// trigger, whose firings are counted) and
 // pushes 10 rows one at a time with a 1 s batch timeout and a 1 s mark timeout: the marks share
 // the batch's deadline (start + 2 s), so the run gives up on the rows it cannot record in
 // time and leaves them to their lease, and the rows it never pushed are given back without an
@@ -278,8 +286,10 @@ func TestBatchEndsWithinItsBound(t *testing.T) {
 	b.cfg.BatchTimeout = time.Second
 	b.cfg.MarkTimeout = time.Second
 	exec(t, b, `
+CREATE SEQUENCE slow_marks;
 CREATE FUNCTION slow_mark() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM nextval('slow_marks');
   PERFORM pg_sleep(0.4);
   RETURN NEW;
 END $$;
@@ -288,6 +298,9 @@ CREATE TRIGGER slow_mark BEFORE UPDATE ON notification_outbox
   EXECUTE FUNCTION slow_mark();`)
 
 	res := run(t, newRelay(t, b), rows)
+	if firings(t, b.pool, "slow_marks") == 0 {
+		t.Fatal("no mark was slowed: the injected fault did not fire")
+	}
 	held := count(t, b.pool, `SELECT count(*) FROM notification_outbox WHERE claimed_by IS NOT NULL`)
 	if held == 0 {
 		t.Errorf("every row was recorded: the marks outlived the batch's deadline")
@@ -297,4 +310,34 @@ CREATE TRIGGER slow_mark BEFORE UPDATE ON notification_outbox
 		t.Errorf("%d attempts charged for %d pushes", attempts, pushed)
 	}
 	t.Logf("run %+v; %d pushes; %d rows left to their lease", res, pushed, held)
+}
+
+// bodyErrors is a transport that counts the answers whose body broke off (a read error other
+// than EOF), once per answer.
+type bodyErrors struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *bodyErrors) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := c.next.RoundTrip(req)
+	if err == nil {
+		res.Body = &countedBody{ReadCloser: res.Body, n: &c.n}
+	}
+	return res, err
+}
+
+type countedBody struct {
+	io.ReadCloser
+	n       *atomic.Int32
+	counted bool
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && !b.counted {
+		b.counted = true
+		b.n.Add(1)
+	}
+	return n, err
 }

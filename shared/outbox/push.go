@@ -46,10 +46,10 @@ func (r *Relay) push(ctx context.Context, row claimed) (sent bool, err error) {
 		},
 	})
 	req := &messaging_api.PushMessageRequest{
-		To:       row.lineUserID,
-		Messages: []messaging_api.MessageInterface{&messaging_api.TextMessage{Text: Message(row.campaignID, row.amountYen)}},
+		To:       row.LineUserID,
+		Messages: []messaging_api.MessageInterface{&messaging_api.TextMessage{Text: Message(row.CampaignID, row.AmountYen)}},
 	}
-	res, _, err := api.WithContext(ctx).PushMessageWithHttpInfo(req, row.couponID)
+	res, _, err := api.WithContext(ctx).PushMessageWithHttpInfo(req, row.CouponID)
 	switch {
 	case res != nil && res.StatusCode/100 == 2:
 		return true, nil // accepted, whatever became of the body

@@ -12,7 +12,7 @@ import (
 // BenchmarkRelay drains 2,000 outbox rows, every member linked to a LINE user id, into the LINE
 // stand-in over loopback HTTP per iteration, one relay calling Run until nothing is due, and
 // reports rows per second. The stand-in answers at once, so this is the relay's own ceiling
-// (claims joining the LINE accounts, pushes through the SDK and the circuit breaker, one mark
+// (claims joining the LINE accounts, pushes through the SDK and the breaker, one mark
 // per row), not LINE's latency.
 //
 //	go test -run '^$' -bench Relay -benchtime 5x ./shared/outbox

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type bundle struct {
 	pool    *pgxpool.Pool
 	stub    *linestub.Stub
+	srv     *httptest.Server // serves stub; Close waits for the requests in flight
 	cfg     outbox.Config
 	coupons []string // the seeded coupon ids, in claim order
 }
@@ -40,7 +41,7 @@ func setup(t testing.TB, n int) bundle {
 	srv := httptest.NewServer(stub)
 	t.Cleanup(srv.Close)
 	coupons := seed(t, pool, n)
-	return bundle{pool: pool, stub: stub, coupons: coupons, cfg: outbox.Config{
+	return bundle{pool: pool, stub: stub, srv: srv, coupons: coupons, cfg: outbox.Config{
 		ChannelAccessToken: "test-token",
 		BaseURL:            srv.URL,
 		BatchSize:          10,
@@ -123,11 +124,22 @@ func run(t testing.TB, r *outbox.Relay, maxRows int) outbox.Result {
 // TestConcurrentRelaysClaimDisjointBatches runs four relays at once, released from a barrier,
 // each asking for 10 rows per run until the outbox is drained: no run handles more than 10
 // rows, no coupon is claimed or pushed by two runs, what the runs report sent equals the rows
-// marked sent and the pushes LINE accepted, and every row is sent exactly once.
+// marked sent and the pushes LINE accepted, and every row is sent exactly once. Every claim is
+// logged by a trigger (claim_log). Red with the claim's lease removed (next_attempt_at left as
+// it was): rows claimed 2 to 4 times, pushed again and answered 409.
 func TestConcurrentRelaysClaimDisjointBatches(t *testing.T) {
 	t.Parallel()
 	const rows, relays, maxRows = 1000, 4, 10
 	b := setup(t, rows)
+	exec(t, b, `
+CREATE TABLE claim_log (coupon_id uuid NOT NULL, run uuid NOT NULL);
+CREATE FUNCTION log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO claim_log VALUES (NEW.coupon_id, NEW.claimed_by);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER log_claim AFTER UPDATE OF claimed_by ON notification_outbox
+  FOR EACH ROW WHEN (NEW.claimed_by IS NOT NULL) EXECUTE FUNCTION log_claim();`)
 
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -180,9 +192,11 @@ func TestConcurrentRelaysClaimDisjointBatches(t *testing.T) {
 		t.Errorf("marked %d, LINE saw %d keys in %d requests with %d conflicts; want %d, %d, %d, 0",
 			marked, st.Keys, st.Requests, st.Conflicts, rows, rows, rows)
 	}
-	// attempts counts claims: a row claimed by two runs would have 2.
-	if n := count(t, b.pool, `SELECT count(*) FROM notification_outbox WHERE attempts <> 1`); n != 0 {
-		t.Errorf("%d rows were claimed other than exactly once", n)
+	if n := count(t, b.pool, `SELECT count(*) FROM claim_log`); n < rows {
+		t.Fatalf("claim_log holds %d claims for %d rows: the trigger did not fire for every claim", n, rows)
+	}
+	if n := count(t, b.pool, `SELECT count(*) FROM (SELECT coupon_id FROM claim_log GROUP BY coupon_id HAVING count(*) > 1) x`); n != 0 {
+		t.Errorf("%d rows were claimed more than once", n)
 	}
 	for _, id := range b.coupons {
 		if n := b.stub.AcceptedTimes(id); n != 1 {
@@ -192,8 +206,8 @@ func TestConcurrentRelaysClaimDisjointBatches(t *testing.T) {
 }
 
 // injectMarkFailure makes the first attempt to mark couponID sent fail inside PostgreSQL, after
-// LINE has accepted its push: the crash window between push and mark. The sequence counts the
-// attempts outside the failing statement's transaction.
+// LINE has accepted its push: the crash window between push and mark. The sequence
+// mark_attempts counts the attempts outside the failing statement's transaction ([firings]).
 func injectMarkFailure(t *testing.T, pool *pgxpool.Pool, couponID string) {
 	t.Helper()
 	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
@@ -211,6 +225,13 @@ CREATE TRIGGER fail_first_mark BEFORE UPDATE OF sent_at ON notification_outbox
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// firings is how often the trigger counting with seq fired: seq's last value, 0 before its
+// first nextval.
+func firings(t *testing.T, pool *pgxpool.Pool, seq string) int {
+	t.Helper()
+	return count(t, pool, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+pgx.Identifier{seq}.Sanitize())
 }
 
 type rowState struct {
@@ -231,9 +252,11 @@ SELECT sent_at IS NOT NULL, parked_at IS NOT NULL, attempts, COALESCE(last_error
 	return s
 }
 
-// TestBatchSurvivesSlowFailingAndUnmarkedRows runs one batch of 10 in which the 3rd push is
-// slower than the push timeout, the 5th always gets 500, and marking the 7th fails after LINE
-// accepted it; then four more runs.
+// TestBatchSurvivesSlowFailingAndUnmarkedRows runs one batch of 10 with three faults: LINE
+// answers the 3rd push after 10 push timeouts, answers the 5th with 500 every time, and marking
+// the 7th sent fails once inside PostgreSQL after LINE accepted it; then four more runs. Each
+// fault is checked to have fired: the 3rd row's timeout and the 5th's 500 as their last errors,
+// the mark failure by its trigger's count.
 func TestBatchSurvivesSlowFailingAndUnmarkedRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 10)
@@ -247,6 +270,9 @@ func TestBatchSurvivesSlowFailingAndUnmarkedRows(t *testing.T) {
 	first := run(t, r, 0)
 	if want := (outbox.Result{Sent: 7, RetryLater: 3}); first != want {
 		t.Errorf("run 1: %+v, want %+v", first, want)
+	}
+	if n := firings(t, b.pool, "mark_attempts"); n != 1 {
+		t.Fatalf("the injected mark failure fired %d times in run 1, want 1", n)
 	}
 	for i, id := range b.coupons {
 		s := state(t, b.pool, id)

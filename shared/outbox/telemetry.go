@@ -3,14 +3,11 @@ package outbox
 import (
 	"context"
 	"errors"
-	"net/http"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mops/coupon-api/shared/telemetry"
@@ -29,8 +26,8 @@ const (
 
 // tracedPush is push inside its span.
 func (r *Relay) tracedPush(ctx context.Context, row claimed) (sent bool, err error) {
-	opts := []trace.SpanStartOption{trace.WithAttributes(AttrCouponID.String(row.couponID))}
-	if link, ok := issuingLink(row.traceParent); ok {
+	opts := []trace.SpanStartOption{trace.WithAttributes(AttrCouponID.String(row.CouponID))}
+	if link, ok := issuingLink(row.TraceParent); ok {
 		opts = append(opts, trace.WithLinks(link))
 	}
 	ctx, span := otel.Tracer(telemetry.ScopeName).Start(ctx, PushSpanName, opts...)
@@ -61,37 +58,4 @@ func issuingLink(traceParent *string) (trace.Link, bool) {
 		return trace.Link{}, false
 	}
 	return trace.Link{SpanContext: sc}, true
-}
-
-// instrumentClient returns a copy of c whose requests record LINE's status on the push span and
-// in [telemetry.MetricLINEPushes], each inside an otelhttp client span.
-func instrumentClient(c *http.Client) *http.Client {
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	traced := *c
-	traced.Transport = statusRecorder{next: otelhttp.NewTransport(base)}
-	return &traced
-}
-
-// statusRecorder records each response's status on the caller's span (the push span) and in
-// the push counter.
-type statusRecorder struct{ next http.RoundTripper }
-
-func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := s.next.RoundTrip(req)
-	ctx := req.Context()
-	if err != nil {
-		errType := "connection"
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			errType = "timeout"
-		}
-		telemetry.Global().RecordPush(ctx, 0, errType)
-		trace.SpanFromContext(ctx).SetAttributes(semconv.ErrorTypeKey.String(errType))
-		return res, err
-	}
-	telemetry.Global().RecordPush(ctx, res.StatusCode, "")
-	trace.SpanFromContext(ctx).SetAttributes(AttrLINEStatus.Int(res.StatusCode))
-	return res, nil
 }

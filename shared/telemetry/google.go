@@ -57,11 +57,7 @@ func newGoogleSpanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []otlptracegrpc.Option{otlptracegrpc.WithDialOption(grpc.WithPerRPCCredentials(creds))}
-	if endpoint != "" {
-		opts = append(opts, otlptracegrpc.WithEndpointURL(endpoint))
-	}
-	return otlptracegrpc.New(ctx, opts...)
+	return otlptracegrpc.New(ctx, grpcOptions(creds, endpoint, otlptracegrpc.WithDialOption, otlptracegrpc.WithEndpointURL)...)
 }
 
 // newGoogleMetricReader is the "otlp_google" metric reader: a periodic reader
@@ -71,15 +67,22 @@ func newGoogleMetricReader(ctx context.Context) (sdkmetric.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithDialOption(grpc.WithPerRPCCredentials(creds))}
-	if endpoint != "" {
-		opts = append(opts, otlpmetricgrpc.WithEndpointURL(endpoint))
-	}
-	exp, err := otlpmetricgrpc.New(ctx, opts...)
+	exp, err := otlpmetricgrpc.New(ctx, grpcOptions(creds, endpoint, otlpmetricgrpc.WithDialOption, otlpmetricgrpc.WithEndpointURL)...)
 	if err != nil {
 		return nil, err
 	}
 	return sdkmetric.NewPeriodicReader(exp), nil
+}
+
+// grpcOptions are an OTLP gRPC exporter's options for otlp_google: creds on every request, and
+// endpoint unless it is "" (left to the OTEL_* variables).
+func grpcOptions[O any](creds credentials.PerRPCCredentials, endpoint string,
+	dial func(...grpc.DialOption) O, endpointURL func(string) O) []O {
+	opts := []O{dial(grpc.WithPerRPCCredentials(creds))}
+	if endpoint != "" {
+		opts = append(opts, endpointURL(endpoint))
+	}
+	return opts
 }
 
 // googleExport checks the signal's endpoint settings ([googleEndpoint]) and finds the
@@ -127,7 +130,11 @@ func googleEndpoint(signal string) (string, error) {
 }
 
 // exporters are the OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER values Setup knows:
-// autoexport's and [GoogleExporter] ("" is autoexport's default).
+// autoexport's and [GoogleExporter] ("" is autoexport's default). autoexport (v0.72.0, see
+// [autoexport.Version]) exposes neither its exporter names nor its OTLP protocols: its registry
+// and its protocol switch are unexported, and RegisterSpanExporter panics on a known name rather
+// than reporting it. So these lists copy its documentation, and TestAutoexportLists fails when
+// autoexport's version changes or it stops accepting a name listed here.
 var exporters = map[string][]string{
 	"OTEL_TRACES_EXPORTER":  {"", "otlp", "console", "none", GoogleExporter},
 	"OTEL_METRICS_EXPORTER": {"", "otlp", "console", "prometheus", "none", GoogleExporter},
@@ -147,7 +154,7 @@ func CheckEnv(ctx context.Context) error {
 }
 
 // protocols are the OTEL_EXPORTER_OTLP[_<signal>]_PROTOCOL values autoexport accepts ("" is its
-// default, http/protobuf).
+// default, http/protobuf); copied like [exporters].
 var protocols = []string{"", "grpc", "http/protobuf"}
 
 // checkEnv is [CheckEnv] with the resource already built. Values are compared whole, as

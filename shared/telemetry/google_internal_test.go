@@ -1,8 +1,12 @@
 package telemetry
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 
 	"go.opentelemetry.io/otel/sdk/resource"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -55,5 +59,57 @@ func TestGoogleLocation(t *testing.T) {
 	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
 	if err := checkGoogleLocation(bare); err != nil {
 		t.Errorf("plain otlp: %v", err)
+	}
+}
+
+// TestAutoexportLists guards the copies of autoexport's lists in [exporters] and [protocols]:
+// autoexport builds a span exporter or metric reader for every name listed (but ours, which
+// needs credentials) under every protocol listed, and refuses a protocol not listed. It fails
+// too when autoexport's version changes, to have the copies checked against its documentation.
+func TestAutoexportLists(t *testing.T) {
+	if autoexport.Version != "0.72.0" {
+		t.Errorf("autoexport %s: check exporters and protocols in google.go against its docs, then update this version",
+			autoexport.Version)
+	}
+	ctx := context.Background()
+	t.Setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+	t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
+	build := map[string]func() (func(context.Context) error, error){
+		"OTEL_TRACES_EXPORTER": func() (func(context.Context) error, error) {
+			e, err := autoexport.NewSpanExporter(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return e.Shutdown, nil
+		},
+		"OTEL_METRICS_EXPORTER": func() (func(context.Context) error, error) {
+			r, err := autoexport.NewMetricReader(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return r.Shutdown, nil
+		},
+	}
+	for env, names := range exporters {
+		for _, name := range names {
+			if name == "" || name == GoogleExporter {
+				continue
+			}
+			for _, proto := range append(slices.Clone(protocols), "http/json") {
+				t.Setenv(env, name)
+				t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
+				shutdown, err := build[env]()
+				refused := name == "otlp" && !slices.Contains(protocols, proto)
+				switch {
+				case refused && err == nil:
+					t.Errorf("%s=%s, protocol %q: autoexport accepts a protocol not in protocols", env, name, proto)
+				case !refused && err != nil:
+					t.Errorf("%s=%s, protocol %q: autoexport refuses it: %v", env, name, proto, err)
+				}
+				if err == nil {
+					_ = shutdown(ctx)
+				}
+			}
+		}
 	}
 }

@@ -10,6 +10,9 @@ import (
 
 	"go.opentelemetry.io/otel"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/mops/coupon-api/internal/gcpfake"
 	"github.com/mops/coupon-api/internal/proctest"
@@ -35,27 +38,13 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 		if run.Metadata.Tokens() == 0 {
 			t.Error("no token was taken from the metadata server")
 		}
-		var spanNames []string
-		for _, rs := range api.Spans() {
-			checkResource(t, run, "span", rs.GetResource().GetAttributes())
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					spanNames = append(spanNames, s.GetName())
-				}
-			}
-		}
+		spanNames := itemNames(t, run, "span", api.Spans(), (*tracepb.ResourceSpans).GetScopeSpans,
+			(*tracepb.ScopeSpans).GetSpans)
 		if len(spanNames) != 1 || spanNames[0] != "instance-span" {
 			t.Errorf("spans received %q, want [instance-span]", spanNames)
 		}
-		var metricNames []string
-		for _, rm := range api.Metrics() {
-			checkResource(t, run, "metric", rm.GetResource().GetAttributes())
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					metricNames = append(metricNames, m.GetName())
-				}
-			}
-		}
+		metricNames := itemNames(t, run, "metric", api.Metrics(), (*metricpb.ResourceMetrics).GetScopeMetrics,
+			(*metricpb.ScopeMetrics).GetMetrics)
 		if !strings.Contains(strings.Join(metricNames, " "), telemetry.MetricIssuances) {
 			t.Errorf("metrics received %q, want %s among them", metricNames, telemetry.MetricIssuances)
 		}
@@ -79,6 +68,23 @@ func TestGoogleExportFromCloudRun(t *testing.T) {
 }
 
 // checkResource checks the attributes the Telemetry API files the data under.
+// itemNames checks each resource's attributes ([checkResource]) and returns the names of the
+// spans or metrics in its scopes.
+func itemNames[R interface{ GetResource() *resourcepb.Resource }, S any, X interface{ GetName() string }](
+	t *testing.T, run *gcpfake.CloudRun, what string, resources []R, scopes func(R) []S, items func(S) []X) []string {
+	t.Helper()
+	var names []string
+	for _, r := range resources {
+		checkResource(t, run, what, r.GetResource().GetAttributes())
+		for _, sc := range scopes(r) {
+			for _, x := range items(sc) {
+				names = append(names, x.GetName())
+			}
+		}
+	}
+	return names
+}
+
 func checkResource(t *testing.T, run *gcpfake.CloudRun, what string, kvs []*commonpb.KeyValue) {
 	t.Helper()
 	got := map[string]string{}
@@ -99,7 +105,9 @@ func checkResource(t *testing.T, run *gcpfake.CloudRun, what string, kvs []*comm
 // decides once per process whether it runs on Google Cloud.
 func runInstance(t *testing.T, run *gcpfake.CloudRun, exporter string, env ...string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGoogleExportInstance$", "-test.v")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hung child fails, not hangs
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestGoogleExportInstance$", "-test.v")
 	cmd.Env = proctest.Env(append(append(run.Env(t, "issue-coupon"), "TELEMETRY_TEST_INSTANCE=1",
 		"OTEL_TRACES_EXPORTER="+exporter, "OTEL_METRICS_EXPORTER="+exporter, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"), env...)...)
 	out, err := cmd.CombinedOutput()

@@ -97,37 +97,33 @@ type Metrics struct {
 // error handler and leave a no-op instrument, as the OpenTelemetry API specifies.
 func NewMetrics(mp metric.MeterProvider) *Metrics {
 	m := mp.Meter(ScopeName)
-	mt := &Metrics{mp: mp}
-	handle := func(err error) {
-		if err != nil {
-			otel.Handle(err)
-		}
+	return &Metrics{
+		mp: mp,
+		issuances: handled(m.Int64Counter(MetricIssuances, metric.WithUnit("{issuance}"),
+			metric.WithDescription("IssueCoupon calls by campaign and result"))),
+		attempts: handled(m.Int64Histogram(MetricIssuanceAttempts, metric.WithUnit("{attempt}"),
+			metric.WithDescription("Transactions started per IssueCoupon call"),
+			metric.WithExplicitBucketBoundaries(attemptBuckets...))),
+		duration: handled(m.Float64Histogram(MetricIssuanceDuration, metric.WithUnit("ms"),
+			metric.WithDescription("IssueCoupon issuance time, retries and waits included"),
+			metric.WithExplicitBucketBoundaries(durationBucketsMs...))),
+		retryable: handled(m.Int64Counter(MetricRetryableErrors, metric.WithUnit("{error}"),
+			metric.WithDescription("Issuance attempts that failed with a retryable SQLSTATE"))),
+		pushes: handled(m.Int64Counter(MetricLINEPushes, metric.WithUnit("{push}"),
+			metric.WithDescription("LINE push requests by HTTP status"))),
+		driftYen: handled(m.Int64Gauge(MetricDriftYen, metric.WithUnit("{yen}"),
+			metric.WithDescription("Counter drift found by couponctl reconcile, in yen"))),
+		driftRows: handled(m.Int64Gauge(MetricDriftRows, metric.WithUnit("{row}"),
+			metric.WithDescription("Rows breaking a rule found by couponctl reconcile"))),
 	}
-	var err error
-	mt.issuances, err = m.Int64Counter(MetricIssuances, metric.WithUnit("{issuance}"),
-		metric.WithDescription("IssueCoupon calls by campaign and result"))
-	handle(err)
-	mt.attempts, err = m.Int64Histogram(MetricIssuanceAttempts, metric.WithUnit("{attempt}"),
-		metric.WithDescription("Transactions started per IssueCoupon call"),
-		metric.WithExplicitBucketBoundaries(attemptBuckets...))
-	handle(err)
-	mt.duration, err = m.Float64Histogram(MetricIssuanceDuration, metric.WithUnit("ms"),
-		metric.WithDescription("IssueCoupon issuance time, retries and waits included"),
-		metric.WithExplicitBucketBoundaries(durationBucketsMs...))
-	handle(err)
-	mt.retryable, err = m.Int64Counter(MetricRetryableErrors, metric.WithUnit("{error}"),
-		metric.WithDescription("Issuance attempts that failed with a retryable SQLSTATE"))
-	handle(err)
-	mt.pushes, err = m.Int64Counter(MetricLINEPushes, metric.WithUnit("{push}"),
-		metric.WithDescription("LINE push requests by HTTP status"))
-	handle(err)
-	mt.driftYen, err = m.Int64Gauge(MetricDriftYen, metric.WithUnit("{yen}"),
-		metric.WithDescription("Counter drift found by couponctl reconcile, in yen"))
-	handle(err)
-	mt.driftRows, err = m.Int64Gauge(MetricDriftRows, metric.WithUnit("{row}"),
-		metric.WithDescription("Rows breaking a rule found by couponctl reconcile"))
-	handle(err)
-	return mt
+}
+
+// handled returns v, giving err, if any, to otel's error handler.
+func handled[T any](v T, err error) T {
+	if err != nil {
+		otel.Handle(err)
+	}
+	return v
 }
 
 var global atomic.Pointer[Metrics]
