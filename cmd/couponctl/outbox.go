@@ -131,9 +131,9 @@ func outboxPruneCmd() *cobra.Command {
 		Use:   "prune [--older-than 720h]",
 		Short: "Delete sent and skipped outbox rows older than the retention, in batches",
 		Long: fmt.Sprintf(`Delete sent and skipped outbox rows closed longer ago than --older-than, oldest first, %d
-rows per statement, until none is left. Open and parked rows are never deleted. The relay
-deletes nothing (its database role, coupon_relay, may not): run this verb daily as an operator
-job, as a user in coupon_admin (docs/roles.md). Without --older-than it keeps RELAY_RETENTION
+rows per statement, until none is left. Open and parked rows are never deleted. Nothing else
+deletes outbox rows: run this verb daily as an operator job, as a user in coupon_admin
+(docs/roles.md). Without --older-than it keeps RELAY_RETENTION
 (default %s), the window couponctl reconcile checks.`, outbox.PruneBatch, outbox.DefaultRetention),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
