@@ -7,18 +7,20 @@
 -- is answered from reads, before any insert, so it writes nothing and rolls nothing back.
 --
 -- issue_coupon gives member p_member_id one coupon of campaign p_campaign_id, with id p_coupon_id
--- (the caller makes it, so that it can recognise its own coupon when the answer is lost), counted against
--- month p_month (Asia/Tokyo, YYYY-MM: the service decides it from p_issued_at) under R3's cap
--- p_cap_yen (the member cap regulation, MONTHLY_CAP_YEN), and stores p_trace_parent on the
--- outbox row. It returns one row: result (docs/api.md's result code), coupon (the coupon's id for
+-- (the caller makes it, so that it can recognise its own coupon when the answer is lost), issued
+-- at p_issued_at (the service's clock) and counted against that instant's Asia/Tokyo calendar
+-- month (YYYY-MM, derived here) under R3's cap p_cap_yen in yen (the member cap regulation,
+-- MONTHLY_CAP_YEN, positive), and stores p_trace_parent on the outbox row. It returns one row: result (docs/api.md's result code), coupon (the coupon's id for
 -- ISSUED, the member's existing coupon for ALREADY_ISSUED) and amount (yen, ISSUED).
 --
 -- Reads first, none of them locking; each sees the state committed when it starts (READ
 -- COMMITTED takes a snapshot per statement, PostgreSQL 15 docs 13.2.1):
---   UNKNOWN_CAMPAIGN, CAMPAIGN_NOT_ACTIVE  from stripe 0, which every campaign has;
---   ALREADY_ISSUED                         the member's live coupon of the campaign;
---   MONTHLY_CAP                            the member x month counter leaves no room;
---   BUDGET_EXCEEDED                        no budget stripe has room.
+--   UNKNOWN_CAMPAIGN     no stripe 0, which every campaign has;
+--   ALREADY_ISSUED       the member's live coupon of the campaign, even after the campaign
+--                        ended (a re-send answers with the coupon, docs/api.md);
+--   CAMPAIGN_NOT_ACTIVE  p_issued_at outside starts_at..ends_at;
+--   MONTHLY_CAP          the member x month counter leaves no room;
+--   BUDGET_EXCEEDED      no budget stripe has room.
 -- Counters only grow (only `couponctl reconcile --repair` lowers one, to the sum of the live
 -- coupons), so a refusal read from committed counters stays true. Then the writes, in the lock
 -- order of docs/design.md, each judging its rule on the row it writes:
@@ -35,9 +37,10 @@
 -- not the committed state the reads saw) raises SQLSTATE CI409 with the result code as its
 -- message: the call's transaction rolls back, so nothing is written then either.
 --
--- SECURITY DEFINER (docs/roles.md): coupon_issue may execute this function and read, nothing
--- else; it cannot insert a coupon or add to a counter except through the rules written here. The
--- function runs as its owner, the migration's identity, with a fixed search_path (PostgreSQL 15
+-- SECURITY DEFINER (docs/roles.md): every write of an issuance goes through the rules written
+-- here, whatever the caller's table grants (coupon_issue keeps 00008's for one release, so that
+-- the previous revision keeps issuing during a deploy or after a roll back). The function runs as
+-- its owner, the migration's identity, with a fixed search_path (PostgreSQL 15
 -- docs, CREATE FUNCTION "Writing SECURITY DEFINER Functions Safely"). lock_timeout and
 -- statement_timeout are the caller's, set for the call's transaction by the statement pipelined
 -- before it: statement_timeout is armed when a statement starts, so a function cannot set its own.
@@ -45,18 +48,25 @@ SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behi
 
 -- +goose StatementBegin
 CREATE FUNCTION issue_coupon(
-  p_coupon_id uuid, p_campaign_id text, p_member_id text, p_month text, p_issued_at timestamptz,
+  p_coupon_id uuid, p_campaign_id text, p_member_id text, p_issued_at timestamptz,
   p_cap_yen integer, p_trace_parent text,
   OUT result text, OUT coupon text, OUT amount integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = public, pg_temp
 AS $$
 DECLARE
+  v_month   text := to_char(p_issued_at AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM');
   v_active  boolean;
   v_stripes integer;
   v_stripe  smallint;
   v_coupon  uuid;
 BEGIN
+  IF p_coupon_id IS NULL OR p_campaign_id IS NULL OR p_member_id IS NULL OR p_issued_at IS NULL
+     OR p_cap_yen IS NULL OR p_cap_yen <= 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'issue_coupon: the ids and the issue time are required, and the cap must be positive yen';
+  END IF;
+
   -- Reads: what the committed state already refuses.
   SELECT b.discount_yen,
          (b.starts_at IS NULL OR b.starts_at <= p_issued_at) AND (b.ends_at IS NULL OR p_issued_at < b.ends_at),
@@ -66,18 +76,18 @@ BEGIN
    WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
   IF NOT FOUND THEN
     result := 'UNKNOWN_CAMPAIGN'; amount := NULL; RETURN;
-  ELSIF NOT v_active THEN
-    result := 'CAMPAIGN_NOT_ACTIVE'; amount := NULL; RETURN;
   END IF;
   SELECT c.coupon_id::text INTO coupon
     FROM issued_coupons c
    WHERE c.campaign_id = p_campaign_id AND c.member_id = p_member_id AND NOT c.legacy_duplicate;
   IF FOUND THEN
     result := 'ALREADY_ISSUED'; amount := NULL; RETURN;
+  ELSIF NOT v_active THEN
+    result := 'CAMPAIGN_NOT_ACTIVE'; amount := NULL; RETURN;
   END IF;
   IF amount > p_cap_yen OR EXISTS (
        SELECT 1 FROM member_monthly_usage u
-        WHERE u.member_id = p_member_id AND u.month = p_month AND u.used_yen + amount > p_cap_yen) THEN
+        WHERE u.member_id = p_member_id AND u.month = v_month AND u.used_yen + amount > p_cap_yen) THEN
     result := 'MONTHLY_CAP'; amount := NULL; RETURN;
   END IF;
   IF NOT EXISTS (
@@ -88,7 +98,7 @@ BEGIN
 
   -- R2: the coupon; the unique index judges.
   INSERT INTO issued_coupons AS c (coupon_id, campaign_id, member_id, month, amount_yen, issued_at)
-  VALUES (p_coupon_id, p_campaign_id, p_member_id, p_month, amount, p_issued_at)
+  VALUES (p_coupon_id, p_campaign_id, p_member_id, v_month, amount, p_issued_at)
   ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
   RETURNING c.coupon_id INTO v_coupon;
   IF NOT FOUND THEN
@@ -101,7 +111,7 @@ BEGIN
 
   -- R3: the member x month row, created with this coupon or added to within the cap.
   INSERT INTO member_monthly_usage AS u (member_id, month, used_yen)
-  VALUES (p_member_id, p_month, amount)
+  VALUES (p_member_id, v_month, amount)
   ON CONFLICT (member_id, month) DO UPDATE SET used_yen = u.used_yen + EXCLUDED.used_yen
    WHERE u.used_yen + EXCLUDED.used_yen <= p_cap_yen;
   IF NOT FOUND THEN
@@ -151,23 +161,12 @@ END
 $$;
 -- +goose StatementEnd
 
--- coupon_issue: the function, and the reads of the settlement (the member's coupon: 00008's
--- column SELECT on issued_coupons stays) and of the budget gauge (campaign_budgets); every write
--- goes through issue_coupon. Functions are
--- executable by PUBLIC unless revoked.
-REVOKE ALL ON FUNCTION issue_coupon(uuid, text, text, text, timestamptz, integer, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION issue_coupon(uuid, text, text, text, timestamptz, integer, text) TO coupon_issue;
-REVOKE UPDATE ON campaign_budgets FROM coupon_issue;
-REVOKE INSERT ON issued_coupons FROM coupon_issue;
-REVOKE ALL ON member_monthly_usage FROM coupon_issue;
-REVOKE ALL ON notification_outbox FROM coupon_issue;
+-- coupon_issue: the function (executable by PUBLIC unless revoked). Expand now, contract later:
+-- 00008's table grants stay for this release, since the revision before this one issues with its
+-- own statements; the release after it revokes them (the statements are written out in
+-- schema/roles_test.go, TestIssueRoleNeedsOnlyTheFunction, which proves issuance works without them).
+REVOKE ALL ON FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) TO coupon_issue;
 
 -- +goose Down
--- Back to the statements sent one by one (00008's grants).
-DROP FUNCTION issue_coupon(uuid, text, text, text, timestamptz, integer, text);
-GRANT UPDATE (issued_yen) ON campaign_budgets TO coupon_issue;
-GRANT INSERT (campaign_id, member_id, month, amount_yen, issued_at) ON issued_coupons TO coupon_issue;
-GRANT SELECT ON member_monthly_usage TO coupon_issue;
-GRANT INSERT (member_id, month) ON member_monthly_usage TO coupon_issue;
-GRANT UPDATE (used_yen) ON member_monthly_usage TO coupon_issue;
-GRANT INSERT (coupon_id, member_id, created_at, trace_parent) ON notification_outbox TO coupon_issue;
+DROP FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text);

@@ -78,15 +78,16 @@ func attemptsEnd(callEnd time.Time) time.Time {
 	return callEnd.Add(-db.CancelGrace - ResolveTimeout)
 }
 
-// minBudget is the least budget that leaves an attempt its minimum time, 0.72 s.
-const minBudget = db.CancelGrace + ResolveTimeout + minAttemptTime + serverMargin
+// minBudget is the least budget that leaves two attempts their minimum time, 0.84 s: one
+// attempt's minimum alone would leave none once the clock has moved on by the first check.
+const minBudget = db.CancelGrace + ResolveTimeout + 2*(minAttemptTime+serverMargin)
 
 // Config tunes a [Service]. Zero fields take the defaults above.
 type Config struct {
 	// MonthlyCapYen is R3's cap in yen (env MONTHLY_CAP_YEN). Default [DefaultMonthlyCapYen].
 	MonthlyCapYen int
 	// Budget bounds one whole call, all attempts and waits and the settlement of a lost answer
-	// included (env ISSUE_BUDGET). Default [DefaultBudget]; at least minBudget (0.72 s), at most
+	// included (env ISSUE_BUDGET). Default [DefaultBudget]; at least minBudget (0.84 s), at most
 	// [AppTimeout].
 	Budget time.Duration
 	// LockTimeout caps each attempt's lock_timeout (env ISSUE_LOCK_TIMEOUT).
@@ -121,7 +122,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate refuses a configuration that cannot keep the timeout order
-// 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, a Budget below minBudget (0.72 s),
+// 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, a Budget below minBudget (0.84 s),
 // or a cap that is not positive.
 func (c Config) Validate() error {
 	var errs []error

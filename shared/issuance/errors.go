@@ -78,7 +78,7 @@ func isConnLost(err error, closed bool) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" ||
+		return pgErr.SeverityUnlocalized == "FATAL" || pgErr.SeverityUnlocalized == "PANIC" ||
 			pgerrcode.IsConnectionException(pgErr.Code) ||
 			(pgerrcode.IsOperatorIntervention(pgErr.Code) && pgErr.Code != pgerrcode.QueryCanceled)
 	}

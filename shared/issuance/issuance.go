@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/shared/backoff"
@@ -250,7 +251,7 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 	)
 	batch := &pgx.Batch{}
 	batch.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
-	batch.Queue(sqlIssue, couponID, r.campaignID, r.memberID, r.month, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
+	batch.Queue(sqlIssue, couponID, r.campaignID, r.memberID, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount) })
 	err = conn.SendBatch(ctx, batch).Close()
 
@@ -258,12 +259,12 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 	switch {
 	case err == nil:
 		return outcomeOf(r, result, coupon, amount)
-	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR":
 		if pgErr.Code == sqlStateRejected { // a write lost a race: rolled back
 			return outcomeOf(r, pgErr.Message, nil, nil)
 		}
 		return Outcome{}, err // the server ended the call with an error: rolled back
-	case errors.As(err, &pgErr) && pgErr.Severity == "FATAL", pgconn.SafeToRetry(err):
+	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "FATAL", pgconn.SafeToRetry(err):
 		// Nothing committed: the call never left, or the server ended the session before the
 		// call's ReadyForQuery, which it sends as soon as the COMMIT is done, before it next
 		// looks at a termination request (a terminated session, 57P01 on every pooled session of
@@ -327,10 +328,10 @@ func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError,
 	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
 	// The network that lost the answer may be back a moment later: dial again until the call's
 	// time is up.
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(ctx, settleConfig(s.pool))
 	for err != nil && ctx.Err() == nil {
 		time.Sleep(terminateStep)
-		conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+		conn, err = pgx.ConnectConfig(ctx, settleConfig(s.pool))
 	}
 	if err != nil {
 		return unknown(err)
@@ -360,6 +361,18 @@ func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError,
 		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: r.month}, nil
 	}
 	return Outcome{Result: ResultAlreadyIssued, CouponID: existing}, nil
+}
+
+// settleConfig is pool's connection configuration for the settlement's own connection, with
+// pgx's default reaction to a context's end (the connection's deadline set at once) in place of
+// the pool's cancel-then-wait (shared/db): the settlement ends with the call's budget, not
+// db.CancelGrace after it.
+func settleConfig(pool *pgxpool.Pool) *pgx.ConnConfig {
+	cfg := pool.Config().ConnConfig.Copy()
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	return cfg
 }
 
 // pgInterval formats d as a PostgreSQL duration setting in whole milliseconds, at least 1 ms

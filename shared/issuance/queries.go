@@ -14,8 +14,9 @@ const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config(
 // arrives, which travels with it. It returns the result code, the coupon id (ISSUED, or the
 // member's coupon for ALREADY_ISSUED) and the amount in yen (ISSUED); a write that loses a race
 // raises SQLSTATE [sqlStateRejected]. $1 coupon_id (made by the service), $2 campaign_id,
-// $3 member_id, $4 month, $5 issued_at, $6 R3's cap in yen, $7 trace_parent.
-const sqlIssue = `SELECT result, coupon, amount FROM issue_coupon($1, $2, $3, $4, $5, $6, $7)`
+// $3 member_id, $4 issued_at (its Asia/Tokyo month is the coupon's), $5 R3's cap in yen,
+// $6 trace_parent.
+const sqlIssue = `SELECT result, coupon, amount FROM issue_coupon($1, $2, $3, $4, $5, $6)`
 
 // sqlStateRejected is the SQLSTATE issue_coupon raises when a write finds its rule broken by a
 // transaction that committed after its reads; the message is the result code

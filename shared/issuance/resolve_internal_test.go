@@ -33,7 +33,7 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *an
 		t.Fatal(err)
 	}
 	var result string
-	if err := conn.QueryRow(ctx, sqlIssue, lost.couponID, "LOST", member, Month(time.Now()), time.Now(), s.cfg.MonthlyCapYen, nil).
+	if err := conn.QueryRow(ctx, sqlIssue, lost.couponID, "LOST", member, time.Now(), s.cfg.MonthlyCapYen, nil).
 		Scan(&result, nil, nil); err != nil || result != string(ResultIssued) {
 		t.Fatalf("the call: %s %v, want ISSUED", result, err)
 	}

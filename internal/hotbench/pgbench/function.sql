@@ -11,5 +11,5 @@
 \startpipeline
 SELECT set_config('lock_timeout', '1s', true), set_config('statement_timeout', '2s', true);
 SELECT * FROM issue_coupon(md5('p' || CAST(:m AS text))::uuid, :campaign, 'p' || CAST(:m AS text),
-  to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), now(), 2000, NULL);
+  now(), 2000, NULL);
 \endpipeline

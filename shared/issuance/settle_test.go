@@ -1,0 +1,152 @@
+package issuance_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2/toxics"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// queriesHeld counts the client messages [holdQueriesToxic] held back.
+var queriesHeld atomic.Int64
+
+// holdQueriesToxic is a database that lets connections in and never runs a query: it forwards
+// the startup and cancel packets of new connections (protocol codes 196608, 80877102, 80877103:
+// PostgreSQL 15 docs, 55.7 "Message Formats") and holds back every other client byte.
+type holdQueriesToxic struct{}
+
+func (holdQueriesToxic) Pipe(stub *toxics.ToxicStub) {
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			if len(c.Data) >= 8 {
+				switch binary.BigEndian.Uint32(c.Data[4:8]) {
+				case 196608, 80877102, 80877103:
+					stub.Output <- c
+					continue
+				}
+			}
+			queriesHeld.Add(1)
+		}
+	}
+}
+
+func init() { toxics.Register("hold_queries", new(holdQueriesToxic)) }
+
+// TestSettlementEndsWithTheBudget: the call's answer is lost (its query never runs) and the
+// database lets the settlement's connection in but never answers its queries either. The
+// settlement gives up at the call's budget, not db.CancelGrace after it (it did, as its
+// connection waited for a cancelled query as pooled ones do: docs/api.md, "The 3 s bound").
+func TestSettlementEndsWithTheBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := startProxy(t, dbURL)
+	pool := prodPool(t, proxied, 1)
+	const budget = time.Second
+	svc := faultService(t, pool, issuance.Config{Budget: budget, LockTimeout: 300 * time.Millisecond,
+		StatementTimeout: 600 * time.Millisecond}, "HOLD")
+	if out, err := svc.Issue(ctx, "warm", "HOLD"); err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("warm-up: %+v %v", out, err)
+	}
+	held := queriesHeld.Load()
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name": "hold", "type": "hold_queries", "stream": "upstream"}`)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err := svc.Issue(ctx, "held", "HOLD")
+	took := time.Since(start)
+	proxy.Stop() // ends the connections it holds, so that the pool closes at once
+	if queriesHeld.Load() == held {
+		t.Fatal("the toxic held back no query: the fault did not fire")
+	}
+	if !errors.Is(err, issuance.ErrOutcomeUnknown) {
+		t.Errorf("%+v %v, want the outcome unknown (nothing could be looked up)", out, err)
+	}
+	// db.CancelGrace is 300 ms; what is left above the budget is scheduling.
+	if took > budget+200*time.Millisecond {
+		t.Errorf("the call took %s, past its budget of %s", took, budget)
+	}
+}
+
+// TestReSendAfterTheCampaignEnded: a member's re-send after the campaign's end is answered with
+// the coupon the member holds (ALREADY_ISSUED), as a re-send must be (docs/api.md), not
+// CAMPAIGN_NOT_ACTIVE; a member without one gets CAMPAIGN_NOT_ACTIVE.
+func TestReSendAfterTheCampaignEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 2)
+	ends := faultDay.Add(time.Hour)
+	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ENDS", DiscountYen: 1000, BudgetYen: 100_000, EndsAt: &ends}); err != nil {
+		t.Fatal(err)
+	}
+	now := faultDay
+	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := svc.Issue(ctx, "m1", "ENDS")
+	if err != nil || first.Result != issuance.ResultIssued {
+		t.Fatalf("during the campaign: %+v %v", first, err)
+	}
+	now = ends.Add(time.Minute)
+	if out, err := svc.Issue(ctx, "m1", "ENDS"); err != nil || out.Result != issuance.ResultAlreadyIssued || out.CouponID != first.CouponID {
+		t.Errorf("re-send after the end: %+v %v, want ALREADY_ISSUED with %s", out, err, first.CouponID)
+	}
+	if out, err := svc.Issue(ctx, "m2", "ENDS"); err != nil || out.Result != issuance.ResultCampaignNotActive {
+		t.Errorf("a new member after the end: %+v %v, want CAMPAIGN_NOT_ACTIVE", out, err)
+	}
+}
+
+// TestIssueCouponChecksItsArguments: issue_coupon refuses a cap that is missing or not positive
+// and missing ids (22023), and counts a coupon against the Asia/Tokyo month of its issue time,
+// whatever the caller's session time zone.
+func TestIssueCouponChecksItsArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 1)
+	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ARGS", DiscountYen: 1000, BudgetYen: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	call := `SELECT result FROM issue_coupon(gen_random_uuid(), $1, $2, $3, $4, NULL)`
+	// 2026-09-30 23:30 in Tokyo is 14:30 UTC: September in Tokyo, whatever the session says.
+	lateSeptember := time.Date(2026, 9, 30, 14, 30, 0, 0, time.UTC)
+	for _, bad := range []struct {
+		campaign, member any
+		cap              any
+	}{{"ARGS", "m1", nil}, {"ARGS", "m1", 0}, {"ARGS", "m1", -2000}, {nil, "m1", 2000}, {"ARGS", nil, 2000}} {
+		var result *string
+		err := pool.QueryRow(ctx, call, bad.campaign, bad.member, lateSeptember, bad.cap).Scan(&result)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InvalidParameterValue {
+			t.Errorf("campaign %v member %v cap %v: %v %v, want 22023", bad.campaign, bad.member, bad.cap, result, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `SET TIME ZONE 'America/Los_Angeles'`); err != nil {
+		t.Fatal(err)
+	}
+	var result string
+	if err := pool.QueryRow(ctx, call, "ARGS", "m1", lateSeptember, 2000).Scan(&result); err != nil || result != "ISSUED" {
+		t.Fatalf("a valid call: %s %v", result, err)
+	}
+	if month := scalar[string](t, pool, `SELECT month FROM issued_coupons WHERE member_id = 'm1'`); month != "2026-09" {
+		t.Errorf("month %s, want 2026-09 (Tokyo)", month)
+	}
+}
