@@ -136,15 +136,9 @@ func createIssueCampaigns(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// issueForbidden: no write but through issue_coupon (00009_issue_coupon.sql): never a coupon, a
-// usage, a budget add or an outbox row of its own; never a budget, a campaign or a coupon after
-// the fact, never the relay's columns or a LINE account, never a delete.
+// issueForbidden: never a budget, a campaign or a coupon after the fact, never the relay's
+// columns or a LINE account, never a delete.
 var issueForbidden = []forbidden{
-	{"a coupon outside issue_coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at) VALUES ('THIRD', 'x', '2026-09', 1000, now())`},
-	{"a usage row outside issue_coupon", `INSERT INTO member_monthly_usage (member_id, month) VALUES ('x', '2026-09')`},
-	{"a usage add outside issue_coupon", `UPDATE member_monthly_usage SET used_yen = used_yen + 1000`},
-	{"a budget add outside issue_coupon", `UPDATE campaign_budgets SET issued_yen = issued_yen + 1000 WHERE campaign_id = 'THIRD'`},
-	{"an outbox row outside issue_coupon", `INSERT INTO notification_outbox (coupon_id, member_id) VALUES (gen_random_uuid(), 'm1')`},
 	{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
 	{"a discount", `UPDATE campaign_budgets SET discount_yen = 1`},
 	{"a period", `UPDATE campaign_budgets SET ends_at = NULL`},
@@ -188,6 +182,41 @@ func TestIssueRole(t *testing.T) {
 		t.Errorf("after the issuances: %d coupons, violations %v; want 4, none", rep.Coupons, v)
 	}
 	checkRefused(t, db.as, issueForbidden)
+}
+
+// issueContract is the migration of the release after 00009 (expand, then contract: 00009 keeps
+// 00008's table grants while a revision that issues with its own statements may still run): it
+// leaves coupon_issue the function and its reads.
+const issueContract = `
+REVOKE UPDATE ON campaign_budgets FROM coupon_issue;
+REVOKE INSERT ON issued_coupons FROM coupon_issue;
+REVOKE ALL ON member_monthly_usage FROM coupon_issue;
+REVOKE ALL ON notification_outbox FROM coupon_issue`
+
+// issueOutsideTheFunction: the writes of an issuance, made as statements of their own.
+var issueOutsideTheFunction = []forbidden{
+	{"a coupon outside issue_coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at) VALUES ('THIRD', 'x', '2026-09', 1000, now())`},
+	{"a usage row outside issue_coupon", `INSERT INTO member_monthly_usage (member_id, month) VALUES ('x', '2026-09')`},
+	{"a usage add outside issue_coupon", `UPDATE member_monthly_usage SET used_yen = used_yen + 1000`},
+	{"a budget add outside issue_coupon", `UPDATE campaign_budgets SET issued_yen = issued_yen + 1000 WHERE campaign_id = 'THIRD'`},
+	{"an outbox row outside issue_coupon", `INSERT INTO notification_outbox (coupon_id, member_id) VALUES (gen_random_uuid(), 'm1')`},
+}
+
+// TestIssueRoleNeedsOnlyTheFunction: once the next release's contract step revokes 00008's
+// table grants, a user in coupon_issue still does all of IssueCoupon's work through
+// issue_coupon, and every issuance write of its own is refused with 42501.
+func TestIssueRoleNeedsOnlyTheFunction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newRoleDB(t, "coupon_issue")
+	createIssueCampaigns(t, db.owner)
+	if _, err := db.owner.Exec(ctx, issueContract); err != nil {
+		t.Fatal(err)
+	}
+	if err := issueWork(ctx, db.as); err != nil {
+		t.Fatal(err)
+	}
+	checkRefused(t, db.as, append(issueOutsideTheFunction, issueForbidden...))
 }
 
 // TestRolesTestSeesWrongGrants is the roles tests' own check, red by construction: on a

@@ -176,8 +176,8 @@ func clientTransaction(pool *pgxpool.Pool) issueFunc {
 	return func(ctx context.Context, memberID, campaignID string) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var result string
-			err := tx.QueryRow(ctx, `SELECT result FROM issue_coupon(gen_random_uuid(), $1, $2, $3, $4, 2000, NULL)`,
-				campaignID, memberID, issuance.Month(faultDay), faultDay).Scan(&result)
+			err := tx.QueryRow(ctx, `SELECT result FROM issue_coupon(gen_random_uuid(), $1, $2, $3, 2000, NULL)`,
+				campaignID, memberID, faultDay).Scan(&result)
 			if err == nil && result != string(issuance.ResultIssued) {
 				err = fmt.Errorf("%s", result)
 			}
