@@ -1,6 +1,7 @@
 // Package issue is the IssueCoupon Cloud Run function: the app gateway's "クーポンを受け取る"
 // call. It decodes and validates the request, runs one issuance (shared/issuance) and answers
-// with the result codes of docs/api.md (docs/openapi.yaml). It registers itself with the functions framework in init.
+// with the result codes of docs/api.md (docs/openapi.yaml). It registers itself with the
+// functions framework in init.
 package issue
 
 import (
@@ -13,32 +14,45 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/lazy"
+	"github.com/mops/coupon-api/shared/lifecycle"
 )
 
 func init() {
 	functions.HTTP("IssueCoupon", Instrument(http.HandlerFunc(issueCoupon)).ServeHTTP)
 }
 
-// instance is the per-instance state when the functions framework serves IssueCoupon (the
-// demo does): the pool and the service, built on the first request and kept for the
-// instance's life. The deployable main (functions/issue/cmd) builds its own, checks the
-// database first and closes the pool on SIGTERM.
-var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
+// Start starts IssueCoupon, wherever it is served: by the functions framework (init's
+// registration, on the first request), by the deployable main (functions/issue/cmd) and by
+// couponctl serve. It reads and validates the settings from the environment, then gets the
+// pool from open ([lifecycle.OpenDB], or the one pool couponctl serve opened that way for every
+// function it serves), builds the handler and registers the budget gauge. It returns the
+// handler, to be wrapped in [Instrument], and its effective settings.
+func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (*Handler, string, error) {
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	pool, _, err := db.OpenFromEnv(ctx)
+	d, err := open(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := RegisterGauges(pool); err != nil {
-		return nil, err
+	h, err := NewHandler(d.Pool, cfg)
+	if err != nil {
+		return nil, "", err
 	}
-	return NewHandler(pool, cfg)
+	if err := registerGauges(d.Pool); err != nil {
+		return nil, "", err
+	}
+	return h, cfg.String(), nil
+}
+
+// instance is the handler the functions framework serves, started by the first request and
+// kept for the instance's life.
+var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
+	h, _, err := Start(ctx, lifecycle.OpenDB)
+	return h, err
 })
 
 func issueCoupon(w http.ResponseWriter, r *http.Request) {

@@ -43,9 +43,9 @@ func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outc
 	}
 }
 
-// RegisterGauges registers the campaign budget gauge on the global meter provider, read
+// registerGauges registers the campaign budget gauge on the global meter provider, read
 // through pool once per metric export, for the instance's life.
-func RegisterGauges(pool *pgxpool.Pool) error {
+func registerGauges(pool *pgxpool.Pool) error {
 	_, err := telemetry.RegisterBudgetGauge(otel.GetMeterProvider(), pool)
 	return err
 }

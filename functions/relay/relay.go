@@ -16,8 +16,8 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/lazy"
+	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/reqbody"
 )
@@ -26,32 +26,34 @@ func init() {
 	functions.HTTP("RelayOutbox", Instrument(http.HandlerFunc(relayOutbox)).ServeHTTP)
 }
 
-// instance is the per-instance state: the pool and the relay, built once at start-up by
-// [Preflight] (or by the first request where no main called it, as in a bare functions-framework
-// run; LINE_API_BASE_URL and the token are read then) and kept for the instance's life.
-var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
+// Start starts RelayOutbox, wherever it is served: by the functions framework (init's
+// registration, on the first request), by the deployable main (functions/relay/cmd) and by
+// couponctl serve. It reads and validates the settings from the environment, then gets the
+// pool from open ([lifecycle.OpenDB], or the one pool couponctl serve opened that way for every
+// function it serves), builds the handler and registers the outbox gauges. It returns the
+// handler, to be wrapped in [Instrument].
+func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (*Handler, error) {
 	cfg, err := outbox.ConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	pool, _, err := db.OpenFromEnv(ctx)
+	d, err := open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := RegisterGauges(pool); err != nil {
+	h, err := NewHandler(d.Pool, cfg)
+	if err != nil {
 		return nil, err
 	}
-	return NewHandler(pool, cfg)
-})
-
-// Preflight builds the instance's state now instead of on the first request: it reads and
-// validates the configuration from the environment and makes the pool (which connects lazily).
-// Deployable mains call it before serving, so that a configuration the function refuses stops
-// the instance at start-up rather than answering 500 to every request.
-func Preflight(ctx context.Context) error {
-	_, err := instance.Get(ctx)
-	return err
+	if err := registerGauges(d.Pool); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
+
+// instance is the handler the functions framework serves, started by the first request and
+// kept for the instance's life.
+var instance = lazy.New(func(ctx context.Context) (*Handler, error) { return Start(ctx, lifecycle.OpenDB) })
 
 func relayOutbox(w http.ResponseWriter, r *http.Request) {
 	h, err := instance.Get(r.Context())

@@ -16,10 +16,9 @@ func Instrument(h http.Handler) http.Handler {
 	return otelhttp.NewHandler(h, "RelayOutbox", otelhttp.WithPropagators(telemetry.Propagator()))
 }
 
-// RegisterGauges registers the outbox gauges (unsent rows, oldest unsent row's age, parked
-// rows) on the global meter provider, read through pool once per metric export, for the
-// instance's life.
-func RegisterGauges(pool *pgxpool.Pool) error {
+// registerGauges registers the outbox gauges ([telemetry.RegisterOutboxGauges]) on the global
+// meter provider, read through pool once per metric export, for the instance's life.
+func registerGauges(pool *pgxpool.Pool) error {
 	_, err := telemetry.RegisterOutboxGauges(otel.GetMeterProvider(), pool)
 	return err
 }

@@ -52,8 +52,7 @@ type Config struct {
 // connection answers 57014 once the cancel request is through (a new connection: a fork on the
 // server, a TLS handshake through the Cloud SQL connector; over 100 ms on the loaded 2-core
 // build machine); the connection then goes back to the pool instead of being dropped, and the
-// server stops waiting on the query's locks at once. IssueCoupon's statement_timeout ends its
-// statements 100 ms before its budget, so this grace is rarely spent inside the 3 s timeout.
+// server stops waiting on the query's locks at once.
 const CancelGrace = 300 * time.Millisecond
 
 // ConfigFromEnv reads [Config] from the environment variables named on its fields.

@@ -1,7 +1,6 @@
-// Package lazy holds a Cloud Run function's per-instance state: built once, by the deployable
-// main's preflight at start-up or else by the first request that needs it, kept for the
-// instance's life, and built again by a later call if building failed (golang-samples: the pool
-// and the connector are made once per instance, never per request).
+// Package lazy holds per-instance state that the first request builds, such as a function's
+// handler and pool when the functions framework serves it: made once per instance, never per
+// request (golang-samples: the pool and the connector).
 package lazy
 
 import (

@@ -1,8 +1,6 @@
-// Package lifecycle starts and stops a function's deployable main as Cloud Run expects: at
-// start-up it opens the pool and checks the database (reachable, migrated) before serving, and
-// prints the effective settings once; on SIGTERM (Cloud Run scales in or deploys, then sends
-// SIGKILL 10 s later) it stops accepting, lets in-flight requests finish within a drain bound,
-// closes what it opened in order (a telemetry flush, then the pool) and exits 0.
+// Package lifecycle starts and stops the functions as Cloud Run expects: [OpenDB] opens the
+// pool and checks the database before anything serves, and [Serve] serves until SIGTERM, then
+// drains and closes what was opened.
 package lifecycle
 
 import (
@@ -33,10 +31,10 @@ const (
 	// look-up of a lost COMMIT answer, well inside it; a relay run is cancelled and releases
 	// the rows it has not pushed.
 	DrainTimeout = 5 * time.Second
-	// CancelGrace is how long requests whose contexts were cancelled at the end of the drain
-	// get to answer and hand their connections back (a cancelled query stops within
-	// [db.CancelGrace]; a relay releases the rows it has not pushed).
-	CancelGrace = 1500 * time.Millisecond
+	// CancelledRequestsTimeout bounds how long the requests whose contexts were cancelled at
+	// the end of the drain get to answer and hand their connections back (a cancelled query
+	// stops within [db.CancelGrace]; a relay releases the rows it has not pushed).
+	CancelledRequestsTimeout = 1500 * time.Millisecond
 	// FlushTimeout bounds the telemetry flush ([TelemetryFlush]): an instance that was idle may
 	// need a new access token and a new TLS connection to Google's Telemetry API before the
 	// last spans and metrics go out.
@@ -55,32 +53,40 @@ type Closer struct {
 }
 
 // TelemetryFlush is the closer that flushes telemetry with shutdown (from telemetry.Setup),
-// bounded by [FlushTimeout]. Run it before the pool's close: the last metric export reads the
-// database gauges through the pool.
+// bounded by [FlushTimeout].
 func TelemetryFlush(shutdown func(context.Context) error) Closer {
 	return Closer{Name: "telemetry flush", Close: shutdown, Timeout: FlushTimeout}
 }
 
+// DB is a pool opened by [OpenDB].
+type DB struct {
+	// Pool is the pool, checked by [schema.Check].
+	Pool *pgxpool.Pool
+	// Closer closes Pool (and the Cloud SQL dialer), waiting for its connections to come back.
+	Closer Closer
+	// Settings is the pool's effective settings, for the start-up line ([db.Config.Describe]).
+	Settings string
+}
+
 // OpenDB opens the pool from the environment ([db.ConfigFromEnv]: DATABASE_URL or the Cloud
-// SQL connector, DB_POOL_MAX_CONNS) and runs [schema.Check]. It returns the pool, the closer
-// that closes it, and its effective settings for the start-up line. Errors say what is wrong
+// SQL connector, DB_POOL_MAX_CONNS) and runs [schema.Check] on it. Errors say what is wrong
 // (unreachable, refused login, not migrated: run `couponctl migrate`).
-func OpenDB(ctx context.Context) (*pgxpool.Pool, Closer, string, error) {
+func OpenDB(ctx context.Context) (*DB, error) {
 	c, err := db.ConfigFromEnv()
 	if err != nil {
-		return nil, Closer{}, "", err
+		return nil, err
 	}
 	pool, closePool, err := db.Open(ctx, c)
 	if err != nil {
-		return nil, Closer{}, "", err
+		return nil, err
 	}
 	if err := schema.Check(ctx, pool); err != nil {
 		closePool()
-		return nil, Closer{}, "", err
+		return nil, err
 	}
 	closer := Closer{Name: "database pool", Close: func(ctx context.Context) error {
 		closed := make(chan struct{})
-		go func() { closePool(); close(closed) }() // waits for every connection to come back
+		go func() { closePool(); close(closed) }()
 		select {
 		case <-closed:
 			return nil
@@ -88,7 +94,7 @@ func OpenDB(ctx context.Context) (*pgxpool.Pool, Closer, string, error) {
 			return fmt.Errorf("connections still in use: %w", ctx.Err())
 		}
 	}}
-	return pool, closer, c.Describe(pool), nil
+	return &DB{Pool: pool, Closer: closer, Settings: c.Describe(pool)}, nil
 }
 
 // Server is what [Serve] runs.
@@ -110,8 +116,8 @@ type Server struct {
 
 // Serve serves s until SIGTERM or SIGINT (or ctx's end, or s.Stop), then shuts down: it stops
 // accepting, waits up to [DrainTimeout] for in-flight requests, cancels the contexts of those
-// still running and waits up to [CancelGrace] more, then runs the closers. It returns nil after
-// a clean shutdown; the error of the listener or of a closer otherwise.
+// still running and waits up to [CancelledRequestsTimeout] more, then runs the closers. It
+// returns nil after a clean shutdown; the error of the listener or of a closer otherwise.
 func Serve(ctx context.Context, s Server) error {
 	log := s.Log
 	if log == nil {
@@ -157,16 +163,16 @@ func Serve(ctx context.Context, s Server) error {
 }
 
 // drain stops srv accepting and waits for its in-flight requests: bound as they are, then
-// [CancelGrace] after cancelling their contexts.
+// [CancelledRequestsTimeout] after cancelling their contexts.
 func drain(srv *http.Server, bound time.Duration, cancelRequests context.CancelFunc, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err == nil {
 		return nil
 	}
-	log.Warn("drain bound reached: cancelling the requests still running", "grace", CancelGrace)
+	log.Warn("drain bound reached: cancelling the requests still running", "grace", CancelledRequestsTimeout)
 	cancelRequests()
-	ctx, cancel = context.WithTimeout(context.Background(), CancelGrace)
+	ctx, cancel = context.WithTimeout(context.Background(), CancelledRequestsTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		srv.Close()

@@ -44,18 +44,7 @@ func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 		served <- Serve(context.Background(), Server{Addr: addr, Handler: mux, Stop: stop, Drain: 300 * time.Millisecond,
 			Closers: []Closer{closer("telemetry"), closer("pool")}, Log: slog.New(slog.DiscardHandler)})
 	}()
-	var up bool
-	for range 200 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			up = true
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !up {
-		t.Fatal("never served")
-	}
+	waitUntil(t, "Serve accepts connections", func() bool { return accepts(addr) })
 	answers := make(chan string, 2)
 	for _, path := range []string{"/quick", "/long"} {
 		go func() {
@@ -72,7 +61,7 @@ func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 	<-entered
 	<-entered
 	close(stop)
-	time.Sleep(50 * time.Millisecond) // well inside the drain bound
+	waitUntil(t, "the shutdown closes the listener", func() bool { return !accepts(addr) })
 	close(finish)
 	got := []string{<-answers, <-answers}
 	slices.Sort(got)
@@ -84,5 +73,26 @@ func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 	}
 	if want := []string{"telemetry", "pool"}; !slices.Equal(closed, want) {
 		t.Errorf("closers ran %v, want %v", closed, want)
+	}
+}
+
+// accepts reports whether something accepts TCP connections at addr.
+func accepts(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err == nil
+}
+
+// waitUntil polls cond every 5 ms until it holds, and fails the test if it does not within 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

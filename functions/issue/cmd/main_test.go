@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/campaign"
@@ -32,16 +34,7 @@ func start(t *testing.T, env ...string) (*exec.Cmd, *syncbuf.Buffer) {
 // timeout, the main exits 1 at start-up with what is wrong, instead of serving 500s.
 func TestStartUpRefusesABadDatabase(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	unmigrated := pgtest.URL(t)
-	conn, err := pgx.Connect(ctx, unmigrated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `DROP TABLE goose_db_version`); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close(ctx)
+	unmigrated := unmigratedURL(t)
 	closed := "postgres://u@127.0.0.1:" + proctest.FreePort(t) + "/coupons?sslmode=disable"
 	for _, tc := range []struct {
 		name string
@@ -61,6 +54,76 @@ func TestStartUpRefusesABadDatabase(t *testing.T) {
 		if strings.Contains(out.String(), "serving") {
 			t.Errorf("%s: said it was serving: %q", tc.name, out.String())
 		}
+	}
+}
+
+// unmigratedURL is a database whose schema version is gone, as if never migrated.
+func unmigratedURL(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DROP TABLE goose_db_version`); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// TestFrameworkStartsAsTheMain: IssueCoupon as the functions framework serves it (init's
+// registration; the demo serves it so) starts as this main does: against an unmigrated database
+// its first request answers 500 and the log says to run couponctl migrate; against a migrated
+// one the next request starts it again and is answered.
+func TestFrameworkStartsAsTheMain(t *testing.T) {
+	var log syncbuf.Buffer
+	defaultLog := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&log, nil)))
+	t.Cleanup(func() { slog.SetDefault(defaultLog) })
+	t.Setenv("FUNCTION_TARGET", "IssueCoupon")
+	t.Setenv("DATABASE_URL", unmigratedURL(t))
+	port := proctest.FreePort(t)
+	go func() { _ = funcframework.StartHostPort("127.0.0.1", port) }() // serves until the test binary exits
+	post := func() int {
+		t.Helper()
+		for i := 0; ; i++ {
+			resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json",
+				strings.NewReader(`{"member_id": "m1", "campaign_id": "OPEN"}`))
+			if err != nil && i < 250 && strings.Contains(err.Error(), "refused") {
+				time.Sleep(20 * time.Millisecond) // not serving yet
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+	}
+	if got := post(); got != http.StatusInternalServerError || !strings.Contains(log.String(), "couponctl migrate") {
+		t.Errorf("unmigrated: %d, log %q; want 500 and a log line naming couponctl migrate", got, log.String())
+	}
+
+	migrated := pgtest.URL(t)
+	conn, err := pgx.Connect(context.Background(), migrated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := campaign.Create(context.Background(), conn, campaign.Campaign{ID: "OPEN", DiscountYen: 500, BudgetYen: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", migrated)
+	if got := post(); got != http.StatusCreated {
+		t.Errorf("migrated: %d, want 201; log %q", got, log.String())
+	}
+	// The instance keeps its pool for the process's life: end its sessions, waiting up to 5 s
+	// for each, so that the database can be dropped.
+	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -3,10 +3,10 @@
 // request timeout above the relay's run budget (RELAY_RUN_BUDGET, 50 s by default;
 // cloudbuild.yaml sets 90 s).
 //
-// Before serving it sets up telemetry from the OTEL_* environment (shared/telemetry), reads and
-// validates its settings, checks that the database is reachable and
-// migrated, prints the effective settings once, and exits 1 with the reason if anything is
-// wrong. On SIGTERM it stops taking requests, gives a run in flight the drain bound to finish,
+// Before serving it sets up telemetry from the OTEL_* environment (shared/telemetry), starts the
+// function as every other entry point does (relay.Start: its settings, then the database,
+// reachable and migrated), prints the effective settings once, and exits 1 with the reason if
+// anything is wrong. On SIGTERM it stops taking requests, gives a run in flight the drain bound to finish,
 // then cancels it (the relay then stops claiming and releases the rows it has not pushed),
 // flushes the telemetry, closes the pool and exits 0 (shared/lifecycle).
 package main
@@ -18,7 +18,6 @@ import (
 
 	"github.com/mops/coupon-api/functions/relay"
 	"github.com/mops/coupon-api/shared/lifecycle"
-	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
@@ -34,25 +33,20 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := outbox.ConfigFromEnv()
-	if err != nil {
-		return err
+	var d *lifecycle.DB // opened by Start once the settings are valid
+	open := func(ctx context.Context) (*lifecycle.DB, error) {
+		var err error
+		d, err = lifecycle.OpenDB(ctx)
+		return d, err
 	}
-	pool, closePool, dbSettings, err := lifecycle.OpenDB(ctx)
+	h, err := relay.Start(ctx, open)
 	if err != nil {
-		return err
-	}
-	h, err := relay.NewHandler(pool, cfg)
-	if err != nil {
-		return err
-	}
-	if err := relay.RegisterGauges(pool); err != nil {
 		return err
 	}
 	addr := ":" + lifecycle.Port()
-	slog.Info("RelayOutbox: serving", "addr", addr, "db", dbSettings, "drain", lifecycle.DrainTimeout)
+	slog.Info("RelayOutbox: serving", "addr", addr, "db", d.Settings, "drain", lifecycle.DrainTimeout)
 	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: relay.Instrument(h), Closers: []lifecycle.Closer{
 		lifecycle.TelemetryFlush(shutdownTelemetry),
-		closePool,
+		d.Closer,
 	}})
 }
