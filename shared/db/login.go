@@ -42,24 +42,14 @@ const (
 // LoginMethod the method. SQLSTATE 28P01 (invalid_password) is a password refusal whatever
 // language the message is in; any other message it does not know is LoginUnknown, never a guess.
 func classify(pgErr *pgconn.PgError) (LoginKind, string) {
-	msg := pgErr.Message
-	switch {
-	case strings.HasPrefix(msg, "Peer authentication failed"):
-		return LoginPeer, ""
-	case strings.HasPrefix(msg, "Ident authentication failed"):
-		return LoginIdent, ""
-	case strings.HasPrefix(msg, "Cloud SQL IAM "):
-		return LoginIAM, ""
-	case strings.HasPrefix(msg, "password authentication failed"), pgErr.Code == pgerrcode.InvalidPassword:
+	if pgErr.Code == pgerrcode.InvalidPassword {
 		return LoginPassword, ""
-	case strings.HasPrefix(msg, "role ") && strings.HasSuffix(msg, " does not exist"):
-		return LoginNoRole, ""
-	case strings.HasPrefix(msg, "role ") && strings.HasSuffix(msg, " is not permitted to log in"):
-		return LoginNoLogin, ""
-	case strings.HasPrefix(msg, "no pg_hba.conf entry"):
-		return LoginHBA, ""
-	case strings.HasPrefix(msg, "pg_hba.conf rejects connection"):
-		return LoginReject, ""
+	}
+	msg := pgErr.Message
+	for _, k := range loginMessages {
+		if strings.HasPrefix(msg, k.prefix) && strings.HasSuffix(msg, k.suffix) {
+			return k.kind, ""
+		}
 	}
 	if method, _, ok := strings.Cut(msg, " authentication failed for user"); ok && method != "" && !strings.Contains(method, ":") {
 		return LoginMethod, method
@@ -68,6 +58,46 @@ func classify(pgErr *pgconn.PgError) (LoginKind, string) {
 		return LoginMethod, "certificate"
 	}
 	return LoginUnknown, ""
+}
+
+// loginMessages are the server's refusals that name their kind, by how the message starts and
+// ends (PostgreSQL 15's messages, and Cloud SQL's IAM ones).
+var loginMessages = []struct {
+	prefix, suffix string
+	kind           LoginKind
+}{
+	{"Peer authentication failed", "", LoginPeer},
+	{"Ident authentication failed", "", LoginIdent},
+	{"Cloud SQL IAM ", "", LoginIAM},
+	{"password authentication failed", "", LoginPassword},
+	{"role ", " does not exist", LoginNoRole},
+	{"role ", " is not permitted to log in", LoginNoLogin},
+	{"no pg_hba.conf entry", "", LoginHBA},
+	{"pg_hba.conf rejects connection", "", LoginReject},
+}
+
+// peerHint is [LoginHint] for a refused peer login of database user u by OS user osUser.
+func peerHint(u, osUser string) string {
+	if osUser == "" || osUser == u {
+		return fmt.Sprintf("over a Unix socket the server lets an OS user in only as the database user "+
+			"of the same name, or as its pg_ident.conf map allows, and it did not let OS user %q in as %q: "+
+			"connect over TCP (host=127.0.0.1) with the user's password instead", osUser, u)
+	}
+	return fmt.Sprintf("over a Unix socket the server lets an OS user in only as the database user of "+
+		"the same name, and couponctl runs as OS user %q, not %q: either create database user %q once "+
+		"(%s) and leave user= out of DATABASE_URL, or run couponctl as OS user %q",
+		osUser, u, osUser, createUser(osUser, osUser), u)
+}
+
+// passwordHint is [LoginHint] for a refused password login of u, sent is whether one was sent.
+func passwordHint(u string, sent bool) string {
+	if sent {
+		return fmt.Sprintf("the server refused the password sent for %q: check DB_PASS (Cloud SQL "+
+			"without DB_IAM_AUTH) or the password in DATABASE_URL (postgres://USER:PASSWORD@HOST/DB)", u)
+	}
+	return fmt.Sprintf("the server asks %q for a password and none was sent: give it in DATABASE_URL "+
+		"(postgres://USER:PASSWORD@HOST/DB) or PGPASSWORD, or DB_PASS on Cloud SQL; a Cloud SQL IAM "+
+		"user logs in with DB_IAM_AUTH=true and no password", u)
 }
 
 // LoginHint says, for a login the server refused (SQLSTATE class 28, invalid authorization
@@ -81,27 +111,13 @@ func LoginHint(pgErr *pgconn.PgError, a Attempt) (LoginKind, string) {
 	u, osUser := a.User, a.OSUser
 	switch kind {
 	case LoginPeer:
-		if osUser == "" || osUser == u {
-			return kind, fmt.Sprintf("over a Unix socket the server lets an OS user in only as the database user "+
-				"of the same name, or as its pg_ident.conf map allows, and it did not let OS user %q in as %q: "+
-				"connect over TCP (host=127.0.0.1) with the user's password instead", osUser, u)
-		}
-		return kind, fmt.Sprintf("over a Unix socket the server lets an OS user in only as the database user of "+
-			"the same name, and couponctl runs as OS user %q, not %q: either create database user %q once "+
-			"(%s) and leave user= out of DATABASE_URL, or run couponctl as OS user %q",
-			osUser, u, osUser, createUser(osUser, osUser), u)
+		return kind, peerHint(u, osUser)
 	case LoginIdent:
 		return kind, fmt.Sprintf("the server asked which OS user opened the connection, and lets in only the "+
 			"database user of that name (or one its pg_ident.conf map allows), not %q: log in as the database "+
 			"user named as your OS user (%q), or run couponctl as OS user %q", u, osUser, u)
 	case LoginPassword:
-		if a.Password {
-			return kind, fmt.Sprintf("the server refused the password sent for %q: check DB_PASS (Cloud SQL "+
-				"without DB_IAM_AUTH) or the password in DATABASE_URL (postgres://USER:PASSWORD@HOST/DB)", u)
-		}
-		return kind, fmt.Sprintf("the server asks %q for a password and none was sent: give it in DATABASE_URL "+
-			"(postgres://USER:PASSWORD@HOST/DB) or PGPASSWORD, or DB_PASS on Cloud SQL; a Cloud SQL IAM "+
-			"user logs in with DB_IAM_AUTH=true and no password", u)
+		return kind, passwordHint(u, a.Password)
 	case LoginIAM:
 		return kind, fmt.Sprintf("the instance did not accept this process's Google credentials as database "+
 			"user %q: with DB_IAM_AUTH=true, DB_USER is the service account's email without "+

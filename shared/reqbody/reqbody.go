@@ -105,6 +105,36 @@ func (v Value) Int(lo, hi int64) (int64, error) {
 	return n, nil
 }
 
+// readField reads the next field of the object dec is in and hands its value to its reader in
+// fields, refusing a field not in fields, one in seen, and a nested value.
+func readField(dec *json.Decoder, fields Fields, seen map[string]bool) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("body is not JSON: %w", err)
+	}
+	key := tok.(string) // inside an object, json.Decoder yields keys as strings
+	read, ok := fields[key]
+	if !ok {
+		return fmt.Errorf("unknown field %q", key)
+	}
+	if seen[key] {
+		return fmt.Errorf("duplicate field %q", key)
+	}
+	seen[key] = true
+	if tok, err = dec.Token(); err != nil {
+		return fmt.Errorf("body is not JSON: %w", err)
+	}
+	if err := read(Value{key: key, tok: tok}); err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+		// A reader that took an object or an array as its value would have to walk it; none
+		// does, and each refuses it by its type above.
+		return fmt.Errorf("field %q: nested values are not read", key)
+	}
+	return nil
+}
+
 // DecodeObject walks body as one JSON object token by token, and hands each field's value to
 // its reader in fields. It refuses what encoding/json alone would accept or word in Go's terms:
 // null and any other non-object, a field not in fields (names are case-sensitive), a field given
@@ -122,29 +152,8 @@ func DecodeObject(body []byte, fields Fields) error {
 	}
 	seen := map[string]bool{}
 	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("body is not JSON: %w", err)
-		}
-		key := tok.(string) // inside an object, json.Decoder yields keys as strings
-		read, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("unknown field %q", key)
-		}
-		if seen[key] {
-			return fmt.Errorf("duplicate field %q", key)
-		}
-		seen[key] = true
-		if tok, err = dec.Token(); err != nil {
-			return fmt.Errorf("body is not JSON: %w", err)
-		}
-		if err := read(Value{key: key, tok: tok}); err != nil {
+		if err := readField(dec, fields, seen); err != nil {
 			return err
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
-			// A reader that took an object or an array as its value would have to walk it;
-			// none does, and each refuses it by its type above.
-			return fmt.Errorf("field %q: nested values are not read", key)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing '}'
