@@ -1,6 +1,6 @@
 // Package lifecycle starts and stops the functions as Cloud Run expects: [OpenDB] opens the
-// pool and checks the database before anything serves, and [Serve] serves until SIGTERM, then
-// drains and closes what was opened.
+// pool and checks the database before anything serves, [Serve] serves until SIGTERM, then
+// drains and closes what was opened, and [Main] is a deployable main's body, both together.
 package lifecycle
 
 import (
@@ -27,9 +27,8 @@ import (
 // telemetry flush and the pool's close.
 const (
 	// DrainTimeout bounds how long in-flight requests may run after SIGTERM before their
-	// contexts are cancelled. An IssueCoupon call ends within its 2.5 s budget plus the 0.3 s
-	// look-up of a lost COMMIT answer, well inside it; a relay run is cancelled and releases
-	// the rows it has not pushed.
+	// contexts are cancelled. An IssueCoupon call ends within its 2.5 s budget, well inside it;
+	// a relay run is cancelled and releases the rows it has not pushed.
 	DrainTimeout = 5 * time.Second
 	// CancelledRequestsTimeout bounds how long the requests whose contexts were cancelled at
 	// the end of the drain get to answer and hand their connections back (a cancelled query

@@ -10,41 +10,18 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
+	"net/http"
 
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/shared/lifecycle"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 func main() {
-	if err := run(context.Background()); err != nil {
-		slog.Error("IssueCoupon: " + err.Error())
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context) error {
-	shutdownTelemetry, err := telemetry.Setup(ctx)
-	if err != nil {
-		return err
-	}
-	var d *lifecycle.DB // opened by Start once the settings are valid
-	open := func(ctx context.Context) (*lifecycle.DB, error) {
-		var err error
-		d, err = lifecycle.OpenDB(ctx)
-		return d, err
-	}
-	h, settings, err := issue.Start(ctx, open)
-	if err != nil {
-		return err
-	}
-	addr := ":" + lifecycle.Port()
-	slog.Info("IssueCoupon: serving", "addr", addr, "issuance", settings, "db", d.Settings,
-		"drain", lifecycle.DrainTimeout)
-	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: issue.Instrument(h), Closers: []lifecycle.Closer{
-		lifecycle.TelemetryFlush(shutdownTelemetry),
-		d.Closer,
-	}})
+	lifecycle.Main("IssueCoupon", func(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (http.Handler, []any, error) {
+		h, settings, err := issue.Start(ctx, open)
+		if err != nil {
+			return nil, nil, err
+		}
+		return issue.Instrument(h), []any{"issuance", settings}, nil
+	})
 }

@@ -13,40 +13,18 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
+	"net/http"
 
 	"github.com/mops/coupon-api/functions/relay"
 	"github.com/mops/coupon-api/shared/lifecycle"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 func main() {
-	if err := run(context.Background()); err != nil {
-		slog.Error("RelayOutbox: " + err.Error())
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context) error {
-	shutdownTelemetry, err := telemetry.Setup(ctx)
-	if err != nil {
-		return err
-	}
-	var d *lifecycle.DB // opened by Start once the settings are valid
-	open := func(ctx context.Context) (*lifecycle.DB, error) {
-		var err error
-		d, err = lifecycle.OpenDB(ctx)
-		return d, err
-	}
-	h, err := relay.Start(ctx, open)
-	if err != nil {
-		return err
-	}
-	addr := ":" + lifecycle.Port()
-	slog.Info("RelayOutbox: serving", "addr", addr, "db", d.Settings, "drain", lifecycle.DrainTimeout)
-	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: relay.Instrument(h), Closers: []lifecycle.Closer{
-		lifecycle.TelemetryFlush(shutdownTelemetry),
-		d.Closer,
-	}})
+	lifecycle.Main("RelayOutbox", func(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (http.Handler, []any, error) {
+		h, err := relay.Start(ctx, open)
+		if err != nil {
+			return nil, nil, err
+		}
+		return relay.Instrument(h), nil, nil
+	})
 }
