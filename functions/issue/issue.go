@@ -13,10 +13,12 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
 
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/lifecycle"
+	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 func init() {
@@ -42,7 +44,8 @@ func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error
 	if err != nil {
 		return nil, "", err
 	}
-	if err := registerGauges(d.Pool); err != nil {
+	// The campaign budget gauge, read through the pool once per metric export.
+	if _, err := telemetry.RegisterBudgetGauge(otel.GetMeterProvider(), d.Pool); err != nil {
 		return nil, "", err
 	}
 	return h, cfg.String(), nil

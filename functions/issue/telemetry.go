@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel"
 
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/telemetry"
@@ -41,11 +39,4 @@ func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outc
 	default:
 		h.log.InfoContext(ctx, "IssueCoupon", append(attrs, "result", string(out.Result))...)
 	}
-}
-
-// registerGauges registers the campaign budget gauge on the global meter provider, read
-// through pool once per metric export, for the instance's life.
-func registerGauges(pool *pgxpool.Pool) error {
-	_, err := telemetry.RegisterBudgetGauge(otel.GetMeterProvider(), pool)
-	return err
 }

@@ -15,11 +15,13 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
 
 	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/reqbody"
+	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 func init() {
@@ -45,7 +47,8 @@ func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error
 	if err != nil {
 		return nil, err
 	}
-	if err := registerGauges(d.Pool); err != nil {
+	// The outbox gauges, read through the pool once per metric export.
+	if _, err := telemetry.RegisterOutboxGauges(otel.GetMeterProvider(), d.Pool); err != nil {
 		return nil, err
 	}
 	return h, nil
