@@ -22,7 +22,9 @@ import (
 )
 
 func init() {
-	functions.HTTP("IssueCoupon", Instrument(http.HandlerFunc(issueCoupon)).ServeHTTP)
+	functions.HTTP("IssueCoupon", Instrument(lazy.Handler(instance, "IssueCoupon", func(w http.ResponseWriter, _ *http.Request) {
+		writeInternalError(w)
+	})).ServeHTTP)
 }
 
 // Start starts IssueCoupon, wherever it is served: by the functions framework (init's
@@ -57,16 +59,6 @@ var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
 	h, _, err := Start(ctx, lifecycle.OpenDB)
 	return h, err
 })
-
-func issueCoupon(w http.ResponseWriter, r *http.Request) {
-	h, err := instance.Get(r.Context())
-	if err != nil {
-		slog.Error("IssueCoupon: start-up", "err", err)
-		writeInternalError(w)
-		return
-	}
-	h.ServeHTTP(w, r)
-}
 
 // Handler serves IssueCoupon over one issuance service.
 type Handler struct {

@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	functions.HTTP("RelayOutbox", Instrument(http.HandlerFunc(relayOutbox)).ServeHTTP)
+	functions.HTTP("RelayOutbox", Instrument(lazy.Handler(instance, "RelayOutbox", internalError)).ServeHTTP)
 }
 
 // Start starts RelayOutbox, wherever it is served: by the functions framework (init's
@@ -58,14 +58,9 @@ func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error
 // kept for the instance's life.
 var instance = lazy.New(func(ctx context.Context) (*Handler, error) { return Start(ctx, lifecycle.OpenDB) })
 
-func relayOutbox(w http.ResponseWriter, r *http.Request) {
-	h, err := instance.Get(r.Context())
-	if err != nil {
-		slog.Error("RelayOutbox: start-up", "err", err)
-		writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
-		return
-	}
-	h.ServeHTTP(w, r)
+// internalError answers 500 with a generic body; the detail is in the log.
+func internalError(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
 }
 
 // Handler serves RelayOutbox over one relay.

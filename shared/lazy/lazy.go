@@ -5,6 +5,8 @@ package lazy
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"sync"
 )
 
@@ -36,4 +38,18 @@ func (l *Value[T]) Get(ctx context.Context) (T, error) {
 	}
 	l.v, l.built = v, true
 	return v, nil
+}
+
+// Handler serves each request with the http.Handler that v builds on first use; while it
+// cannot be built, it logs the failure as name's start-up error and answers with fail.
+func Handler[T http.Handler](v *Value[T], name string, fail http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, err := v.Get(r.Context())
+		if err != nil {
+			slog.Error(name+": start-up", "err", err)
+			fail(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
