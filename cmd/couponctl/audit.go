@@ -8,7 +8,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/answerlog"
 	"github.com/mops/coupon-api/internal/audit"
-	"github.com/mops/coupon-api/shared/issuance"
 )
 
 func auditCmd() *cobra.Command {
@@ -30,15 +29,19 @@ A violation is:
     inside the campaign's period (counters only grow, so a refusal they contradict now was
     wrong then; one they do not contradict may still have been wrong, which no table can say);
   - a live coupon of one of the log's (campaign, member) pairs that no answer said ISSUED for,
-    while every answer of the pair was determinate (the log must hold every request for its
-    pairs, as load's and drill's do: their member ids are their run's own);
+    while every answer of the pair was determinate, unless it predates the log: issued_at (the
+    service's clock) more than 1 s (the clock skew allowed) before the log's first request, or
+    within that second of it and named by an ALREADY_ISSUED answer of its pair (a load re-run
+    with an earlier run's seed). The log must hold every request for its pairs while it ran, as
+    load's and drill's do: their member ids are their run's own;
   - a broken rule: R1 budget, R2 one per member, R3 monthly cap, counters, one outbox row per
     coupon (as couponctl reconcile).
 
 Indeterminate answers (a transport error, a 5xx other than 503 RETRY_EXHAUSTED) are not
 judged: the table counts them by whether their pair holds a coupon now.
 
-MONTHLY_CAP_YEN must be the service's. Prints the answers by code with latency, the
+MONTHLY_CAP_YEN must be the service's (the only setting of the service audit reads). A log
+without a single answer is refused: nothing to audit, exit 1. Prints the answers by code with latency, the
 indeterminate ones, each check, the invariant report and the lines of every failure (at most
 100 per check); exits 1 on any violation.`,
 		Args: cobra.ExactArgs(1),
@@ -47,7 +50,10 @@ indeterminate ones, each check, the invariant report and the lines of every fail
 			if err != nil {
 				return err
 			}
-			cfg, err := issuance.ConfigFromEnv()
+			if len(answers) == 0 {
+				return fmt.Errorf("%s holds no answers: nothing to audit (did the load or drill that wrote it send any request?)", args[0])
+			}
+			capYen, err := audit.CapYenFromEnv()
 			if err != nil {
 				return err
 			}
@@ -57,7 +63,7 @@ indeterminate ones, each check, the invariant report and the lines of every fail
 				return err
 			}
 			defer closePool()
-			rep, err := audit.Run(ctx, pool, answers, audit.Config{CapYen: cfg.MonthlyCapYen})
+			rep, err := audit.Run(ctx, pool, answers, audit.Config{CapYen: capYen})
 			if err != nil {
 				return err
 			}

@@ -67,6 +67,12 @@ database that holds coupons or outbox rows, and skips db-crash and stall: it doe
 server's processes (the report names them). Against a deployed service use "couponctl load
 --record FILE" then "couponctl audit FILE" instead.
 
+--record is created before anything else: a path that cannot be written stops the drill before
+it starts a server or writes into DATABASE_URL. Interrupted (Ctrl-C, SIGTERM: exit 130 or 143,
+"couponctl: interrupted"), the drill stops its processes, removes its temporary files (the
+answer log when --record was not given, and the serving process's log), and names the --record
+file it keeps, unaudited.
+
 With the defaults the drill takes about 45 s on a 2-core machine: 40 s of load and faults, plus
 the setup, the drain and the audit.`,
 		Args: cobra.NoArgs,
@@ -76,7 +82,7 @@ the setup, the drain and the audit.`,
 	f.DurationVar(&o.duration, "duration", 40*time.Second, "how long the load and the fault schedule run (2 x faults + 1 slots)")
 	f.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients, each sending one request at a time")
 	f.StringVar(&o.faults, "faults", "db-crash,kill,sigterm,stall,line-outage", "the faults to inject, in order (comma list)")
-	f.StringVar(&o.record, "record", "", "write the answer log here (default: a temporary file, named at the end)")
+	f.StringVar(&o.record, "record", "", "write the answer log here, created before anything is set up (default: a temporary file, named at the end, removed if the drill is interrupted)")
 	f.BoolVar(&o.yes, "yes", false, "with DATABASE_URL set: migrate that database and write the drill's campaigns, coupons and outbox rows into it")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the traffic's shuffle and tap delays")
 	f.StringVar(&o.brk, "break", "", "break durability on purpose, to see the drill fail: "+drill.BreakSyncCommitOff+" (own server, with db-crash)")
@@ -109,6 +115,14 @@ func runDrill(cmd *cobra.Command, o drillOptions) error {
 		Duration: o.duration, Clients: o.clients, Faults: faults, Record: o.record, DatabaseURL: dbURL,
 		Break: o.brk, Serve: []string{exe, "serve"}, Seed: o.seed, Out: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr(),
 	})
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: main says so; the drill removed its temporary files, and kept the
+		// answer log it was told to write, which is named here.
+		if outcome.Record != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "drill: interrupted; the answers recorded so far are in %s (not audited)\n", outcome.Record)
+		}
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w%s", err, files(outcome))
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
 // drillTimeout bounds one drill in these tests, setup, drain and audit included: a drill that
@@ -59,6 +65,10 @@ func TestDrillPassesWithEveryFault(t *testing.T) {
 			t.Errorf("no row for fault %s in the report:\n%s", fault, out)
 		}
 	}
+	// The kill row says how long no process served: the whole slot, not the new one's start-up.
+	if !regexp.MustCompile(`(?m)^  kill .*SIGKILL at \+0\.0 s; no process until a new one served from \+[1-9]\.\d s$`).MatchString(out) {
+		t.Errorf("the kill row does not say from when a new process served, a slot after the kill:\n%s", out)
+	}
 	answers, err := answerlog.ReadFile(record)
 	if err != nil || len(answers) < 1000 {
 		t.Errorf("answer log %s: %d answers, %v; want thousands", record, len(answers), err)
@@ -88,5 +98,96 @@ func TestDrillAsksBeforeUsingDatabaseURL(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, "drill", "--faults", "db-crash,flood"); err == nil || !strings.Contains(err.Error(), `"flood"`) {
 		t.Errorf("drill --faults db-crash,flood: %v; want the unknown fault named", err)
+	}
+}
+
+// TestDrillCreatesItsRecordBeforeSettingUp: a --record path that cannot be written stops the
+// drill before it writes anything into DATABASE_URL's database (which a re-run would then find
+// holding the drill's campaigns).
+func TestDrillCreatesItsRecordBeforeSettingUp(t *testing.T) {
+	url := pgtest.EmptyURL(t)
+	t.Setenv("DATABASE_URL", url)
+	record := filepath.Join(t.TempDir(), "missing", "x.jsonl")
+	if _, _, err := runCLI(t, "drill", "--yes", "--record", record); err == nil || !strings.Contains(err.Error(), record) {
+		t.Fatalf("drill --record %s: %v; want the path refused", record, err)
+	}
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var tables int
+	if err := conn.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Errorf("the database holds %d tables after the refused drill, want none (not migrated, nothing written)", tables)
+	}
+}
+
+// TestDrillInterruptedLeavesNoTemporaryFiles: Ctrl-C during the load ends the drill with 130 and
+// "couponctl: interrupted"; its temporary answer log and serving log are removed (nobody audits a
+// cut drill, as the demo removes its log), and an answer log given with --record is kept and
+// named.
+func TestDrillInterruptedLeavesNoTemporaryFiles(t *testing.T) {
+	bin := proctest.Build(t, ".")
+	for _, withRecord := range []bool{false, true} {
+		t.Run(fmt.Sprintf("record=%v", withRecord), func(t *testing.T) {
+			// A TMPDIR of its own, open to all: the throwaway server's initdb runs as postgres.
+			tmp, err := os.MkdirTemp("", "drill-tmpdir-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(tmp) })
+			if err := os.Chmod(tmp, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"drill", "--duration", "60s", "--faults", "line-outage"}
+			record := filepath.Join(t.TempDir(), "answers.jsonl")
+			if withRecord {
+				args = append(args, "--record", record)
+			}
+			cmd := exec.Command(bin, args...)
+			cmd.Env = proctest.Env("DATABASE_URL=", "TMPDIR="+tmp)
+			var stderr syncbuf.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			deadline := time.Now().Add(drillTimeout)
+			for !strings.Contains(stderr.String(), "  load: ") {
+				select {
+				case err := <-exited:
+					t.Fatalf("the drill exited (%v) before its load:\n%s", err, stderr.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the drill's load did not start within %s:\n%s", drillTimeout, stderr.String())
+				}
+			}
+			time.Sleep(time.Second) // into the load, answers recorded
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			err = <-exited
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(stderr.String(), "couponctl: interrupted") {
+				t.Fatalf("interrupted drill: %v, want exit 130 and couponctl: interrupted:\n%s", err, stderr.String())
+			}
+			left, _ := filepath.Glob(filepath.Join(tmp, "couponctl-drill-*"))
+			if len(left) > 0 {
+				t.Errorf("left in TMPDIR: %v, want nothing\n%s", left, stderr.String())
+			}
+			if withRecord {
+				answers, err := answerlog.ReadFile(record)
+				if err != nil || len(answers) == 0 || !strings.Contains(stderr.String(), "recorded so far are in "+record) {
+					t.Errorf("--record %s: %d answers, %v; want kept, whole and named on stderr:\n%s", record, len(answers), err, stderr.String())
+				}
+			}
+		})
 	}
 }

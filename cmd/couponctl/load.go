@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
@@ -22,7 +24,6 @@ import (
 	"github.com/mops/coupon-api/internal/audit"
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/reconcile"
-	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -32,24 +33,37 @@ type loadOptions struct {
 	members, budget    int
 	duration           time.Duration
 	seed               uint64
-	record             string // the answer log's path, "" for none
+	record             string   // the answer log's path, "" for none
+	headers            []string // --header "Name: value", each sent with every request
 }
 
 func loadCmd() *cobra.Command {
 	var o loadOptions
 	c := &cobra.Command{
-		Use:   "load --url URL [--campaigns N] [--clients N] [--duration D] [--record FILE]",
+		Use:   "load --url URL [--campaigns N] [--clients N] [--duration D] [--header 'Name: value'] [--record FILE]",
 		Short: "Sustained load on a served IssueCoupon, then the rules checked by SQL",
 		Long: `Send IssueCoupon requests to --url from --clients concurrent clients for --duration
 (tsenart/vegeta, as fast as the service answers), spread over --campaigns campaigns and
 --members members, then report throughput, latency percentiles and the answers, and check the
-rules on DATABASE_URL (the database the served function uses) with reconcile.
+rules on DATABASE_URL (the database the served function uses) with reconcile, R3 at
+MONTHLY_CAP_YEN (the service's; default 2,000 yen). DATABASE_URL must be migrated ("couponctl
+migrate"); it is checked before anything is sent or written.
 
 The campaigns LOAD-0001.. are created on DATABASE_URL if missing (1,000 yen coupons, a budget
-of --budget-yen each). Member ids carry the run's seed, so runs do not collide.
+of --budget-yen each). Member ids carry the run's seed, and the default seed is the start time in
+nanoseconds, so two runs with different seeds never share a member. A run given an earlier run's
+--seed sends that run's members again: they are answered ALREADY_ISSUED (or refused), which
+"couponctl audit" accepts, their coupons being older than its log.
+
+--header 'Name: value' (repeatable) is sent with every request, the probe included: a deployed
+IssueCoupon takes only the gateway's Google ID token, as
+  --header "Authorization: Bearer $(gcloud auth print-identity-token \
+      --impersonate-service-account=coupon-gateway@PROJECT.iam.gserviceaccount.com --audiences=URL)"
+(docs/operations.md, "Fault drill"; the token lasts an hour).
 
 Exits 1 if an answer is outside the contract, docs/api.md (a 5xx other than 503 RETRY_EXHAUSTED, a transport
-error) or a rule is broken. Start the service first, for example:
+error), a coupon answered ISSUED or ALREADY_ISSUED is not in DATABASE_URL's issued_coupons (is
+DATABASE_URL the service's database?), or a rule is broken. Start the service first, for example:
 
   DATABASE_URL=... FUNCTION_TARGET=IssueCoupon PORT=8080 couponctl serve &
   DATABASE_URL=... couponctl load --url http://127.0.0.1:8080/ --clients 256 --duration 1m
@@ -68,9 +82,10 @@ exists, no refusal is contradicted, every answer came within 3 s.`,
 	f.IntVar(&o.clients, "clients", 64, "concurrent clients")
 	f.IntVar(&o.members, "members", 100_000, "distinct members the requests are drawn from")
 	f.DurationVar(&o.duration, "duration", time.Minute, "how long to send")
-	f.Uint64Var(&o.seed, "seed", uint64(time.Now().Unix()), "seed of the request mix; also names the run's members")
+	f.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the request mix; also names the run's members (default: the start time in nanoseconds)")
 	f.IntVar(&o.budget, "budget-yen", 1_000_000_000, "budget of each campaign created, in yen")
 	f.StringVar(&o.record, "record", "", "write every answer to this file, one JSON line each, for couponctl audit")
+	f.StringArrayVar(&o.headers, "header", nil, `a header sent with every request, "Name: value" (repeatable), such as "Authorization: Bearer TOKEN"`)
 	return c
 }
 
@@ -91,19 +106,60 @@ func (o loadOptions) validate() error {
 	if o.budget < 1000 {
 		errs = append(errs, fmt.Errorf("--budget-yen %d: must be at least one 1,000 yen coupon", o.budget))
 	}
+	if _, err := parseHeaders(o.headers); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// parseHeaders reads each --header "Name: value" into the header of every request: a JSON
+// Content-Type unless one is given. A name that is not an HTTP token, or a value with a control
+// character, is refused.
+func parseHeaders(lines []string) (http.Header, error) {
+	h := http.Header{}
+	for _, line := range lines {
+		name, value, ok := strings.Cut(line, ":")
+		value = strings.TrimSpace(value)
+		if !ok || !validHeaderName(name) || strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			return nil, fmt.Errorf(`--header %q: want "Name: value", a name of letters, digits and !#$%%&'*+-.^_|~ and a value without control characters`, line)
+		}
+		h.Add(name, value)
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return h, nil
+}
+
+// validHeaderName reports whether name is an HTTP field name (RFC 9110, 5.1: a token).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if r >= 0x7f || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return true
 }
 
 func runLoad(cmd *cobra.Command, o loadOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	header, _ := parseHeaders(o.headers) // validate refused a bad one
+	capYen, err := audit.CapYenFromEnv()
+	if err != nil {
+		return fmt.Errorf("load checks R3 at the service's cap: %w", err)
+	}
 	ctx := cmd.Context()
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	if err := probeIssueCoupon(ctx, o.url); err != nil {
+	if err := probeIssueCoupon(ctx, o.url, header); err != nil {
 		return err
 	}
-	pool, closePool, err := db.OpenFromEnv(ctx)
+	// The database first, then the answer log: a load that cannot check its rules writes nothing.
+	pool, closePool, err := openMigrated(ctx)
 	if err != nil {
 		return fmt.Errorf("load checks the rules on the service's database: %w", err)
 	}
@@ -127,7 +183,6 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(o.seed, 0))
-	header := http.Header{"Content-Type": []string{"application/json"}}
 	run := strconv.FormatUint(o.seed, 36)
 	targeter := func(t *vegeta.Target) error {
 		mu.Lock()
@@ -147,6 +202,7 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 	answers := map[string]int{}
 	outside := 0
 	var examples []string
+	claimed := map[string]struct{}{} // the coupon ids answered ISSUED or ALREADY_ISSUED
 	for res := range attacker.Attack(targeter, vegeta.ConstantPacer{}, o.duration, "load") {
 		metrics.Add(res)
 		result := loadResultOf(res)
@@ -155,7 +211,10 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 			label = "transport error"
 		}
 		answers[label]++
-		if audit.Classify(int(res.Code), result) != audit.Determinate {
+		if class := audit.Classify(int(res.Code), result); class == audit.Determinate &&
+			(result == string(issuance.ResultIssued) || result == string(issuance.ResultAlreadyIssued)) {
+			claimed[loadCouponOf(res)] = struct{}{}
+		} else if class != audit.Determinate {
 			if outside++; len(examples) < 5 {
 				examples = append(examples, strings.TrimSpace(label+" "+res.Error))
 			}
@@ -190,7 +249,15 @@ func runLoad(cmd *cobra.Command, o loadOptions) error {
 	if outside > 0 {
 		failures = append(failures, fmt.Sprintf("%d answers outside the contract, such as %q", outside, examples))
 	}
-	rep, err := reconcile.Check(context.WithoutCancel(ctx), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	missing, err := missingCoupons(context.WithoutCancel(ctx), pool, claimed)
+	if err != nil {
+		return err
+	}
+	if missing > 0 {
+		failures = append(failures, fmt.Sprintf("%d of the %d coupons answered ISSUED or ALREADY_ISSUED are not in issued_coupons of "+
+			"DATABASE_URL's database: is DATABASE_URL the service's database?", missing, len(claimed)))
+	}
+	rep, err := reconcile.Check(context.WithoutCancel(ctx), pool, reconcile.Config{CapYen: capYen})
 	if err != nil {
 		return err
 	}
@@ -215,6 +282,42 @@ func loadResultOf(res *vegeta.Result) string {
 	return body.Result
 }
 
+// loadCouponOf is the coupon id of a load answer's JSON body, or "".
+func loadCouponOf(res *vegeta.Result) string {
+	var body struct {
+		CouponID string `json:"coupon_id"`
+	}
+	_ = json.Unmarshal(res.Body, &body)
+	return body.CouponID
+}
+
+// missingCoupons counts the coupon ids of claimed that issued_coupons does not hold (an id that
+// is not a UUID included): the service answered them, so a database without them is not the
+// service's, or lost them.
+func missingCoupons(ctx context.Context, pool *pgxpool.Pool, claimed map[string]struct{}) (int, error) {
+	const batch = 10_000
+	var ids []string
+	missing := 0
+	for id := range claimed {
+		if _, err := uuid.Parse(id); err != nil {
+			missing++
+			continue
+		}
+		ids = append(ids, id)
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), batch)
+		var found int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM issued_coupons WHERE coupon_id = ANY($1::uuid[])`, ids[:n]).Scan(&found)
+		if err != nil {
+			return 0, fmt.Errorf("load: the answered coupons in issued_coupons: %w", err)
+		}
+		missing += n - found
+		ids = ids[n:]
+	}
+	return missing, nil
+}
+
 // recordedAnswer is res as a line of the answer log, its member and campaign read from the
 // fragment of its URL (see the targeter); vegeta's Error is the transport error only without a
 // status (with one it is the status line).
@@ -232,12 +335,15 @@ func recordedAnswer(res *vegeta.Result) answerlog.Answer {
 
 // probeIssueCoupon sends one request that writes nothing (an empty object: INVALID_REQUEST) and
 // refuses a URL that does not answer as IssueCoupon, before the load sends thousands to it.
-func probeIssueCoupon(ctx context.Context, target string) error {
+func probeIssueCoupon(ctx context.Context, target string, header http.Header) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(`{}`))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header = header.Clone()
+	if host := header.Get("Host"); host != "" {
+		req.Host = host // as vegeta sends it
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("--url %s: %w", target, err)
@@ -245,6 +351,11 @@ func probeIssueCoupon(ctx context.Context, target string) error {
 	defer resp.Body.Close()
 	var body struct {
 		Result string `json:"result"`
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return fmt.Errorf("--url %s refused the caller (HTTP %d to an empty request): a deployed IssueCoupon takes only the gateway's "+
+			"ID token; send it with --header \"Authorization: Bearer $(gcloud auth print-identity-token "+
+			"--impersonate-service-account=GATEWAY_SA --audiences=URL)\" (docs/operations.md, \"Fault drill\")", target, resp.StatusCode)
 	}
 	if resp.StatusCode != http.StatusBadRequest || json.NewDecoder(resp.Body).Decode(&body) != nil || body.Result != "INVALID_REQUEST" {
 		return fmt.Errorf("--url %s does not answer as IssueCoupon (HTTP %d to an empty request, want 400 INVALID_REQUEST); "+

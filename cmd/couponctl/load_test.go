@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -77,5 +79,154 @@ func TestLoadRecordThenAudit(t *testing.T) {
 	out, err = couponctl("audit", record)
 	if !errors.Is(err, errViolations) || !strings.Contains(out, "coupon "+lost+" (LOAD-0001, m-lost): not in issued_coupons") {
 		t.Errorf("audit of a log claiming a coupon that does not exist: %v\n%s\nwant exit 1 naming %s", err, out, lost)
+	}
+}
+
+// serveIssueCoupon serves IssueCoupon on the database at databaseURL with cfg, behind wrap (nil:
+// none), and returns its URL.
+func serveIssueCoupon(t *testing.T, databaseURL string, cfg issuance.Config, wrap func(http.Handler) http.Handler) string {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	h, err := issue.NewHandler(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handler http.Handler = h
+	if wrap != nil {
+		handler = wrap(h)
+	}
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/"
+}
+
+// shortLoad is a load of 1 s from 4 clients over 2 campaigns and 20 members, with more args.
+func shortLoad(url string, more ...string) (string, error) {
+	return couponctl(append([]string{"load", "--url", url, "--duration", "1s", "--clients", "4",
+		"--campaigns", "2", "--members", "20", "--budget-yen", "1000000"}, more...)...)
+}
+
+// TestLoadSendsHeaders: --header is sent with every request, the probe included, so that a
+// service that takes only a bearer token (Cloud Run's IAM, as the gateway's account) can be
+// loaded; without it the probe is refused naming --header; a malformed header is refused before
+// anything is sent.
+func TestLoadSendsHeaders(t *testing.T) {
+	url := pgtest.URL(t)
+	t.Setenv("DATABASE_URL", url)
+	var refused, hits atomic.Int64
+	target := serveIssueCoupon(t, url, issuance.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			if r.Header.Get("Authorization") != "Bearer t0k3n" || r.Header.Get("X-Drill") != "a: b" {
+				refused.Add(1)
+				http.Error(w, "Forbidden", http.StatusForbidden)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	out, err := shortLoad(target, "--header", "Authorization: Bearer t0k3n", "--header", "X-Drill:a: b")
+	if err != nil || refused.Load() > 0 || !strings.Contains(out, "201 ISSUED") {
+		t.Fatalf("load --header: %v, %d requests refused\n%s\nwant every request with the headers, ISSUED answers", err, refused.Load(), out)
+	}
+	if _, err := shortLoad(target); err == nil || !strings.Contains(err.Error(), "HTTP 403") || !strings.Contains(err.Error(), "--header") {
+		t.Errorf("load without the token: %v; want the probe's 403 and a hint naming --header", err)
+	}
+	before := hits.Load()
+	for _, bad := range []string{"Authorization Bearer t0k3n", ": no name", "Bad Name: x", "X-A: line\nbreak"} {
+		if _, err := shortLoad(target, "--header", bad); err == nil || !strings.Contains(err.Error(), `want "Name: value"`) {
+			t.Errorf("load --header %q: %v; want it refused as not \"Name: value\"", bad, err)
+		}
+	}
+	if hits.Load() != before {
+		t.Errorf("a malformed --header sent %d requests, want none", hits.Load()-before)
+	}
+}
+
+// TestLoadRerunWithTheSameSeedAudits: a load run again with an earlier run's seed sends the same
+// members, answered ALREADY_ISSUED: the second run's log audits OK (the coupons predate it). The
+// audit reads only MONTHLY_CAP_YEN of the service's settings (an ISSUE_BUDGET it does not use,
+// invalid, does not stop it), and refuses an empty log: nothing to audit.
+func TestLoadRerunWithTheSameSeedAudits(t *testing.T) {
+	url := pgtest.URL(t)
+	t.Setenv("DATABASE_URL", url)
+	target := serveIssueCoupon(t, url, issuance.Config{}, nil)
+	dir := t.TempDir()
+	l1, l2 := filepath.Join(dir, "l1.jsonl"), filepath.Join(dir, "l2.jsonl")
+	if out, err := shortLoad(target, "--seed", "42", "--record", l1); err != nil {
+		t.Fatalf("first load: %v\n%s", err, out)
+	}
+	out, err := shortLoad(target, "--seed", "42", "--record", l2)
+	if err != nil || strings.Contains(out, "201 ISSUED") {
+		t.Fatalf("second load with the same seed: %v\n%s\nwant no ISSUED (the same members)", err, out)
+	}
+	t.Setenv("ISSUE_BUDGET", "10s")
+	if out, err := couponctl("audit", l2); err != nil || !strings.Contains(out, "OK:") {
+		t.Errorf("audit of the second run's log: %v\n%s\nwant OK", err, out)
+	}
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := couponctl("audit", empty); err == nil || !strings.Contains(err.Error(), "nothing to audit") {
+		t.Errorf("audit of an empty log: %v\n%s\nwant a failure saying nothing to audit", err, out)
+	}
+}
+
+// TestLoadChecksTheServicesDatabase: pointed at a database other than the service's, load fails:
+// the coupons it was answered are not there.
+func TestLoadChecksTheServicesDatabase(t *testing.T) {
+	serviceDB, otherDB := pgtest.URL(t), pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), serviceDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, id := range []string{"LOAD-0001", "LOAD-0002"} {
+		if err := campaign.Create(context.Background(), pool, campaign.Campaign{ID: id, DiscountYen: 1000, BudgetYen: 1_000_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := serveIssueCoupon(t, serviceDB, issuance.Config{}, nil)
+	t.Setenv("DATABASE_URL", otherDB)
+	out, err := shortLoad(target)
+	if !errors.Is(err, errViolations) || !strings.Contains(out, "is DATABASE_URL the service's database?") || strings.Contains(out, "OK:") {
+		t.Errorf("load checking another database: %v\n%s\nwant a failure asking whether DATABASE_URL is the service's", err, out)
+	}
+}
+
+// TestLoadChecksTheCapItIsGiven: load checks R3 at MONTHLY_CAP_YEN, as the service reads it: a
+// service capping at 2,000 yen fails a load told the cap is 1,000 yen.
+func TestLoadChecksTheCapItIsGiven(t *testing.T) {
+	url := pgtest.URL(t)
+	t.Setenv("DATABASE_URL", url)
+	target := serveIssueCoupon(t, url, issuance.Config{MonthlyCapYen: 2000}, nil)
+	t.Setenv("MONTHLY_CAP_YEN", "1000")
+	out, err := shortLoad(target)
+	if !errors.Is(err, errViolations) || !strings.Contains(out, "over the 1000 yen cap") {
+		t.Errorf("load with MONTHLY_CAP_YEN=1000 on a 2,000 yen service: %v\n%s\nwant R3 broken at 1000 yen", err, out)
+	}
+}
+
+// TestLoadRefusesAnUnmigratedDatabase: on an unmigrated DATABASE_URL load says to run couponctl
+// migrate, and leaves no answer log behind.
+func TestLoadRefusesAnUnmigratedDatabase(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.EmptyURL(t))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"result":"INVALID_REQUEST"}`)
+	}))
+	defer srv.Close()
+	record := filepath.Join(t.TempDir(), "answers.jsonl")
+	out, err := shortLoad(srv.URL+"/", "--record", record)
+	if err == nil || !strings.Contains(err.Error(), "couponctl migrate") {
+		t.Errorf("load on an unmigrated database: %v\n%s\nwant a refusal saying to run couponctl migrate", err, out)
+	}
+	if _, err := os.Stat(record); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("answer log %s after the refusal: %v, want none", record, err)
 	}
 }

@@ -71,6 +71,8 @@ type Writer struct {
 	enc  *json.Encoder
 	n    int
 	werr error // the first write error: later writes are refused with it
+	done bool  // closed
+	cerr error // what Close returned
 }
 
 // Create creates (or truncates) the log file at path.
@@ -93,6 +95,9 @@ func (w *Writer) Write(a Answer) error {
 	if w.werr != nil {
 		return w.werr
 	}
+	if w.done {
+		return fmt.Errorf("answerlog: %s: write after close", w.f.Name())
+	}
 	if err := w.enc.Encode(a); err != nil {
 		w.werr = fmt.Errorf("answerlog: %s: %w", w.f.Name(), err)
 		return w.werr
@@ -109,11 +114,15 @@ func (w *Writer) Count() int {
 }
 
 // Close flushes and closes the file, returning the first error of any write, the flush or the
-// close.
+// close. Closing again does nothing and returns the same.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return errors.Join(w.werr, w.buf.Flush(), w.f.Close())
+	if !w.done {
+		w.done = true
+		w.cerr = errors.Join(w.werr, w.buf.Flush(), w.f.Close())
+	}
+	return w.cerr
 }
 
 // maxLine bounds one line of a log, in bytes: an answer is about 250 bytes; a transport error's

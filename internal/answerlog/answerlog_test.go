@@ -62,3 +62,21 @@ func TestReadNamesTheBadLine(t *testing.T) {
 		t.Errorf("Read: %v, want an error naming line 2", err)
 	}
 }
+
+// TestCloseTwice: a second Close (the drill closes its log when the load ends and again when it
+// stops, whichever comes first) does nothing; a write after it is refused.
+func TestCloseTwice(t *testing.T) {
+	w, err := Create(filepath.Join(t.TempDir(), "a.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(Answer{T: time.Now(), MemberID: "m", CampaignID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err1, err2 := w.Close(), w.Close(); err1 != nil || err2 != nil {
+		t.Errorf("Close, Close = %v, %v; want nil twice", err1, err2)
+	}
+	if err := w.Write(Answer{T: time.Now(), MemberID: "m", CampaignID: "c"}); err == nil {
+		t.Error("Write after Close: nil error")
+	}
+}

@@ -12,7 +12,9 @@
 //     no two ISSUED answers name the same coupon (each request makes its own coupon id);
 //   - no refusal is contradicted by the final tables (see below);
 //   - every live coupon of a (campaign, member) pair of the log was answered ISSUED to one of its
-//     requests, unless one of them got an indeterminate answer;
+//     requests, unless one of them got an indeterminate answer or the coupon predates the log
+//     (issued_at before the log's first send time less [Config.ClockSkew]; within the skew
+//     around that time, an ALREADY_ISSUED answer with its id also explains it: see checkPairs);
 //   - R1-R3, the counters and one outbox row per coupon, by SQL (internal/reconcile).
 //
 // Refusals are checked only where the final state proves them wrong whenever they were answered.
@@ -35,8 +37,11 @@
 // between is gone); that RETRY_EXHAUSTED wrote nothing, except through the pair check above;
 // what an indeterminate answer (a transport error, a 5xx other than 503 RETRY_EXHAUSTED) did:
 // those are reported with whether their pair holds a coupon now, not judged. The pair check
-// assumes the log holds every request sent for its pairs, as it does for `couponctl load` and
-// `couponctl drill`, whose member ids are their run's own.
+// assumes the log holds every request sent for its pairs while it ran, as it does for
+// `couponctl load` and `couponctl drill`, whose member ids are their run's own (a load re-run
+// with an earlier run's seed sends that run's pairs again, after it: their coupons predate the
+// log); a coupon written by a request of the log's first second (the clock skew) that another
+// request was answered ALREADY_ISSUED for is taken for older than the log.
 package audit
 
 import (
@@ -52,6 +57,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/answerlog"
+	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -73,6 +79,13 @@ type Config struct {
 	AnswerBound time.Duration
 	// ClockSkew widens the times compared with the tables. Default [DefaultClockSkew].
 	ClockSkew time.Duration
+}
+
+// CapYenFromEnv reads R3's cap as the service does: MONTHLY_CAP_YEN, a positive number of yen,
+// [issuance.DefaultMonthlyCapYen] when unset. It reads nothing else, so that an audit (or a
+// load's own check) is not refused for a setting of the service it does not use.
+func CapYenFromEnv() (int, error) {
+	return envconf.PositiveInt("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
 }
 
 func (c Config) withDefaults() Config {
@@ -164,7 +177,7 @@ func Run(ctx context.Context, db Beginner, answers []answerlog.Answer, cfg Confi
 		checkLatency(answers, cfg.AnswerBound),
 		checkCoupons(answers, t),
 		checkRefusals(answers, t, cfg),
-		checkPairs(answers, t),
+		checkPairs(answers, t, cfg),
 	}
 	return rep, nil
 }
@@ -336,37 +349,56 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 	return "", true
 }
 
-// checkPairs finds live coupons of the log's pairs that no answer said ISSUED for, while every
-// answer of the pair was one its caller could rely on.
-func checkPairs(answers []answerlog.Answer, t tables) Check {
-	c := Check{Name: "every coupon of the log's pairs was answered ISSUED (or an answer was indeterminate)", Unit: "coupons"}
+// checkPairs finds live coupons of the log's pairs that no answer of the log explains. A coupon
+// is explained when an answer of its pair said ISSUED with its id; or an answer of its pair was
+// indeterminate; or it was written before the log began, by the service's clock, with the clock
+// skew for slack: issued_at before the log's first send time less the skew, so not the log's to
+// explain (load re-run with an earlier run's seed sends that run's pairs again); or, within the
+// skew around that first send time, where the clocks cannot say which came first, when an answer
+// of its pair said ALREADY_ISSUED with its id. A coupon written later than that needs its ISSUED
+// answer: an ALREADY_ISSUED to a double tap does not explain a coupon whose own request was
+// answered RETRY_EXHAUSTED or refused.
+func checkPairs(answers []answerlog.Answer, t tables, cfg Config) Check {
+	c := Check{Name: "every coupon of the log's pairs answered ISSUED, older than the log or indeterminate", Unit: "coupons"}
 	type seen struct {
-		issued  map[string]bool
-		unclear bool
-		results []string
+		issued, already map[string]bool
+		unclear         bool
+		results         []string
 	}
 	byPair := map[pair]*seen{}
+	var first time.Time // the log's first send time
 	for _, a := range answers {
+		if first.IsZero() || a.T.Before(first) {
+			first = a.T
+		}
 		s := byPair[pairOf(a)]
 		if s == nil {
-			s = &seen{issued: map[string]bool{}}
+			s = &seen{issued: map[string]bool{}, already: map[string]bool{}}
 			byPair[pairOf(a)] = s
 		}
 		if Classify(a.Status, a.Result) != Determinate {
 			s.unclear = true
 		}
-		if a.Result == string(issuance.ResultIssued) {
+		switch {
+		case !claimsCoupon(a):
+		case a.Result == string(issuance.ResultIssued):
 			s.issued[a.CouponID] = true
+		default:
+			s.already[a.CouponID] = true
 		}
 		s.results = append(s.results, Label(a))
 	}
-	for p, ids := range t.byPair {
+	before, around := first.Add(-cfg.ClockSkew), first.Add(cfg.ClockSkew)
+	for p, coupons := range t.byPair {
 		s := byPair[p]
-		for _, id := range ids {
+		for _, cp := range coupons {
 			c.Checked++
-			if !s.unclear && !s.issued[id] {
-				c.fail("coupon %s of (%s, %s) exists, but no answer said ISSUED for it (answers: %s)",
-					id, p.campaign, p.member, strings.Join(s.results, ", "))
+			switch {
+			case s.unclear, s.issued[cp.id], cp.issuedAt.Before(before):
+			case s.already[cp.id] && cp.issuedAt.Before(around):
+			default:
+				c.fail("coupon %s of (%s, %s) issued at %s, after the log began at %s, but no answer said ISSUED for it (answers: %s)",
+					cp.id, p.campaign, p.member, cp.issuedAt.Format("15:04:05.000"), first.Format("15:04:05.000"), strings.Join(s.results, ", "))
 			}
 		}
 	}

@@ -52,14 +52,67 @@ func issueLog(t *testing.T) (*pgxpool.Pool, []answerlog.Answer) {
 		}
 		answers = append(answers, answerOf(sent, member, campaignID, string(out.Result), out.CouponID))
 	}
-	for _, m := range []string{"m1", "m2", "m3"} {
-		for _, c := range []string{"A", "A", "B", "B"} {
+	for i, m := range []string{"m1", "m2", "m3"} {
+		for j, c := range []string{"A", "A", "B", "B"} {
 			send(m, c)
+			if i == 0 && j == 0 {
+				// The other coupons are written after the log's first send time plus
+				// testConfig's clock skew: not taken for older than the log (checkPairs).
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 	}
 	send("m1", "C")
 	send("m1", "NOPE")
 	return pool, answers
+}
+
+// resend sends the log's requests again through the service, as a load re-run with the same seed
+// does, and returns the new answers.
+func resend(t *testing.T, pool *pgxpool.Pool, answers []answerlog.Answer) []answerlog.Answer {
+	t.Helper()
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again []answerlog.Answer
+	for _, a := range answers {
+		sent := time.Now()
+		out, err := svc.Issue(context.Background(), a.MemberID, a.CampaignID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, answerOf(sent, a.MemberID, a.CampaignID, string(out.Result), out.CouponID))
+	}
+	return again
+}
+
+// TestAuditPassesARerunOfTheSamePairs: the same requests sent again (load re-run with the same
+// seed) are all answered ALREADY_ISSUED or refused, and the coupons of their pairs were written by
+// the first run: the second log passes, whether the first run ended long before it (the coupons
+// predate it by more than the clock skew) or just before (within the skew, explained by the
+// ALREADY_ISSUED answers naming them).
+func TestAuditPassesARerunOfTheSamePairs(t *testing.T) {
+	pool, answers := issueLog(t)
+	time.Sleep(20 * time.Millisecond)
+	again := resend(t, pool, answers)
+	for _, a := range again {
+		if a.Result == "ISSUED" {
+			t.Fatalf("the re-run was answered ISSUED: %+v", a)
+		}
+	}
+	for name, cfg := range map[string]Config{"skew 1 ms": testConfig, "skew 1 s": {ClockSkew: time.Second}} {
+		rep, err := Run(context.Background(), pool, again, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := rep.Violations(); len(v) > 0 {
+			t.Errorf("%s: violations on a re-run's log:\n%s", name, strings.Join(v, "\n"))
+		}
+		if pairs := rep.Checks[4]; pairs.Checked != 5 {
+			t.Errorf("%s: pair check counted %d coupons, want the 5 of the first run", name, pairs.Checked)
+		}
+	}
 }
 
 // answerOf is the answer IssueCoupon gives with result, in 5 ms.
@@ -148,6 +201,8 @@ func TestAuditFindsEachContradiction(t *testing.T) {
 		{"an answer after 3 s", add(late), 1, "3400 ms"},
 		{"a status the contract does not give the result", add(answerlog.Answer{T: now, Ms: 5, MemberID: "m9", CampaignID: "B", Status: 200, Result: "MONTHLY_CAP"}), 0, "200 MONTHLY_CAP"},
 		{"a coupon no answer said ISSUED for", drop("m3", "B", "ISSUED"), 4, "no answer said ISSUED for it (answers: 200 ALREADY_ISSUED)"},
+		{"a coupon written by a request answered RETRY_EXHAUSTED, its double tap ALREADY_ISSUED", retryExhausted("m3", "B"), 4,
+			"no answer said ISSUED for it (answers: 503 RETRY_EXHAUSTED, 200 ALREADY_ISSUED)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, err := Run(context.Background(), pool, tc.edit(slices.Clone(answers)), testConfig)
@@ -186,6 +241,19 @@ func TestAuditReportsIndeterminateAnswers(t *testing.T) {
 	want := []IndeterminateRow{{Label: "500 INTERNAL_ERROR", Count: 1, CouponExists: 1}, {Label: "transport error", Count: 1, CouponExists: 1}}
 	if !slices.Equal(rep.Indeterminate, want) {
 		t.Errorf("indeterminate %+v, want %+v", rep.Indeterminate, want)
+	}
+}
+
+// retryExhausted returns an edit that turns the ISSUED answer for (member, campaignID) into 503
+// RETRY_EXHAUSTED: a request that wrote its coupon and said it had not.
+func retryExhausted(member, campaignID string) func([]answerlog.Answer) []answerlog.Answer {
+	return func(answers []answerlog.Answer) []answerlog.Answer {
+		for i, a := range answers {
+			if a.MemberID == member && a.CampaignID == campaignID && a.Result == "ISSUED" {
+				answers[i] = answerOf(a.T, member, campaignID, "RETRY_EXHAUSTED", "")
+			}
+		}
+		return answers
 	}
 }
 

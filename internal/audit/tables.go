@@ -17,6 +17,13 @@ type pair struct{ campaign, member string }
 
 type memberMonth struct{ member, month string }
 
+// pairCoupon is a live coupon of one of the log's pairs: its id and issued_at (the service's
+// clock when it wrote it).
+type pairCoupon struct {
+	id       string
+	issuedAt time.Time
+}
+
 // coupon is a row of issued_coupons that an answer named.
 type coupon struct {
 	campaign, member string
@@ -34,8 +41,8 @@ type campaignRow struct {
 
 // tables is what the audit reads, for the log's coupons, pairs, campaigns and member-months.
 type tables struct {
-	byID       map[string]coupon // by coupon id, the coupons the answers name
-	byPair     map[pair][]string // the live coupon ids of the log's pairs
+	byID       map[string]coupon     // by coupon id, the coupons the answers name
+	byPair     map[pair][]pairCoupon // the live coupons of the log's pairs
 	campaigns  map[string]campaignRow
 	usedYen    map[memberMonth]int // member_monthly_usage.used_yen; absent is 0
 	invariants reconcile.Report
@@ -46,7 +53,7 @@ SELECT coupon_id::text, campaign_id, member_id, voided_at IS NULL AND NOT legacy
   FROM issued_coupons WHERE coupon_id = ANY($1::uuid[])`
 
 const sqlCouponsOfPairs = `
-SELECT i.coupon_id::text, i.campaign_id, i.member_id
+SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at
   FROM issued_coupons i
   JOIN unnest($1::text[], $2::text[]) AS p(campaign_id, member_id)
     ON i.campaign_id = p.campaign_id AND i.member_id = p.member_id
@@ -66,7 +73,7 @@ SELECT u.member_id, u.month, u.used_yen
 
 // readTables reads, through q, what the answers need to be judged.
 func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg Config) (tables, error) {
-	t := tables{byID: map[string]coupon{}, byPair: map[pair][]string{}, campaigns: map[string]campaignRow{}, usedYen: map[memberMonth]int{}}
+	t := tables{byID: map[string]coupon{}, byPair: map[pair][]pairCoupon{}, campaigns: map[string]campaignRow{}, usedYen: map[memberMonth]int{}}
 	var ids, pairCampaigns, pairMembers, campaignIDs, members, months []string
 	seenPair, seenCampaign, seenMonth := map[pair]bool{}, map[string]bool{}, map[memberMonth]bool{}
 	for _, a := range answers {
@@ -100,12 +107,12 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 	})
 	if err == nil {
 		err = scan(ctx, q, "coupons of the pairs", sqlCouponsOfPairs, []any{pairCampaigns, pairMembers}, func(r pgx.Rows) error {
-			var id string
+			var c pairCoupon
 			var p pair
-			if err := r.Scan(&id, &p.campaign, &p.member); err != nil {
+			if err := r.Scan(&c.id, &p.campaign, &p.member, &c.issuedAt); err != nil {
 				return err
 			}
-			t.byPair[p] = append(t.byPair[p], id)
+			t.byPair[p] = append(t.byPair[p], c)
 			return nil
 		})
 	}

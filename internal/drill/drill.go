@@ -75,7 +75,9 @@ type Options struct {
 	Clients int
 	// Faults are the faults to inject, in order.
 	Faults []Fault
-	// Record is the answer log's path; "" makes a temporary file.
+	// Record is the answer log's path; "" makes a temporary file. It is created before anything
+	// else is done (a path that cannot be written stops the drill before it touches a database);
+	// an interrupted drill removes its temporary files and keeps Record.
 	Record string
 	// DatabaseURL is an empty database to use instead of a throwaway server: the faults that
 	// need the server's processes are skipped.
@@ -118,7 +120,9 @@ func (o Options) validate() error {
 type Outcome struct {
 	// Violations lists every broken promise; empty means the drill passed.
 	Violations []string
-	// Record is the answer log's path, ServeLog the serving processes' output.
+	// Record is the answer log's path, ServeLog the serving processes' output. After an
+	// interruption (ctx ended) the temporary ones are removed: Record is then [Options.Record]
+	// ("" when none was given) and ServeLog "".
 	Record, ServeLog string
 }
 
@@ -132,7 +136,10 @@ type drill struct {
 	stubSrv  *http.Server // serves stub on loopback
 	svc      *service
 	log      *answerlog.Writer
-	members  int // linked to LINE
+	tempLog  bool     // log is a temporary file, removed if the drill is interrupted
+	serveLog *os.File // the serving processes' output, a temporary file
+	capYen   int      // MONTHLY_CAP_YEN, for the audit
+	members  int      // linked to LINE
 	began    time.Time
 	fault    atomic.Value // the fault being injected, for the progress lines
 	progress sync.Mutex   // one progress line at a time
@@ -146,8 +153,29 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	if err := o.validate(); err != nil {
 		return Outcome{}, err
 	}
-	d := &drill{o: o, stub: linestub.New()}
+	capYen, err := audit.CapYenFromEnv()
+	if err != nil {
+		return Outcome{}, err
+	}
+	d := &drill{o: o, stub: linestub.New(), capYen: capYen}
 	defer d.close()
+	// The files first: a drill that cannot record its answers must not set anything up.
+	if err := d.openLogs(); err != nil {
+		return d.outcome(nil), err
+	}
+	outcome, err := d.run(ctx)
+	if ctx.Err() != nil {
+		// Interrupted: nobody audits a cut drill. Its temporary files go, as the demo's log
+		// does (the serving process may still write to its log until close stops it: it
+		// writes to the unlinked file); an answer log the caller named is kept.
+		d.removeTemporary()
+		return d.outcome(outcome.Violations), err
+	}
+	return outcome, err
+}
+
+// run sets up, runs the load and the faults, and finishes.
+func (d *drill) run(ctx context.Context) (Outcome, error) {
 	if err := d.setUp(ctx); err != nil {
 		return d.outcome(nil), err
 	}
@@ -156,6 +184,45 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 		return d.outcome(nil), err
 	}
 	return d.finish(ctx, events, skipped)
+}
+
+// openLogs creates the answer log (Options.Record, or a temporary file) and the serving
+// processes' log.
+func (d *drill) openLogs() error {
+	record := d.o.Record
+	if record == "" {
+		f, err := os.CreateTemp("", "couponctl-drill-*.jsonl")
+		if err != nil {
+			return fmt.Errorf("drill: the answer log: %w", err)
+		}
+		record, d.tempLog = f.Name(), true
+		f.Close()
+	}
+	var err error
+	if d.log, err = answerlog.Create(record); err != nil {
+		if d.tempLog {
+			_ = os.Remove(record)
+		}
+		return fmt.Errorf("drill: --record: %w", err)
+	}
+	if d.serveLog, err = os.CreateTemp("", "couponctl-drill-serve-*.log"); err != nil {
+		return fmt.Errorf("drill: the serving process's log: %w", err)
+	}
+	return nil
+}
+
+// removeTemporary removes the temporary answer log and the serving log, and forgets them.
+func (d *drill) removeTemporary() {
+	if d.log != nil && d.tempLog {
+		_ = d.log.Close()
+		_ = os.Remove(d.log.Name())
+		d.log = nil
+	}
+	if d.serveLog != nil {
+		_ = os.Remove(d.serveLog.Name())
+		d.serveLog.Close()
+		d.serveLog = nil
+	}
 }
 
 // setUp starts or opens the database, migrates it, creates the campaigns, links the members to
@@ -219,7 +286,7 @@ func linkMembers(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// startProcesses starts the LINE stand-in, opens the answer log and starts the serving process.
+// startProcesses starts the LINE stand-in and the serving process.
 func (d *drill) startProcesses(ctx context.Context) error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -227,29 +294,13 @@ func (d *drill) startProcesses(ctx context.Context) error {
 	}
 	d.stubSrv = &http.Server{Handler: d.stub, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = d.stubSrv.Serve(l) }() // ends with close
-	record := d.o.Record
-	if record == "" {
-		f, err := os.CreateTemp("", "couponctl-drill-*.jsonl")
-		if err != nil {
-			return err
-		}
-		record = f.Name()
-		f.Close()
-	}
-	if d.log, err = answerlog.Create(record); err != nil {
-		return err
-	}
-	serveLog, err := os.CreateTemp("", "couponctl-drill-serve-*.log")
-	if err != nil {
-		return err
-	}
 	env := append([]string{
 		"DATABASE_URL=" + d.dbURL,
 		"DB_POOL_MAX_CONNS=" + strconv.Itoa(min(d.o.Clients, servePoolMax)),
 		"LINE_API_BASE_URL=http://" + l.Addr().String(),
 		"LINE_CHANNEL_ACCESS_TOKEN=drill",
 	}, relayEnv...)
-	if d.svc, err = newService(d.o.Serve, env, serveLog); err != nil {
+	if d.svc, err = newService(d.o.Serve, env, d.serveLog); err != nil {
 		return err
 	}
 	if err := d.svc.start(ctx); err != nil {
@@ -374,11 +425,7 @@ func (d *drill) finish(ctx context.Context, events []event, skipped []Fault) (Ou
 	if err != nil {
 		return d.outcome(nil), err
 	}
-	cfg, err := issuance.ConfigFromEnv()
-	if err != nil {
-		return d.outcome(nil), err
-	}
-	rep, err := audit.Run(ctx, d.pool, answers, audit.Config{CapYen: cfg.MonthlyCapYen})
+	rep, err := audit.Run(ctx, d.pool, answers, audit.Config{CapYen: d.capYen})
 	if err != nil {
 		return d.outcome(nil), err
 	}
@@ -434,8 +481,8 @@ func (d *drill) outcome(violations []string) Outcome {
 	if d.log != nil {
 		o.Record = d.log.Name()
 	}
-	if d.svc != nil {
-		o.ServeLog = d.svc.log.Name()
+	if d.serveLog != nil {
+		o.ServeLog = d.serveLog.Name()
 	}
 	return o
 }
@@ -451,8 +498,11 @@ func (d *drill) close() {
 	if d.stubSrv != nil {
 		_ = d.stubSrv.Close()
 	}
-	if d.svc != nil {
-		d.svc.log.Close()
+	if d.log != nil {
+		_ = d.log.Close() // already closed when the load ran to its end
+	}
+	if d.serveLog != nil {
+		d.serveLog.Close()
 	}
 	if d.pool != nil {
 		d.pool.Close()
@@ -480,7 +530,7 @@ func (d *drill) writeReport(answers []answerlog.Answer, events []event, skipped 
 		p.stats.Requests, p.stats.Accepted, p.stats.Conflicts, p.stats.Failed)
 	fmt.Fprintf(w, "  coupons pushed: %d of %d accepted by LINE exactly once; never pushed %d; pushes under a wrong key %d\n",
 		p.acceptedOK, p.coupons, len(p.neverSent), len(p.wrongPush))
-	fmt.Fprintf(w, "Answer log: %s (%d answers; `couponctl audit` reads it)\nServing process log: %s\n", d.log.Name(), len(answers), d.svc.log.Name())
+	fmt.Fprintf(w, "Answer log: %s (%d answers; `couponctl audit` reads it)\nServing process log: %s\n", d.log.Name(), len(answers), d.serveLog.Name())
 	if len(violations) > 0 {
 		fmt.Fprintln(w, "\nFAILED:")
 		for _, v := range violations {

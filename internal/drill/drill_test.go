@@ -43,3 +43,16 @@ func TestBreakNeedsItsOwnServerAndACrash(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultNotesSayHowLongNoProcessServed: the kill and sigterm rows say when the process went
+// and from when a new one served, both since the injection: not the new process's start-up alone,
+// which read as if the service had been down 0.1 s.
+func TestFaultNotesSayHowLongNoProcessServed(t *testing.T) {
+	if got, want := killNote(0, 3600*time.Millisecond), "SIGKILL at +0.0 s; no process until a new one served from +3.6 s"; got != want {
+		t.Errorf("killNote = %q, want %q", got, want)
+	}
+	got := terminateNote(0, time.Second, 3700*time.Millisecond)
+	if want := "SIGTERM at +0.0 s, drained and exited at +1.0 s; no process until a new one served from +3.7 s"; got != want {
+		t.Errorf("terminateNote = %q, want %q", got, want)
+	}
+}

@@ -109,6 +109,22 @@ func (in *injector) inject(ctx context.Context, f Fault, hold time.Duration) (ev
 	return ev, err
 }
 
+// at is a time since the fault's injection began, as the notes give it: "+3.6 s".
+func at(d time.Duration) string { return fmt.Sprintf("+%.1f s", d.Seconds()) }
+
+// killNote says when the serving process was killed and from when a new one served, both since
+// the injection began: no process served in between.
+func killNote(killed, served time.Duration) string {
+	return fmt.Sprintf("SIGKILL at %s; no process until a new one served from %s", at(killed), at(served))
+}
+
+// terminateNote says when the serving process got SIGTERM, when it had drained and exited, and
+// from when a new one served: none accepted requests in between.
+func terminateNote(signalled, exited, served time.Duration) string {
+	return fmt.Sprintf("SIGTERM at %s, drained and exited at %s; no process until a new one served from %s",
+		at(signalled), at(exited), at(served))
+}
+
 func (in *injector) crashDatabase(ctx context.Context, hold time.Duration, ev *event) error {
 	held := ""
 	if in.holdWALWriter > 0 {
@@ -120,34 +136,37 @@ func (in *injector) crashDatabase(ctx context.Context, hold time.Duration, ev *e
 		}
 		held = fmt.Sprintf("WAL writer held %.1f s first (--break); ", in.holdWALWriter.Seconds())
 	}
+	crashed := time.Since(ev.start)
 	if err := in.db.Crash(); err != nil {
 		return err
 	}
 	if err := sleep(ctx, hold); err != nil {
 		return err
 	}
-	up := time.Now()
+	restarted := time.Since(ev.start)
 	if err := in.db.Up(ctx); err != nil {
 		return fmt.Errorf("drill: the database does not come back after the crash: %w", err)
 	}
-	ev.note = fmt.Sprintf("%simmediate stop; crash recovery and start took %.1f s", held, time.Since(up).Seconds())
+	ev.note = fmt.Sprintf("%simmediate stop at %s; started at %s, crash recovery done and accepting from %s",
+		held, at(crashed), at(restarted), at(time.Since(ev.start)))
 	return nil
 }
 
 func (in *injector) killService(ctx context.Context, hold time.Duration, ev *event) error {
+	killed := time.Since(ev.start)
 	in.svc.kill()
 	if err := sleep(ctx, hold); err != nil {
 		return err
 	}
-	up := time.Now()
 	if err := in.svc.start(ctx); err != nil {
 		return err
 	}
-	ev.note = fmt.Sprintf("SIGKILL; a new process served after %.1f s", time.Since(up).Seconds())
+	ev.note = killNote(killed, time.Since(ev.start))
 	return nil
 }
 
 func (in *injector) terminateService(ctx context.Context, hold time.Duration, ev *event) error {
+	signalled := time.Since(ev.start)
 	took, err := in.svc.terminate()
 	if err != nil {
 		ev.violation = err.Error()
@@ -155,11 +174,10 @@ func (in *injector) terminateService(ctx context.Context, hold time.Duration, ev
 	if err := sleep(ctx, hold-took); err != nil {
 		return err
 	}
-	up := time.Now()
 	if err := in.svc.start(ctx); err != nil {
 		return err
 	}
-	ev.note = fmt.Sprintf("drained and exited in %.1f s; a new process served after %.1f s", took.Seconds(), time.Since(up).Seconds())
+	ev.note = terminateNote(signalled, signalled+took, time.Since(ev.start))
 	return nil
 }
 
@@ -170,7 +188,7 @@ func (in *injector) stallDatabase(ctx context.Context, hold time.Duration, ev *e
 	}
 	err = sleep(ctx, hold)
 	in.db.Resume()
-	ev.note = fmt.Sprintf("SIGSTOP to the postmaster and %d children, SIGCONT %.1f s later", n-1, hold.Seconds())
+	ev.note = fmt.Sprintf("SIGSTOP to the postmaster and %d children at +0.0 s, SIGCONT at %s", n-1, at(hold))
 	return err
 }
 
