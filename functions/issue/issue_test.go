@@ -122,15 +122,7 @@ func TestRetryExhausted(t *testing.T) {
 	t.Parallel()
 	h, pool := newTestHandler(t, issuance.Config{Budget: 900 * time.Millisecond,
 		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'BIG' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.HoldCampaign(t, pool.Config().ConnConfig.ConnString(), "BIG") // released when t ends
 	a := post(t, h, http.MethodPost, "application/json", ask("m1", "BIG"))
 	if a.status != http.StatusServiceUnavailable || a.body["result"] != "RETRY_EXHAUSTED" || a.header.Get("Retry-After") == "" {
 		t.Fatalf("%d %v Retry-After %q, want 503 RETRY_EXHAUSTED with Retry-After", a.status, a.body, a.header.Get("Retry-After"))

@@ -101,15 +101,9 @@ func TestOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HELD' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, pool.Config().ConnConfig.ConnString(), "HELD")
 	status, body, header := call(short, "POST", "application/json", ask("m4", "HELD"))
-	_ = tx.Rollback(ctx)
+	hold.Release()
 	if status != 503 || body["result"] != "RETRY_EXHAUSTED" || header.Get("Retry-After") == "" {
 		t.Errorf("held row: %d %v Retry-After %q, want 503 RETRY_EXHAUSTED with Retry-After", status, body, header.Get("Retry-After"))
 	}

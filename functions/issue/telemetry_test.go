@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -227,18 +227,7 @@ func TestTelemetryIssuedAndAlreadyIssued(t *testing.T) {
 func TestTelemetryWaitedOutLock(t *testing.T) {
 	tr := newTraced(t, issuance.Config{LockTimeout: 100 * time.Millisecond, StatementTimeout: 500 * time.Millisecond})
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, tr.pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'OPEN' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, tr.pool.Config().ConnConfig.ConnString(), "OPEN")
 	type answer struct {
 		status int
 		result string
@@ -250,15 +239,13 @@ func TestTelemetryWaitedOutLock(t *testing.T) {
 	}()
 	// Release the row once the first attempt has failed with 55P03.
 	lockNotAvailable := attribute.NewSet(attribute.String("db.response.status_code", pgerrcode.LockNotAvailable))
-	for i := 0; sumOf(collect(t, tr.metrics), telemetry.MetricRetryableErrors, lockNotAvailable) == 0; i++ {
-		if i > 500 {
-			t.Fatal("no 55P03 attempt recorded")
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if sumOf(collect(t, tr.metrics), telemetry.MetricRetryableErrors, lockNotAvailable) == 0 {
+			return errors.New("no 55P03 attempt recorded")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+		return nil
+	})
+	hold.Release()
 	if a := <-done; a.status != 201 || a.result != "ISSUED" {
 		t.Fatalf("answer %d %s, want 201 ISSUED", a.status, a.result)
 	}
@@ -301,39 +288,14 @@ func TestTelemetryWaitedOutLock(t *testing.T) {
 func TestTelemetryCallerCancels(t *testing.T) {
 	tr := newTraced(t, issuance.Config{})
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, tr.pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'OPEN' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, tr.pool.Config().ConnConfig.ConnString(), "OPEN")
 	callCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tr.issueAs(t, callCtx, "member-3")
 	}()
-	for i := 0; ; i++ {
-		var waiting int // sessions waiting for this holder's locks
-		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
-			holder.PgConn().PID()).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if i > 500 {
-			t.Fatal("the request never waited for the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hold.WaitBlocked(1)
 	cancel()
 	<-done
 

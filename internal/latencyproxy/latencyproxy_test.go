@@ -19,6 +19,13 @@ const pings = 400
 // tolerance is how far the median added round trip may be from the one asked for.
 const tolerance = 250 * time.Microsecond
 
+// tries is how many times a measurement is made before its figure counts as wrong. A loaded
+// machine (a CI runner at a load average of 19 on 2 cores) wakes the proxy, the echo server and
+// the pinging test late by more than the tolerance, at random: a measurement is taken again
+// rather than failed, and a proxy that misses the figure every time, as one that serves its
+// delays one after another or adds a Go timer's late wake-up to each, still fails.
+const tries = 3
+
 // TestAddedRoundTrip measures the proxy's own accuracy on loopback sockets: an echo server behind
 // it, pings of 8 bytes one at a time, and the median round trip with 0.5 ms and 1 ms added
 // against the median through the same proxy adding nothing. It logs every figure, the
@@ -30,18 +37,27 @@ func TestAddedRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	direct := medianRTT(t, echo)
-	base := medianRTT(t, p.Addr())
-	t.Logf("median round trip of %d pings: direct %s, through the proxy adding 0: %s", pings, direct, base)
 	for _, want := range []time.Duration{500 * time.Microsecond, time.Millisecond} {
-		if err := p.SetRTT(want); err != nil {
-			t.Fatal(err)
-		}
-		got := medianRTT(t, p.Addr())
-		added := got - base
-		t.Logf("rtt %s: median round trip %s, added %s (error %+d µs)", want, got, added, (added - want).Microseconds())
-		if added < want-tolerance || added > want+tolerance {
-			t.Errorf("rtt %s: added %s, want within %s of it", want, added, tolerance)
+		var misses []time.Duration
+		for range tries {
+			if err := p.SetRTT(0); err != nil {
+				t.Fatal(err)
+			}
+			direct := medianRTT(t, echo)
+			base := medianRTT(t, p.Addr())
+			if err := p.SetRTT(want); err != nil {
+				t.Fatal(err)
+			}
+			got := medianRTT(t, p.Addr())
+			added := got - base
+			t.Logf("rtt %s: median round trip of %d pings direct %s, through the proxy adding 0: %s, adding %s: %s, added %s (error %+d µs)",
+				want, pings, direct, base, want, got, added, (added - want).Microseconds())
+			if added >= want-tolerance && added <= want+tolerance {
+				break
+			}
+			if misses = append(misses, added); len(misses) == tries {
+				t.Errorf("rtt %s: added %v in %d measurements, want within %s of it", want, misses, tries, tolerance)
+			}
 		}
 	}
 }
@@ -61,10 +77,26 @@ func TestBackToBackChunksWaitTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	conn := dial(t, p.Addr())
+	var late []string
+	for try := range tries {
+		if late = backToBack(t, p.Addr(), rtt, messages, gap); len(late) == 0 {
+			return
+		}
+		t.Logf("measurement %d of %d: %v", try+1, tries, late)
+	}
+	for _, l := range late {
+		t.Error(l)
+	}
+}
+
+// backToBack sends messages 8-byte messages gap apart on a new connection to addr, a proxy at
+// rtt, fails t for a message out of order or back too early, and returns those 1.5 x rtt late.
+func backToBack(t *testing.T, addr string, rtt time.Duration, messages int, gap time.Duration) (late []string) {
+	t.Helper()
+	conn := dial(t, addr)
 	sent := make([]time.Time, messages)
 	received := make(chan error, 1)
-	var arrived [messages]time.Time // written by the reader, read after it reported
+	arrived := make([]time.Time, messages) // written by the reader, read after it reported
 	go func() {
 		buf := make([]byte, 8)
 		for i := range messages {
@@ -97,10 +129,14 @@ func TestBackToBackChunksWaitTogether(t *testing.T) {
 	t.Logf("round trips of %d messages sent %s apart (the last %s after the first) at rtt %s: %v",
 		messages, gap, sent[messages-1].Sub(sent[0]), rtt, back)
 	for i, d := range back {
-		if d < rtt-tolerance || d >= rtt*3/2 {
+		switch {
+		case d < rtt-tolerance: // never the machine's load: the delay was cut short
 			t.Errorf("message %d: back after %s, want %s or a little more", i, d, rtt)
+		case d >= rtt*3/2:
+			late = append(late, fmt.Sprintf("message %d: back after %s, want %s or a little more", i, d, rtt))
 		}
 	}
+	return late
 }
 
 // TestRefusesNegativeRTT: a negative round trip is an error, at start and later.

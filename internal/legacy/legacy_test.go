@@ -438,10 +438,16 @@ func TestMigrationGivesUpOnALongTransaction(t *testing.T) {
 		migrated <- err
 	}()
 	// Wait until the migration waits for the table, then queue a reader behind it.
-	longPID := long.Conn().PgConn().PID()
-	for scalar[int64](t, pool, `SELECT count(*) FROM pg_locks WHERE NOT granted AND $1::int = ANY (pg_blocking_pids(pid))`, longPID) == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	longPID := int(long.Conn().PgConn().PID())
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if len(migrated) > 0 {
+			t.Fatalf("the migration ended (%v) before it was seen waiting for the table", <-migrated)
+		}
+		if pgtest.BlockedBy(t, pool, longPID) == 0 {
+			return errors.New("the migration does not wait for the table yet")
+		}
+		return nil
+	})
 	read := make(chan error, 1)
 	go func() {
 		var n int64

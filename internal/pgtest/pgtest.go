@@ -5,6 +5,11 @@
 // (its user must be allowed to create roles and databases); without it, Main starts a throwaway
 // server with [localpg] for the test binary and removes it afterwards, so `go test ./...` needs
 // nothing else than the PostgreSQL binaries.
+//
+// Lock tests share one kit (wait.go): [HoldCampaign], a session holding a campaign's budget rows
+// until released, [Hold.WaitBlocked] and [WaitBlockedBy], which wait until exactly n sessions
+// queue behind one backend (found through pg_blocking_pids, never by a server-wide count), and
+// [Eventually], the bounded poll every wait of a test goes through.
 package pgtest
 
 import (

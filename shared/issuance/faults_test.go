@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,43 +86,24 @@ func scalar[T any](t *testing.T, q db.Querier, sql string, args ...any) T {
 	return v
 }
 
-// holdCampaign makes holder take campaign's budget row and keep it until the returned
-// function ends its transaction.
-func holdCampaign(t *testing.T, holder *pgx.Conn, campaignID string) (release func()) {
+// firings reads how many times a fault's trigger fired, counted by nextval of sequence seq
+// (not transactional: a firing whose transaction rolled back counts too).
+func firings(t *testing.T, q db.Querier, seq string) int64 {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = $1 FOR UPDATE`, campaignID); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return scalar[int64](t, q, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+pgx.Identifier{seq}.Sanitize())
 }
 
-// waitBlocked polls through observer until exactly n sessions of its database wait for a lock.
-// (Only the first waiter on a row is blocked by the holder itself; the others queue behind it.)
-func waitBlocked(t *testing.T, observer *pgx.Conn, n int) {
+// waitDone waits, at most pgtest.PollTimeout, for the one value a goroutine of the test sends on
+// done: a call that never returns fails the test instead of hanging it.
+func waitDone[T any](t *testing.T, done <-chan T, what string) T {
 	t.Helper()
-	for i := 0; ; i++ {
-		if got := blocked(t, observer); got == n {
-			return
-		} else if i > 1000 {
-			t.Fatalf("%d sessions wait for a lock, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(pgtest.PollTimeout):
+		t.Fatalf("%s: no answer after %s", what, pgtest.PollTimeout)
+		panic("unreachable")
 	}
-}
-
-// blocked counts the sessions of observer's database waiting for a lock.
-func blocked(t *testing.T, observer *pgx.Conn) int {
-	return scalar[int](t, observer, `SELECT count(*)::int FROM pg_stat_activity
-		WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`)
 }
 
 // assertRules checks R1-R3 and one outbox row per coupon, by SQL.
@@ -180,7 +162,11 @@ func TestPooledSessionsTerminated(t *testing.T) {
 // No request fails with an error; every answer is true (an ISSUED coupon exists with its id,
 // every coupon was answered ISSUED to someone); the re-sends of those sent away complete the
 // scenario (600 coupons); reconcile finds no drift and every coupon has its outbox row; while
-// the database is down the answer is RETRY_EXHAUSTED; the same Service recovers.
+// the database is down the answer is RETRY_EXHAUSTED; the same Service recovers. The fault is
+// checked on the server (pg_postmaster_start_time changes across the restart) and in the
+// answers (requests met it: retried, RETRY_EXHAUSTED or outcome unknown). An outcome is unknown
+// only for a call in flight when the server went down, so there are at most as many as
+// clients (32).
 func TestRestartDuringSilverWeek(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -193,6 +179,7 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := prodPool(t, srv.URL(), 8)
+	startedAt := scalar[time.Time](t, pool, `SELECT pg_postmaster_start_time()`)
 	if err := silverweek.CreateCampaigns(ctx, pool, silverweek.Campaigns); err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +205,9 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 	reqs := silverweek.Requests(silverweek.DefaultMembers, silverweek.Campaigns, silverweek.DefaultTapGap, 7)
 	restarted := make(chan error, 1)
 	var once sync.Once
+	const clients = 32
 	var answeredBefore, answeredAfter int
-	silverweek.Run(ctx, reqs, 32, issueFn, func(done int) {
+	silverweek.Run(ctx, reqs, clients, issueFn, func(done int) {
 		if done >= len(reqs)/3 {
 			once.Do(func() {
 				answeredBefore = done
@@ -233,8 +221,14 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 			})
 		}
 	})
-	if err := <-restarted; err != nil {
+	if answeredBefore == 0 {
+		t.Fatal("the traffic ended before the restart began")
+	}
+	if err := waitDone(t, restarted, "the restart"); err != nil {
 		t.Fatal(err)
+	}
+	if restartedAt := scalar[time.Time](t, pool, `SELECT pg_postmaster_start_time()`); !restartedAt.After(startedAt) {
+		t.Fatalf("the server started at %s, and still at %s after the restart: it did not restart", startedAt, restartedAt)
 	}
 	if answeredAfter == len(reqs) {
 		t.Fatalf("the traffic ended before the server was back up: no request met the restart")
@@ -242,10 +236,14 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 
 	issuedIDs := map[string]bool{}
 	unknownPairs := map[string]bool{}
-	exhausted, failed := 0, 0
+	exhausted, failed, unknown, retried := 0, 0, 0, 0
 	for _, a := range answers {
+		if a.out.Attempts > 1 {
+			retried++
+		}
 		switch {
 		case errors.Is(a.err, issuance.ErrOutcomeUnknown):
+			unknown++
 			unknownPairs[a.member+"/"+a.campaign] = true
 		case a.err != nil:
 			if failed++; failed <= 3 {
@@ -280,8 +278,14 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("%d requests failed with an error", failed)
 	}
-	t.Logf("restart began after %d answers, was over after %d; %d answers, %d coupons, %d RETRY_EXHAUSTED, %d outcome unknown",
-		answeredBefore, answeredAfter, len(answers), len(coupons), exhausted, len(unknownPairs))
+	t.Logf("restart began after %d answers, was over after %d; %d answers, %d coupons, %d retried, %d RETRY_EXHAUSTED, %d outcome unknown",
+		answeredBefore, answeredAfter, len(answers), len(coupons), retried, exhausted, unknown)
+	if retried+exhausted+unknown == 0 {
+		t.Error("no request met the restart: none retried, RETRY_EXHAUSTED or outcome unknown")
+	}
+	if unknown > clients {
+		t.Errorf("%d outcomes unknown, more than the %d calls that can have been in flight when the server went down", unknown, clients)
+	}
 
 	// The callers sent away re-send; the same Service, never restarted, completes the scenario.
 	for _, r := range reqs {
@@ -311,20 +315,26 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 }
 
 // TestColumnTypeChangedUnderPreparedStatements: a migration changes amount_yen to bigint while
-// every pooled connection holds the coupon insert prepared (0A000 "cached plan must not change
-// result type" on each). Every request is still ISSUED.
+// the pool's four sessions hold the call prepared (pgx's statement cache) and have run it, so
+// that PostgreSQL has planned the coupon insert inside issue_coupon on each. The fault: the ALTER
+// runs between two rounds served by the same four sessions, which the test checks on the server
+// (the backends waiting behind the campaign row in each round) along with the column's new type.
+// Every request is still ISSUED. (The coupon insert lives inside issue_coupon, whose plans
+// PL/pgSQL re-plans itself, so this migration never answers the client 0A000 "cached plan must
+// not change result type"; only a change of the call's own result columns would.)
 func TestColumnTypeChangedUnderPreparedStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	pool := prodPool(t, dbURL, 4)
 	svc := faultService(t, pool, issuance.Config{}, "PLAN")
-	holder, observer := connect(t, dbURL), connect(t, dbURL)
+	admin := connect(t, dbURL)
 
 	// Four requests at once, all parked on the campaign row after their coupon insert, so that
-	// each of the four connections runs (and prepares) every statement.
-	round := func(name string) {
-		release := holdCampaign(t, holder, "PLAN")
+	// each of the four connections runs (and prepares) every statement. It returns the backends
+	// that served them.
+	round := func(name string) []int {
+		hold := pgtest.HoldCampaign(t, dbURL, "PLAN")
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Go(func() {
@@ -334,19 +344,27 @@ func TestColumnTypeChangedUnderPreparedStatements(t *testing.T) {
 				}
 			})
 		}
-		waitBlocked(t, observer, 4)
-		release()
+		pids := hold.WaitBlocked(4)
+		hold.Release()
 		wg.Wait()
+		return pids
 	}
-	round("before")
-	if _, err := observer.Exec(ctx, `ALTER TABLE issued_coupons ALTER COLUMN amount_yen TYPE bigint`); err != nil {
+	before := round("before")
+	if _, err := admin.Exec(ctx, `ALTER TABLE issued_coupons ALTER COLUMN amount_yen TYPE bigint`); err != nil {
 		t.Fatal(err)
 	}
-	round("after")
-	if n := scalar[int](t, observer, `SELECT count(*)::int FROM issued_coupons`); n != 8 {
+	if typ := scalar[string](t, admin, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = 'issued_coupons'::regclass AND attname = 'amount_yen'`); typ != "bigint" {
+		t.Fatalf("amount_yen is %s after the migration, want bigint", typ)
+	}
+	after := round("after")
+	if !pgtest.SamePIDs(before, after) {
+		t.Fatalf("the rounds ran on backends %v, then %v: the migration did not meet the sessions that prepared the call", before, after)
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM issued_coupons`); n != 8 {
 		t.Errorf("coupons: %d, want 8", n)
 	}
-	assertRules(t, observer)
+	assertRules(t, admin)
 }
 
 // startProxy puts a toxiproxy in front of databaseURL's server and returns the proxy and a URL
@@ -370,24 +388,59 @@ func startProxy(t *testing.T, databaseURL string) (*toxiproxy.Proxy, string) {
 	return proxy, u.String()
 }
 
+// blackholeToxic drops every byte of its stream, as a network that loses packets without
+// resetting the connection, and counts what it dropped: the fault's own evidence.
+type blackholeToxic struct {
+	bytes atomic.Int64 // bytes dropped
+	ready atomic.Int64 // ReadyForQuery messages among them: the ends of the server's answers
+}
+
+// pgReadyForQuery is the start of the backend ReadyForQuery message, which ends every answer
+// (PostgreSQL 15 docs, 55.7 "Message Formats"); its last byte is the transaction status.
+var pgReadyForQuery = []byte{'Z', 0, 0, 0, 5}
+
+func (b *blackholeToxic) Pipe(stub *toxics.ToxicStub) {
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			b.bytes.Add(int64(len(c.Data)))
+			b.ready.Add(int64(bytes.Count(c.Data, pgReadyForQuery)))
+		}
+	}
+}
+
+func init() { toxics.Register("counting_blackhole", new(blackholeToxic)) }
+
 // TestLostCommitAnswer: the server commits, but its answer to COMMIT never reaches the service
-// (the network drops it; the test blackholes the server-to-client stream while a deferred
-// trigger holds the COMMIT). The service settles it before answering: ISSUED with the coupon
-// that exists, never RETRY_EXHAUSTED ("nothing was written").
+// (the network drops it). The fault, step by step: a deferred trigger holds the COMMIT on an
+// advisory lock that the test holds (and counts its firings in a sequence); once the session
+// waits there, the test blackholes the server-to-client stream and lets the COMMIT go; it lifts
+// the blackhole only after the coupon is committed and the blackhole has swallowed the answer's
+// ReadyForQuery. The service settles it before answering: ISSUED with the coupon that exists,
+// never RETRY_EXHAUSTED ("nothing was written").
 func TestLostCommitAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	proxy, proxied := startProxy(t, dbURL)
 	pool := prodPool(t, proxied, 2)
-	svc := faultService(t, pool, issuance.Config{Budget: time.Second, LockTimeout: 300 * time.Millisecond,
-		StatementTimeout: 600 * time.Millisecond}, "LOST")
+	// The default budget: the COMMIT is held by the test, which must let it go before the call's
+	// attempts end (1.9 s after the call began), or the cancel at that deadline rolls it back.
+	svc := faultService(t, pool, issuance.Config{}, "LOST")
 	admin := connect(t, dbURL)
 	if _, err := admin.Exec(ctx, `
-CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
-CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON issued_coupons
-  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.member_id = 'lost') EXECUTE FUNCTION slow_commit()`); err != nil {
+CREATE SEQUENCE held_commits;
+CREATE FUNCTION held_commit() RETURNS trigger LANGUAGE plpgsql SET lock_timeout = 0 AS $$
+BEGIN PERFORM nextval('held_commits'); PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER held_commit AFTER INSERT ON issued_coupons
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.member_id = 'lost') EXECUTE FUNCTION held_commit();
+SELECT pg_advisory_lock(4242)`); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -399,29 +452,41 @@ CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON issued_coupons
 		out, err := svc.Issue(ctx, "lost", "LOST")
 		done <- result{out, err}
 	}()
-	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
-		time.Sleep(2 * time.Millisecond)
+	pgtest.WaitBlockedBy(t, admin, int(admin.PgConn().PID()), 1) // the COMMIT waits for the test
+	wrapper, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name": "lost-answer", "type": "counting_blackhole", "stream": "downstream"}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
-		`{"name": "lost-answer", "type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}`)); err != nil {
+	blackhole := proxy.Toxics.GetToxic(wrapper.Name).Toxic.(*blackholeToxic)
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_unlock(4242)`); err != nil {
 		t.Fatal(err)
 	}
 	var couponID string
-	for couponID == "" {
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
 		couponID = scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons WHERE member_id = 'lost'), '')`)
-		time.Sleep(2 * time.Millisecond)
-	}
+		if couponID == "" || blackhole.ready.Load() == 0 {
+			return fmt.Errorf("coupon %q committed, %d bytes and %d ReadyForQuery dropped: want the coupon and the answer's end dropped",
+				couponID, blackhole.bytes.Load(), blackhole.ready.Load())
+		}
+		return nil
+	})
 	if err := proxy.Toxics.RemoveToxic(ctx, "lost-answer"); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	r := waitDone(t, done, "Issue after its COMMIT answer was lost")
+	t.Logf("the blackhole dropped %d bytes, %d ReadyForQuery; answer %+v %v", blackhole.bytes.Load(), blackhole.ready.Load(), r.out, r.err)
+	if n := firings(t, admin, "held_commits"); n != 1 {
+		t.Errorf("the COMMIT was held %d times, want once", n)
+	}
 	if r.err != nil || r.out.Result != issuance.ResultIssued || r.out.CouponID != couponID {
 		t.Fatalf("COMMIT answer lost: %+v %v, want ISSUED with %s", r.out, r.err, couponID)
 	}
 	assertRules(t, admin)
 }
 
-// TestStatementEndsOnTheServer: a statement runs into the end of the budget (a trigger sleeps).
+// TestStatementEndsOnTheServer: a statement runs into the end of the budget (the fault: a
+// trigger sleeps 5 s in the coupon insert, and counts its firings in a sequence).
 // The server's statement_timeout ends it before the client's deadline would cut the
 // connection, so the pooled connection survives, even in a pool built with pgx's defaults
 // (which close a connection whose context ends).
@@ -432,8 +497,9 @@ func TestStatementEndsOnTheServer(t *testing.T) {
 	svc := faultService(t, pool, issuance.Config{Budget: time.Second, StatementTimeout: time.Second,
 		LockTimeout: 500 * time.Millisecond}, "SLOW")
 	if _, err := pool.Exec(ctx, `
+CREATE SEQUENCE slow_inserts;
 CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$;
+BEGIN PERFORM nextval('slow_inserts'); PERFORM pg_sleep(5); RETURN NEW; END $$;
 CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW EXECUTE FUNCTION slow_insert()`); err != nil {
 		t.Fatal(err)
 	}
@@ -441,6 +507,9 @@ CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW EXECUTE 
 	out, err := svc.Issue(ctx, "slow", "SLOW")
 	if err != nil || out.Result != issuance.ResultRetryExhausted {
 		t.Fatalf("%+v %v, want RETRY_EXHAUSTED", out, err)
+	}
+	if n := firings(t, pool, "slow_inserts"); n < 1 || int(n) != out.Attempts {
+		t.Errorf("the slow trigger fired %d times in %d attempts, want once per attempt", n, out.Attempts)
 	}
 	if after := scalar[int64](t, pool, `SELECT pg_backend_pid()`); after != before {
 		t.Errorf("the pooled connection was cut (backend %d, then %d): the client's deadline fired first", before, after)
@@ -450,71 +519,114 @@ CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW EXECUTE 
 	}
 }
 
-// TestCallerCancelStorm: 200 times, a caller gives up while its request waits on a locked
-// campaign row (pool of one connection). Each time: Issue returns context.Canceled, the server
-// stops waiting (no orphaned session keeps queueing on the lock), and the pooled connection,
-// kept, serves the next query unharmed (no stray cancel, no transaction left open). Then one
-// request is ISSUED and the 200 wrote nothing.
+// pooledPIDs takes all n connections of pool at once, runs a query on each, and returns their
+// backends' pids.
+func pooledPIDs(t *testing.T, pool *pgxpool.Pool, n int) []int {
+	t.Helper()
+	ctx := context.Background()
+	pids := make([]int, n)
+	for i := range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		pids[i] = scalar[int](t, c, `SELECT pg_backend_pid()`)
+	}
+	return pids
+}
+
+// TestCallerCancelStorm: 48 callers, in 6 rounds of 8 at once on a pool of 8 connections, give up
+// while their requests wait on a locked campaign row (the fault: a session of the test holds the
+// row; the test checks on the server that exactly the 8 pooled sessions wait behind it before
+// it cancels). Each time: Issue returns context.Canceled, the server stops waiting (no orphaned
+// session keeps queueing on the lock), and the pooled connections, kept, serve the next query
+// unharmed (no stray cancel, no transaction left open). Then one request is ISSUED and the 48
+// wrote nothing.
 func TestCallerCancelStorm(t *testing.T) {
 	t.Parallel()
+	const conns, rounds = 8, 6
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	pool := prodPool(t, dbURL, 1)
-	svc := faultService(t, pool, issuance.Config{LockTimeout: 2 * time.Second, StatementTimeout: 2400 * time.Millisecond}, "HELD")
-	holder, observer := connect(t, dbURL), connect(t, dbURL)
-	release := holdCampaign(t, holder, "HELD")
-	pooledPID := scalar[int64](t, pool, `SELECT pg_backend_pid()`)
+	pool := prodPool(t, dbURL, conns)
+	// The longest lock wait an attempt can be given (the budget at its 3 s maximum): each
+	// attempt's lock_timeout is then 1.725 s (3/4 of its statement_timeout, which ends 100 ms
+	// before the attempts' 2.4 s), the time after which an orphaned session would stop by itself.
+	cfg := issuance.Config{Budget: issuance.AppTimeout, LockTimeout: 2800 * time.Millisecond, StatementTimeout: 2900 * time.Millisecond}
+	const orphanStops = 1725 * time.Millisecond
+	svc := faultService(t, pool, cfg, "HELD")
+	admin := connect(t, dbURL)
+	hold := pgtest.HoldCampaign(t, dbURL, "HELD")
+	pooled := pooledPIDs(t, pool, conns)
 	replaced := 0
-	for round := range 200 {
+	for round := range rounds {
+		began := time.Now()
 		callCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			_, err := svc.Issue(callCtx, fmt.Sprintf("c%03d", round), "HELD")
-			done <- err
-		}()
-		waitBlocked(t, observer, 1)
+		errs := make(chan error, conns)
+		for i := range conns {
+			go func() {
+				_, err := svc.Issue(callCtx, fmt.Sprintf("c%d-%d", round, i), "HELD")
+				errs <- err
+			}()
+		}
+		if waiting := hold.WaitBlocked(conns); !pgtest.SamePIDs(waiting, pooled) {
+			t.Fatalf("round %d: backends %v wait behind the holder, want the pooled ones %v", round, waiting, pooled)
+		}
 		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Fatalf("round %d: Issue after cancel: %v, want context.Canceled", round, err)
-		}
-		// Only a session whose cancel request came late, its connection closed by pgx after
-		// db.CancelGrace, may still wait a moment: it must stop then, not queue until its
-		// lock_timeout of 2 s as the session of a closed connection does.
-		for i := 0; blocked(t, observer) > 0; i++ {
-			if i > 100 {
-				t.Fatalf("round %d: a session still waits on the lock a second after its caller left", round)
+		for i := range conns {
+			if err := waitDone(t, errs, fmt.Sprintf("round %d: Issue %d after cancel", round, i)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("round %d: Issue after cancel: %v, want context.Canceled", round, err)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-		if pid := scalar[int64](t, pool, `SELECT pg_backend_pid()`); pid != pooledPID {
-			replaced++
-			pooledPID = pid
+		// A session whose connection pgx kept stopped waiting before its Issue returned. Only a
+		// session whose cancel request came late, its connection closed by pgx after
+		// db.CancelGrace, may still wait a moment: it must stop before its own lock_timeout
+		// would have ended it, as it ends the session of a connection closed without a cancel.
+		pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+			if pids := hold.Waiters(); len(pids) > 0 {
+				return fmt.Errorf("round %d: backends %v still wait on the lock after their callers left", round, pids)
+			}
+			return nil
+		})
+		if took := time.Since(began); took >= orphanStops {
+			t.Fatalf("round %d: the sessions stopped waiting %s after the round began, not before their lock_timeout (%s): the cancel did not reach the server",
+				round, took, orphanStops)
 		}
+		now := pooledPIDs(t, pool, conns)
+		for _, pid := range now {
+			if !slices.Contains(pooled, pid) {
+				replaced++
+			}
+		}
+		pooled = now
 	}
-	// pgx's default closes the connection on every cancel (200 of 200); cancel-then-wait keeps
-	// it, but on an overloaded machine a cancel request may take longer than the grace.
-	if replaced > 10 {
-		t.Errorf("the pooled connection was replaced in %d of 200 rounds, want it kept", replaced)
+	// pgx's default closes the connection on every cancel (48 of 48); cancel-then-wait keeps it,
+	// but on an overloaded machine a cancel request may take longer than the grace.
+	t.Logf("%d of %d pooled connections replaced after their caller cancelled", replaced, conns*rounds)
+	if replaced > conns*rounds/20 {
+		t.Errorf("the pooled connection was replaced in %d of %d cancels, want it kept", replaced, conns*rounds)
 	}
-	release()
+	hold.Release()
 	if out, err := svc.Issue(ctx, "next", "HELD"); err != nil || out.Result != issuance.ResultIssued {
 		t.Fatalf("next request: %+v %v, want ISSUED", out, err)
 	}
 	for _, table := range []string{"issued_coupons", "member_monthly_usage", "notification_outbox"} {
-		if n := scalar[int](t, observer, `SELECT count(*)::int FROM `+table); n != 1 {
+		if n := scalar[int](t, admin, `SELECT count(*)::int FROM `+table); n != 1 {
 			t.Errorf("%s: %d rows, want 1 (the cancelled requests wrote nothing)", table, n)
 		}
 	}
-	if n := scalar[int](t, observer, `SELECT count(*)::int FROM pg_stat_activity
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity
 		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
 		t.Errorf("%d sessions idle in a transaction", n)
 	}
 }
 
-// TestConnectionCutDuringCommit: the connection is cut while COMMIT runs (a deferred trigger
-// holds it; the test stops the proxy in between), so the service cannot know the outcome. It
-// settles it (the server ended that transaction), finds no coupon, retries and issues: one
-// coupon, answered ISSUED with its id, and no session left behind.
+// TestConnectionCutDuringCommit: the connection is cut while COMMIT runs (the fault: a deferred
+// trigger holds the first COMMIT 30 s, counting its firings in a sequence; the test stops the
+// proxy while the session sleeps in it), so the service cannot know the outcome. It settles it
+// (the server ended that transaction: the test checks that the held session is gone and that
+// the held COMMIT never completed), finds no coupon, retries and issues: one coupon, answered
+// ISSUED with its id after two attempts, and no session left behind.
 func TestConnectionCutDuringCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -540,16 +652,28 @@ CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
 		out, err := svc.Issue(ctx, "cut", "CUT")
 		done <- result{out, err}
 	}()
-	for scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) == 0 {
-		time.Sleep(2 * time.Millisecond)
-	}
+	var held int
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		held = scalar[int](t, admin, `SELECT coalesce((SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event = 'PgSleep'), 0)`)
+		if held == 0 {
+			return fmt.Errorf("no session sleeps in the COMMIT (the trigger fired %d times)", firings(t, admin, "commit_fault"))
+		}
+		return nil
+	})
 	proxy.Stop() // cuts every connection through it, the one waiting for COMMIT's answer included
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || r.out.Result != issuance.ResultIssued {
-		t.Fatalf("connection cut during COMMIT: %+v %v, want ISSUED", r.out, r.err)
+	r := waitDone(t, done, "Issue after its connection was cut")
+	if n := firings(t, admin, "commit_fault"); n != 2 {
+		t.Errorf("the COMMIT trigger fired %d times, want 2: the held COMMIT, then the retry's", n)
+	}
+	if n := scalar[int](t, admin, `SELECT count(*)::int FROM pg_stat_activity WHERE pid = $1`, held); n != 0 {
+		t.Errorf("the session held in its COMMIT (backend %d) still runs", held)
+	}
+	if r.err != nil || r.out.Result != issuance.ResultIssued || r.out.Attempts < 2 {
+		t.Fatalf("connection cut during COMMIT: %+v %v, want ISSUED after a retry", r.out, r.err)
 	}
 	if id := scalar[string](t, admin, `SELECT coupon_id::text FROM issued_coupons`); id != r.out.CouponID {
 		t.Errorf("answered %s, the coupon is %s", r.out.CouponID, id)
@@ -638,19 +762,19 @@ func TestCommitNeverArrives(t *testing.T) {
 	// "active" (the state turns idle only at a Sync), holding the call's transaction and rows.
 	waiting := `SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database()
 		AND backend_xid IS NOT NULL AND wait_event = 'ClientRead'`
-	for i := 0; scalar[int](t, admin, waiting) == 0; i++ {
-		if i > 2000 {
-			t.Fatal("no session waiting in the call's transaction after 10 s: the Sync was not held back")
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if scalar[int](t, admin, waiting) == 0 {
+			return fmt.Errorf("no session waits in the call's transaction: the Sync was not held back (%d held)", syncDropped.Load()-dropped)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := syncDropped.Load() - dropped; got != 1 {
 		t.Fatalf("the toxic held back %d Syncs, want 1", got)
 	}
 	if err := proxy.Toxics.RemoveToxic(ctx, "drop-sync"); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	r := waitDone(t, done, "Issue after its Sync was dropped")
 	coupon := scalar[string](t, admin, `SELECT coalesce((SELECT coupon_id::text FROM issued_coupons WHERE member_id = 'drop'), '')`)
 	switch {
 	case r.err != nil:
@@ -720,13 +844,21 @@ func TestStalledDatabaseAnswersInsideTheBudget(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The traffic runs (every client has had an answer's worth of time) before the stall.
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(answers) < 64 {
+			return fmt.Errorf("%d answers before the stall, want 64", len(answers))
+		}
+		return nil
+	})
 	if n, err := srv.Pause(); err != nil || n < 2 {
 		t.Fatalf("stopped %d processes of the server (%v), want the postmaster and its children", n, err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the fault's length: a database that hangs for 3 s
 	srv.Resume()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // and traffic once it is back
 	close(stop)
 	wg.Wait()
 

@@ -287,39 +287,17 @@ type queryRower interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
-// waitBlockedBy polls, through q, until n backends wait for a lock that the backend holderPID
-// holds (pg_blocking_pids, PostgreSQL 15 docs 9.26 "System Information Functions"). Only this
-// test's holder counts: a lock waiter of a parallel test, in any database, never satisfies it.
-func waitBlockedBy(t *testing.T, q queryRower, holderPID, n int) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if blockedBy(t, q, holderPID) >= n {
-			return
-		}
-		if i > 1000 {
-			t.Fatalf("no backend waited for a lock held by backend %d after %d polls", holderPID, i)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// blockedBy counts the backends waiting for a lock that the backend holderPID holds. It reads
-// pg_locks, which is live on every call, not pg_stat_activity, whose snapshot stays fixed until
-// the end of the reader's transaction (q may be the holder's own transaction).
-func blockedBy(t *testing.T, q queryRower, holderPID int) int {
-	t.Helper()
-	return count(t, q, `SELECT count(DISTINCT pid) FROM pg_locks
-		WHERE NOT granted AND $1::int = ANY (pg_blocking_pids(pid))`, holderPID)
-}
+// url is the connection URL of b's database, for a session of a test's own (a lock holder).
+func (b bundle) url() string { return b.pool.Config().ConnConfig.ConnString() }
 
 // serverWideWaiters is the lock-waiter count these tests once used, kept as the broken variant
-// that [TestWaiterDetectionIsPerHolder] shows fooled: every ungranted lock of the database plus
+// that [TestWaiterDetectionIsPerHolder] shows fooled (pgtest.WaitersOf replaced it): every ungranted lock of the database plus
 // every ungranted transaction-id lock of the whole server (whose database is NULL).
 const serverWideWaiters = `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database OR l.database IS NULL
 	WHERE NOT l.granted AND d.datname = current_database()`
 
 // TestWaiterDetectionIsPerHolder: a lock waiter in another test's database (a re-send waiting on
-// an uncommitted coupon insert) satisfies the server-wide count, but not [blockedBy] of a holder
+// an uncommitted coupon insert) satisfies the server-wide count, but not pgtest's count of a holder
 // that nobody waits for.
 func TestWaiterDetectionIsPerHolder(t *testing.T) {
 	t.Parallel()
@@ -339,22 +317,15 @@ func TestWaiterDetectionIsPerHolder(t *testing.T) {
 	}
 	waiterDone := make(chan error, 1)
 	go func() { _, err := other.pool.Exec(ctx, insert+` ON CONFLICT DO NOTHING`); waiterDone <- err }()
-	waitBlockedBy(t, first, backendPID(t, first), 1)
+	pgtest.WaitBlockedBy(t, first, backendPID(t, first), 1)
 
 	// Ours: a holder of a campaign row that nobody waits for.
-	holder, err := ours.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'SW-A' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, ours.url(), "SW-A")
 	if n := count(t, ours.pool, serverWideWaiters); n == 0 {
 		t.Errorf("the server-wide count saw no waiter: this test no longer shows it fooled")
 	}
-	if n := blockedBy(t, ours.pool, backendPID(t, holder)); n != 0 {
-		t.Errorf("blockedBy(our holder) = %d, want 0: it counted another database's waiter", n)
+	if n := hold.Blocked(); n != 0 {
+		t.Errorf("waiters of our holder: %d, want 0: it counted another database's waiter", n)
 	}
 	if err := first.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -391,7 +362,7 @@ func TestInFlightDuplicate(t *testing.T) {
 				}
 				done <- out
 			}()
-			waitBlockedBy(t, b.pool, backendPID(t, first), 1)
+			pgtest.WaitBlockedBy(t, b.pool, backendPID(t, first), 1)
 			if firstEnds == "commit" {
 				err = first.Commit(ctx)
 			} else {
@@ -426,23 +397,12 @@ func TestStuckLockHolder(t *testing.T) {
 	cfg := issuance.Config{Budget: 1800 * time.Millisecond, LockTimeout: 900 * time.Millisecond, StatementTimeout: 1100 * time.Millisecond}
 	b := setup(t, 1, 0, cfg)
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, b.pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
 	var defaults [2]string
-	if err := holder.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('statement_timeout')`).
+	if err := b.pool.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('statement_timeout')`).
 		Scan(&defaults[0], &defaults[1]); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'SW-A' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, b.url(), "SW-A")
 
 	// The holder keeps the row until after Issue returns, so Issue returning at all is the
 	// service's own deadline at work (the budget), not a stopwatch of the test's.
@@ -459,9 +419,7 @@ func TestStuckLockHolder(t *testing.T) {
 			t.Errorf("%s: %d rows, want none", table, n)
 		}
 	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hold.Release()
 
 	if out := issue(t, b.svc, "m0001", "SW-A"); out.Result != issuance.ResultIssued {
 		t.Errorf("after the holder let go: %+v, want ISSUED", out)
@@ -540,33 +498,19 @@ func TestCallerCancels(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, 0, issuance.Config{})
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, b.pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'SW-B' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, b.url(), "SW-B")
 	callCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		_, err := b.svc.Issue(callCtx, "m0001", "SW-B")
 		done <- err
 	}()
-	// Watch through the holder's own connection: the pool's only one is busy waiting.
-	waitBlockedBy(t, holder, backendPID(t, holder), 1)
+	hold.WaitBlocked(1) // watched on a connection of the holder's: the pool's only one is busy waiting
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := waitDone(t, done, "Issue after cancel"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Issue after cancel: %v, want context.Canceled", err)
 	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hold.Release()
 	if out := issue(t, b.svc, "m0001", "SW-B"); out.Result != issuance.ResultIssued {
 		t.Errorf("next request: %+v, want ISSUED", out)
 	}

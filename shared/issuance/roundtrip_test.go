@@ -304,13 +304,13 @@ func writesNow(t *testing.T, dbURL string) writes {
 	ctx := context.Background()
 	conn := connect(t, dbURL)
 	defer conn.Close(ctx)
-	for i := 0; scalar[int](t, conn, `SELECT count(*)::int FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid()`) > 0; i++ {
-		if i > 1000 {
-			t.Fatal("sessions of the database still run 10 s after their pools closed")
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if n := scalar[int](t, conn, `SELECT count(*)::int FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`); n > 0 {
+			return fmt.Errorf("%d sessions of the database still run after their pools closed", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	var w writes
 	if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
 		t.Fatal(err)

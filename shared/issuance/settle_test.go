@@ -54,13 +54,36 @@ func init() { toxics.Register("hold_queries", new(holdQueriesToxic)) }
 // database lets the settlement's connection in but never answers its queries either. The
 // settlement gives up at the call's budget, not db.CancelGrace after it (it did, as its
 // connection waited for a cancelled query as pooled ones do: docs/api.md, "The 3 s bound").
+//
+// The end is measured by the wall clock, with 200 ms for scheduling, less than the 300 ms of
+// db.CancelGrace that the fault being guarded against adds to every run. A loaded machine (a CI
+// runner at a load average of 19) may wake the call that much late, so a run past the bound is
+// tried again, up to three runs on fresh databases: the old fault is past it in every one.
 func TestSettlementEndsWithTheBudget(t *testing.T) {
 	t.Parallel()
+	const budget = time.Second
+	var took []time.Duration
+	for run := range 3 {
+		d := settlementRun(t, budget)
+		took = append(took, d)
+		if d <= budget+200*time.Millisecond { // db.CancelGrace is 300 ms; what is left above the budget is scheduling
+			if run > 0 {
+				t.Logf("runs took %v: within the budget at run %d", took, run+1)
+			}
+			return
+		}
+	}
+	t.Errorf("the calls took %v, each past its budget of %s", took, budget)
+}
+
+// settlementRun is one run of [TestSettlementEndsWithTheBudget] on a database of its own: it
+// checks the fault fired and the outcome is unknown, and returns how long the call took.
+func settlementRun(t *testing.T, budget time.Duration) time.Duration {
+	t.Helper()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	proxy, proxied := startProxy(t, dbURL)
 	pool := prodPool(t, proxied, 1)
-	const budget = time.Second
 	svc := faultService(t, pool, issuance.Config{Budget: budget, LockTimeout: 300 * time.Millisecond,
 		StatementTimeout: 600 * time.Millisecond}, "HOLD")
 	if out, err := svc.Issue(ctx, "warm", "HOLD"); err != nil || out.Result != issuance.ResultIssued {
@@ -80,10 +103,7 @@ func TestSettlementEndsWithTheBudget(t *testing.T) {
 	if !errors.Is(err, issuance.ErrOutcomeUnknown) {
 		t.Errorf("%+v %v, want the outcome unknown (nothing could be looked up)", out, err)
 	}
-	// db.CancelGrace is 300 ms; what is left above the budget is scheduling.
-	if took > budget+200*time.Millisecond {
-		t.Errorf("the call took %s, past its budget of %s", took, budget)
-	}
+	return took
 }
 
 // TestReSendAfterTheCampaignEnded: a member's re-send after the campaign's end is answered with

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/campaign"
@@ -136,14 +135,7 @@ func TestStripesNoFalseRejection(t *testing.T) {
 		INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM issued_coupons`); err != nil {
 		t.Fatal(err)
 	}
-	holder, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HOT' AND stripe = 7 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, b.url(), "HOT", 7)
 	done := make(chan issuance.Outcome, 1)
 	go func() {
 		out, err := b.svc.Issue(ctx, "m0001", "HOT")
@@ -152,11 +144,9 @@ func TestStripesNoFalseRejection(t *testing.T) {
 		}
 		done <- out
 	}()
-	waitBlockedBy(t, holder, backendPID(t, holder), 1)
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if out := <-done; out.Result != issuance.ResultIssued {
+	hold.WaitBlocked(1)
+	hold.Release()
+	if out := waitDone(t, done, "Issue after the stripe was released"); out.Result != issuance.ResultIssued {
 		t.Fatalf("the last coupon, its stripe held then released: %+v, want ISSUED", out)
 	}
 	if out := issue(t, b.svc, "m0002", "HOT"); out.Result != issuance.ResultBudgetExceeded {
@@ -218,17 +208,9 @@ func TestStripesStartOverWhenTheWaitedStripeFills(t *testing.T) {
 		INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM issued_coupons`); err != nil {
 		t.Fatal(err)
 	}
-	holders := map[int]pgx.Tx{}
+	holders := map[int]*pgtest.Hold{}
 	for _, stripe := range []int{7, 9} {
-		tx, err := b.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HOT' AND stripe = $1 FOR UPDATE`, stripe); err != nil {
-			t.Fatal(err)
-		}
-		holders[stripe] = tx
+		holders[stripe] = pgtest.HoldCampaign(t, b.url(), "HOT", stripe)
 	}
 	done := make(chan issuance.Outcome, 1)
 	go func() {
@@ -240,24 +222,23 @@ func TestStripesStartOverWhenTheWaitedStripeFills(t *testing.T) {
 	}()
 	// Find the stripe the request waits for.
 	waited, other := -1, -1
-	for waited < 0 {
-		for stripe, tx := range holders {
-			if blockedBy(t, b.pool, backendPID(t, tx)) > 0 {
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		for stripe, hold := range holders {
+			if hold.Blocked() > 0 {
 				waited = stripe
+				return nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("the request waits behind neither held stripe")
+	})
 	for stripe := range holders {
 		if stripe != waited {
 			other = stripe
 		}
 	}
-	if err := holders[other].Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	holders[other].Release() // it wrote nothing: as a rollback
 	// The waited-for stripe's holder issues its last coupon and commits.
-	tx := holders[waited]
+	tx := holders[waited].Tx()
 	if _, err := tx.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = budget_yen WHERE campaign_id = 'HOT' AND stripe = $1`, waited); err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +248,8 @@ func TestStripesStartOverWhenTheWaitedStripeFills(t *testing.T) {
 		INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM issued_coupons WHERE member_id = 'rival'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if out := <-done; out.Result != issuance.ResultIssued {
+	holders[waited].Release()
+	if out := waitDone(t, done, "Issue after the stripes were released"); out.Result != issuance.ResultIssued {
 		t.Fatalf("with stripe %d still holding a coupon of room: %+v, want ISSUED", other, out)
 	}
 	assertStripes(t, b.pool, 16, 16_000)
