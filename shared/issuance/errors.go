@@ -49,6 +49,14 @@ type connLostError struct{ err error }
 func (e *connLostError) Error() string { return fmt.Sprintf("issuance: connection lost: %v", e.err) }
 func (e *connLostError) Unwrap() error { return e.err }
 
+// isStalePlan reports whether err is 0A000 "cached plan must not change result type": a migration
+// changed issue_coupon's result columns under a call prepared on a pooled connection. pgx drops
+// the statement from its cache on any error, so one more attempt prepares it afresh.
+func isStalePlan(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.FeatureNotSupported
+}
+
 // answerLostError is an attempt whose call was sent but whose answer never came: the call may
 // have committed. The session and the coupon id the attempt chose say which server session to end
 // and which coupon would be the attempt's own.

@@ -321,7 +321,8 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 // (the backends waiting behind the campaign row in each round) along with the column's new type.
 // Every request is still ISSUED. (The coupon insert lives inside issue_coupon, whose plans
 // PL/pgSQL re-plans itself, so this migration never answers the client 0A000 "cached plan must
-// not change result type"; only a change of the call's own result columns would.)
+// not change result type"; a change of the call's own result columns does, and is retried:
+// TestFunctionResultChangedUnderPreparedCalls.)
 func TestColumnTypeChangedUnderPreparedStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -88,6 +88,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 //   - their connection fails before the call is sent (a database restart or failover: a dead
 //     pooled connection, a refused dial while the database is down), or the settlement of a lost
 //     answer finds nothing written; these retries end only with the budget.
+//   - they fail with 0A000 "cached plan must not change result type" (a migration changed
+//     issue_coupon's result under a pooled connection's prepared call), once per call.
 //
 // When the attempts' time ends first, or statement_timeout ends an attempt, the result is
 // RETRY_EXHAUSTED: nothing was written. When the call was sent but its answer lost, Issue
@@ -110,26 +112,30 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out O
 	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt)}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
-	contended := 0
+	contended, stalePlans := 0, 0
 	for attempt := 1; ; attempt++ {
 		left := time.Until(deadline)
 		if left < minAttemptTime+serverMargin {
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt - 1}, nil
 		}
 		out, err = s.settledAttempt(ctx, req, left, callEnd, span, attempt)
-		switch next(ctx, err) {
+		step, cause := next(ctx, err)
+		switch step {
 		case answer:
 			return out, err
 		case giveUp:
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
-		case callerLeft:
-			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: %w", ctx.Err())
 		case fail:
-			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, err)
+			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, cause)
 		case retryContended:
 			if contended++; contended == MaxAttempts {
 				return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
 			}
+		case retryStalePlan:
+			if stalePlans++; stalePlans > 1 {
+				return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, cause)
+			}
+			continue // prepared afresh at once: no contention to wait out
 		}
 		if !pause(ctx, span, deadline, attempt) {
 			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
@@ -173,27 +179,30 @@ type step int
 const (
 	answer         step = iota // the attempt's outcome, or ErrOutcomeUnknown, is the answer
 	giveUp                     // nothing was written and no time is left: RETRY_EXHAUSTED
-	callerLeft                 // the caller went away: ctx's error
-	fail                       // an error that no retry mends: the caller answers 500
+	fail                       // the caller went away, or an error that no retry mends (500)
 	retryContended             // 40001, 40P01, 55P03: again after a wait, at most MaxAttempts
 	retryConnLost              // a connection lost with nothing written: again until the budget ends
+	retryStalePlan             // 0A000, a call prepared before a migration changed its result: again at once, once
 )
 
-// next classifies the error of an attempt (settled, if its answer was lost) made under ctx.
-func next(ctx context.Context, err error) step {
+// next classifies the error of an attempt (settled, if its answer was lost) made under ctx, and
+// returns, for a failure, its cause: ctx's error when the caller went away, else err.
+func next(ctx context.Context, err error) (step, error) {
 	switch {
 	case err == nil, errors.Is(err, ErrOutcomeUnknown):
-		return answer
+		return answer, err
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return callerLeft
+		return fail, ctx.Err()
 	case errors.As(err, new(*connLostError)):
-		return retryConnLost // each dead pooled connection costs one round trip
+		return retryConnLost, err // each dead pooled connection costs one round trip
 	case isTimeout(err):
-		return giveUp
+		return giveUp, err
 	case IsRetryable(err):
-		return retryContended
+		return retryContended, err
+	case isStalePlan(err):
+		return retryStalePlan, err
 	}
-	return fail
+	return fail, err
 }
 
 type request struct {

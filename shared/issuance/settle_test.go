@@ -170,3 +170,40 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 		t.Errorf("month %s, want 2026-09 (Tokyo)", month)
 	}
 }
+
+// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupon with one whose
+// amount is bigint while the pooled connection holds the call prepared, so the next call fails
+// with 0A000 "cached plan must not change result type". The service prepares it afresh and
+// answers ISSUED.
+func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	pool := prodPool(t, dbURL, 1)
+	svc := faultService(t, pool, issuance.Config{}, "RESULT")
+	if out, err := svc.Issue(ctx, "before", "RESULT"); err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("before the migration: %+v %v", out, err)
+	}
+	owner := connect(t, dbURL)
+	def := scalar[string](t, owner, `SELECT pg_get_functiondef('issue_coupon'::regproc)`)
+	if !strings.Contains(def, "OUT amount integer") {
+		t.Fatalf("issue_coupon's definition has no OUT amount integer:\n%s", def)
+	}
+	def = strings.Replace(def, "OUT amount integer", "OUT amount bigint", 1)
+	if _, err := owner.Exec(ctx, `DROP FUNCTION issue_coupon`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION issue_coupon TO coupon_issue`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := svc.Issue(ctx, "after", "RESULT")
+	if err != nil || out.Result != issuance.ResultIssued || out.AmountYen != 1000 {
+		t.Fatalf("after the migration: %+v %v, want ISSUED for 1000 yen", out, err)
+	}
+	if out.Attempts != 2 {
+		t.Errorf("after the migration: %d attempts, want 2 (the prepared call failed with 0A000 once)", out.Attempts)
+	}
+}
