@@ -134,17 +134,12 @@ func TestSIGTERMDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	holder, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	observer, err := pgx.Connect(ctx, dbURL) // pg_stat_activity is a snapshot per transaction: not the holder's
+	observer, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer observer.Close(ctx)
-	if err := campaign.Create(ctx, holder, campaign.Campaign{ID: "HELD", DiscountYen: 100, BudgetYen: 100_000}); err != nil {
+	if err := campaign.Create(ctx, observer, campaign.Campaign{ID: "HELD", DiscountYen: 100, BudgetYen: 100_000}); err != nil {
 		t.Fatal(err)
 	}
 	port := proctest.FreePort(t)
@@ -156,13 +151,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Errorf("start-up line without the effective pool size: %s", out.String())
 	}
 
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HELD' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := pgtest.HoldCampaign(t, dbURL, "HELD")
 	statuses := make(chan string, 10)
 	for i := range 10 {
 		go func() {
@@ -176,24 +165,7 @@ func TestSIGTERMDrains(t *testing.T) {
 			statuses <- resp.Status
 		}()
 	}
-	for i := 0; ; i++ {
-		var waiting int
-		if err := observer.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 10 {
-			break
-		}
-		if i > 500 {
-			close(statuses)
-			for s := range statuses {
-				t.Log(s)
-			}
-			t.Fatalf("%d requests wait on the row, want 10; log: %s", waiting, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hold.WaitBlocked(10)
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -209,9 +181,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hold.Release()
 	for range 10 {
 		if s := <-statuses; s != "201 Created" {
 			t.Errorf("request in flight at SIGTERM: %s, want 201 Created", s)
