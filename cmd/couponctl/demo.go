@@ -126,7 +126,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	defer cleanup()
 
 	if os.Getenv("DATABASE_URL") != "" {
-		if err := refuseDataInUse(ctx, dbURL); err != nil {
+		if err := refuseDataInUse(ctx, dbURL, demoConsequence); err != nil {
 			return err
 		}
 	}
@@ -508,10 +508,14 @@ func countIfExists(ctx context.Context, conn *pgx.Conn, table string) (int64, er
 	return n, err
 }
 
-// refuseDataInUse refuses a database that holds coupons or outbox rows: the demo links its
-// members to LINE ids and drains the whole outbox into its local stand-in, which would mark other
-// members' pending notifications as sent. Only an empty (or unmigrated) database is safe.
-func refuseDataInUse(ctx context.Context, dbURL string) error {
+// demoConsequence is what the demo would do to a database in use.
+const demoConsequence = "the demo would drain that outbox into its local LINE stand-in and mark other members' notifications sent"
+
+// refuseDataInUse refuses a database that holds coupons or outbox rows, saying what the verb would
+// do to them (consequence): the demo and the drill drain the whole outbox into a local LINE
+// stand-in, marking other members' pending notifications sent. Only an empty (or unmigrated)
+// database is safe.
+func refuseDataInUse(ctx context.Context, dbURL, consequence string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return err
@@ -526,9 +530,8 @@ func refuseDataInUse(ctx context.Context, dbURL string) error {
 		return err
 	}
 	if coupons > 0 || outboxRows > 0 {
-		return fmt.Errorf("the database DATABASE_URL names holds %d coupons and %d outbox rows: the demo would drain "+
-			"that outbox into its local LINE stand-in and mark other members' notifications sent. Give it an empty "+
-			"database, or unset DATABASE_URL to use a throwaway server", coupons, outboxRows)
+		return fmt.Errorf("the database DATABASE_URL names holds %d coupons and %d outbox rows: %s. Give it an empty "+
+			"database, or unset DATABASE_URL to use a throwaway server", coupons, outboxRows, consequence)
 	}
 	return nil
 }

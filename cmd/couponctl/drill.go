@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/drill"
@@ -103,7 +101,7 @@ func runDrill(cmd *cobra.Command, o drillOptions) error {
 				"and outbox rows into it and link its members to LINE. Run again with --yes to allow it, or unset DATABASE_URL "+
 				"to use a throwaway server", redactURL(dbURL))
 		}
-		if err := refuseDrillOnData(ctx, dbURL); err != nil {
+		if err := refuseDataInUse(ctx, dbURL, "the drill would drain that outbox into its LINE stand-in and audit those coupons as its own"); err != nil {
 			return err
 		}
 	}
@@ -128,31 +126,6 @@ func runDrill(cmd *cobra.Command, o drillOptions) error {
 	}
 	if len(outcome.Violations) > 0 {
 		return errViolations
-	}
-	return nil
-}
-
-// refuseDrillOnData refuses a database that holds coupons or outbox rows: the drill drains the
-// whole outbox into its LINE stand-in (marking other members' notifications sent) and audits
-// every coupon as its own. Only an empty (or unmigrated) database is safe.
-func refuseDrillOnData(ctx context.Context, dbURL string) error {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	coupons, err := countIfExists(ctx, conn, "issued_coupons")
-	if err != nil {
-		return err
-	}
-	outboxRows, err := countIfExists(ctx, conn, "notification_outbox")
-	if err != nil {
-		return err
-	}
-	if coupons > 0 || outboxRows > 0 {
-		return fmt.Errorf("the database DATABASE_URL names holds %d coupons and %d outbox rows: the drill would drain "+
-			"that outbox into its LINE stand-in and audit those coupons as its own. Give it an empty database, or unset "+
-			"DATABASE_URL to use a throwaway server", coupons, outboxRows)
 	}
 	return nil
 }

@@ -112,7 +112,7 @@ func tokyo(t *testing.T) *time.Location {
 func TestDemoIntoAnEmptyDatabase(t *testing.T) {
 	ctx := context.Background()
 	empty := pgtest.EmptyURL(t)
-	if err := refuseDataInUse(ctx, empty); err != nil {
+	if err := refuseDataInUse(ctx, empty, demoConsequence); err != nil {
 		t.Errorf("an empty, unmigrated database: %v, want it accepted", err)
 	}
 
@@ -135,7 +135,7 @@ func TestDemoIntoAnEmptyDatabase(t *testing.T) {
 	if _, err := seedOneOutboxRow(ctx, used); err != nil {
 		t.Fatal(err)
 	}
-	if err := refuseDataInUse(ctx, used); err == nil || !strings.Contains(err.Error(), "1 outbox rows") {
+	if err := refuseDataInUse(ctx, used, demoConsequence); err == nil || !strings.Contains(err.Error(), "1 outbox rows") {
 		t.Errorf("a database with an outbox row: %v, want a refusal counting it", err)
 	}
 }
