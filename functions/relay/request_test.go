@@ -50,14 +50,7 @@ var goInternals = []string{"Go value", "Go struct", "struct {", "json:", "unmars
 // Content-Length); an empty body, whitespace and {} are the default run.
 func TestRequestRules(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t, 2)
-	srv := httptest.NewServer(linestub.New())
-	t.Cleanup(srv.Close)
-	h, err := relay.NewHandler(pool, outbox.Config{ChannelAccessToken: "t", BaseURL: srv.URL,
-		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := requestHandler(t)
 	over := strings.Repeat(" ", relay.MaxBodyBytes)
 	for _, c := range []struct {
 		body   string
@@ -121,14 +114,7 @@ func TestRequestRules(t *testing.T) {
 // come with any Content-Type or none, as Cloud Scheduler and a bare curl -X POST send it.
 func TestRequestContentType(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t, 2)
-	srv := httptest.NewServer(linestub.New())
-	t.Cleanup(srv.Close)
-	h, err := relay.NewHandler(pool, outbox.Config{ChannelAccessToken: "t", BaseURL: srv.URL,
-		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := requestHandler(t)
 	for _, c := range []struct {
 		contentType, body string
 		status            int
@@ -159,13 +145,7 @@ func TestRequestContentType(t *testing.T) {
 // RelayOutbox answers with IssueCoupon's status and message.
 func TestRequestWordsAsIssueCoupon(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(linestub.New())
-	t.Cleanup(srv.Close)
-	rh, err := relay.NewHandler(pgtest.Pool(t, 2), outbox.Config{ChannelAccessToken: "t", BaseURL: srv.URL,
-		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rh := requestHandler(t)
 	ih, err := issue.NewHandler(nil, issuance.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -185,4 +165,17 @@ func TestRequestWordsAsIssueCoupon(t *testing.T) {
 			t.Errorf("%.40q: RelayOutbox %d %q, IssueCoupon %d %q", body, r.status, r.message, i.status, i.message)
 		}
 	}
+}
+
+// requestHandler is a RelayOutbox handler on a test database that pushes to a LINE stand-in.
+func requestHandler(t *testing.T) *relay.Handler {
+	t.Helper()
+	srv := httptest.NewServer(linestub.New())
+	t.Cleanup(srv.Close)
+	h, err := relay.NewHandler(pgtest.Pool(t, 2), outbox.Config{ChannelAccessToken: "t", BaseURL: srv.URL,
+		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
