@@ -35,16 +35,20 @@ import (
 var rolesDay = time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo)
 
 // roleDB is one test's migrated database: a pool as its owner (the migration's user, for the
-// set-up and the counts) and a pool as a login user in role.
+// set-up and the counts) and a pool as a login user in role, named user.
 type roleDB struct {
 	owner, as *pgxpool.Pool
+	user      string
 }
 
 func newRoleDB(t *testing.T, role string) roleDB {
 	t.Helper()
 	dbURL := pgtest.URL(t)
-	return roleDB{owner: openPool(t, dbURL), as: openPool(t, pgtest.LoginAs(t, dbURL, role))}
+	as := openPool(t, pgtest.LoginAs(t, dbURL, role))
+	return roleDB{owner: openPool(t, dbURL), as: as, user: as.Config().ConnConfig.User}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // forbidden is a write the role must not make, and why.
 type forbidden struct {
@@ -142,6 +146,11 @@ var issueForbidden = []forbidden{
 	{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
 	{"a discount", `UPDATE campaign_budgets SET discount_yen = 1`},
 	{"a period", `UPDATE campaign_budgets SET ends_at = NULL`},
+	{"a pause", `UPDATE campaign_budgets SET paused_at = now()`},
+	{"a budget change", `SELECT * FROM campaign_change_budget('ONE', 5000, NULL, NULL, 'raise')`},
+	{"a pause through the function", `SELECT * FROM campaign_change_state('ONE', 'pause', NULL, NULL, false, false, 'stop')`},
+	{"a history row", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('ONE', now(), 'x', 'pause', '{}', '{}', 'x')`},
+	{"the history read", `SELECT reason FROM campaign_changes`},
 	{"a new campaign", `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('X', 1, 1)`},
 	{"a new budget row", `INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen) VALUES ('ONE', 9, 1, 1)`},
 	{"a campaign", `UPDATE campaigns SET budget_yen = 1`},
@@ -387,6 +396,19 @@ func TestAdminRole(t *testing.T) {
 		t.Fatalf("reconcile after repair: %v, %v; want none", rep.Violations(), err)
 	}
 
+	// Live changes, through the change functions alone, each in the history.
+	if ch, err := campaign.Update(ctx, db.as, "ADMIN", campaign.Changes{AddBudgetYen: ptr[int64](5000), Stripes: ptr(2), Reason: "raise"}); err != nil || len(ch) != 2 {
+		t.Fatalf("campaign update: %+v, %v; want a budget and a stripes change", ch, err)
+	}
+	for _, change := range []func(context.Context, campaign.Querier, string, string) (*campaign.Change, error){campaign.Pause, campaign.Resume, campaign.End} {
+		if ch, err := change(ctx, db.as, "ADMIN", "operator"); err != nil || ch == nil {
+			t.Fatalf("campaign pause/resume/end: %+v, %v", ch, err)
+		}
+	}
+	if h, err := campaign.History(ctx, db.as, "ADMIN"); err != nil || len(h) != 5 || h[0].By != db.user {
+		t.Fatalf("campaign history: %+v, %v; want 5 changes by %s", h, err, db.user)
+	}
+
 	// line link, relink, unlink.
 	for _, u := range []string{"U" + fmt.Sprintf("%032x", 1), "U" + fmt.Sprintf("%032x", 2)} {
 		if err := outboxadmin.Link(ctx, db.as, "m1", u); err != nil {
@@ -438,6 +460,12 @@ func TestAdminRole(t *testing.T) {
 		{"truncate", `TRUNCATE notification_outbox`},
 		{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
 		{"a discount", `UPDATE campaign_budgets SET discount_yen = 1`},
+		{"a pause outside the functions", `UPDATE campaign_budgets SET paused_at = now()`},
+		{"a period outside the functions", `UPDATE campaign_budgets SET ends_at = now()`},
+		{"a history row outside the functions", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('ADMIN', now(), 'x', 'pause', '{}', '{}', 'x')`},
+		{"a history row changed", `UPDATE campaign_changes SET reason = 'x'`},
+		{"a history row deleted", `DELETE FROM campaign_changes`},
+		{"the lock helper", `SELECT * FROM campaign_lock('ADMIN')`},
 		{"a campaign's definition", `UPDATE campaigns SET budget_yen = 1`},
 		{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('ADMIN', 'm9', '2026-11', 1000)`},
 		{"a coupon's value", `UPDATE issued_coupons SET amount_yen = 1`},

@@ -10,12 +10,13 @@ import (
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/shared/envconf"
-	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
 func campaignCmd() *cobra.Command {
-	return groupCmd("campaign", "Create, show and list campaigns", campaignCreateCmd(), campaignShowCmd(), campaignListCmd())
+	return groupCmd("campaign", "Create, show, list and change campaigns, and read their history",
+		campaignCreateCmd(), campaignShowCmd(), campaignListCmd(), campaignUpdateCmd(),
+		campaignPauseCmd(), campaignResumeCmd(), campaignEndCmd(), campaignHistoryCmd())
 }
 
 func campaignCreateCmd() *cobra.Command {
@@ -104,13 +105,8 @@ func parseTime(flag, v string) (*time.Time, error) {
 func campaignShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
-		Short: "Show a campaign's budget, issued and remaining yen",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return fmt.Errorf("%s needs one campaign id, e.g. %s SW-A", cmd.CommandPath(), cmd.CommandPath())
-			}
-			return ids.Campaign(args[0])
-		},
+		Short: "Show a campaign's budget, issued and remaining yen, period and state",
+		Args:  oneCampaign,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -121,19 +117,36 @@ func campaignShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "campaign   %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\nstripes    %d\n",
-				s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen(), s.Stripes)
-			fmt.Fprintf(w, "period     %s .. %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt))
+			writeCampaign(cmd.OutOrStdout(), s, time.Now())
 			return nil
 		},
+	}
+}
+
+// writeCampaign writes one campaign as campaign show does, its state at now.
+func writeCampaign(w io.Writer, s campaign.Status, now time.Time) {
+	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\nstripes    %d\n",
+		s.ID, state(s, now), s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen(), s.Stripes)
+	fmt.Fprintf(w, "period     %s .. %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt))
+}
+
+// state is s's state at now, with when it was paused and whether an active campaign's budget is
+// spent.
+func state(s campaign.Status, now time.Time) string {
+	switch st := s.State(now); {
+	case st == campaign.StatePaused:
+		return st + " since " + fmtTime(s.PausedAt)
+	case st == campaign.StateActive && s.RemainingYen() < s.DiscountYen:
+		return st + " (budget spent)"
+	default:
+		return st
 	}
 }
 
 func campaignListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List every campaign: budget, issued, remaining (yen), period (Asia/Tokyo) and whether it is active now",
+		Short: "List every campaign: budget, issued, remaining (yen), period (Asia/Tokyo) and state now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pool, closePool, err := openMigrated(cmd.Context())
@@ -151,27 +164,18 @@ func campaignListCmd() *cobra.Command {
 	}
 }
 
-// writeCampaignList writes list as a table, amounts in yen, periods in Asia/Tokyo time, and
-// whether each campaign issues coupons at now (else why not: not started, or ended).
+// writeCampaignList writes list as a table, amounts in yen, periods in Asia/Tokyo time, and each
+// campaign's state at now: active, paused, ended or not started.
 func writeCampaignList(w io.Writer, list []campaign.Status, now time.Time) {
 	if len(list) == 0 {
 		fmt.Fprintln(w, "no campaigns (couponctl campaign create adds one)")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tstarts\tends\tactive now")
+	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tstarts\tends\tstate")
 	for _, s := range list {
-		active := "yes"
-		switch {
-		case s.StartsAt != nil && now.Before(*s.StartsAt):
-			active = "no (not started)"
-		case s.EndsAt != nil && !now.Before(*s.EndsAt):
-			active = "no (ended)"
-		case s.RemainingYen() < s.DiscountYen:
-			active = "yes (budget spent)"
-		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen,
-			s.RemainingYen(), fmtTime(s.StartsAt), fmtTime(s.EndsAt), active)
+			s.RemainingYen(), fmtTime(s.StartsAt), fmtTime(s.EndsAt), state(s, now))
 	}
 	_ = tw.Flush()
 }

@@ -68,7 +68,7 @@ func TestSimChecksChartFirst(t *testing.T) {
 	}
 }
 
-// TestCampaignListTable: amounts in yen, Tokyo periods, and why a campaign is not active.
+// TestCampaignListTable: amounts in yen, Tokyo periods, and each campaign's state.
 func TestCampaignListTable(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	past, future := now.Add(-48*time.Hour), now.Add(48*time.Hour)
@@ -78,14 +78,16 @@ func TestCampaignListTable(t *testing.T) {
 		{Campaign: campaign.Campaign{ID: "SOON", DiscountYen: 500, BudgetYen: 1000, StartsAt: &future}},
 		{Campaign: campaign.Campaign{ID: "OVER", DiscountYen: 500, BudgetYen: 1000, EndsAt: &past}},
 		{Campaign: campaign.Campaign{ID: "SPENT", DiscountYen: 500, BudgetYen: 1000}, IssuedYen: 1000},
+		{Campaign: campaign.Campaign{ID: "HELD", DiscountYen: 500, BudgetYen: 1000}, PausedAt: &past},
 	}, now)
 	got := b.String()
 	for _, want := range []string{
-		"campaign", "remaining_yen", "active now",
+		"campaign", "remaining_yen", "state",
 		"OPEN      1000          100000      3000        97000          (open)",
-		"SOON", "no (not started)", future.In(tokyo(t)).Format(time.RFC3339),
-		"OVER", "no (ended)",
-		"SPENT", "yes (budget spent)",
+		"SOON", "not started", future.In(tokyo(t)).Format(time.RFC3339),
+		"OVER", "ended",
+		"SPENT", "active (budget spent)",
+		"HELD", "paused since " + past.In(tokyo(t)).Format(time.RFC3339),
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("campaign list lacks %q:\n%s", want, got)

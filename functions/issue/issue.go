@@ -94,7 +94,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if out.Result == issuance.ResultRetryExhausted {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
-	resp := response{Result: string(out.Result), CouponID: out.CouponID}
+	resp := response{Result: string(out.Result), CouponID: out.CouponID, Reason: out.Reason}
 	if out.Result == issuance.ResultIssued {
 		resp.AmountYen, resp.Month = out.AmountYen, out.Month
 	}
@@ -129,6 +129,7 @@ type response struct {
 	CouponID  string `json:"coupon_id,omitempty"`
 	AmountYen int    `json:"amount_yen,omitempty"`
 	Month     string `json:"month,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 	Message   string `json:"message,omitempty"`
 }
 

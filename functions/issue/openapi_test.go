@@ -33,10 +33,14 @@ func TestOpenAPI(t *testing.T) {
 		{ID: "ENDED", DiscountYen: 1000, BudgetYen: 1000, StartsAt: &lastWeek, EndsAt: &yesterday},
 		{ID: "HELD", DiscountYen: 500, BudgetYen: 1000},
 		{ID: "BROKEN", DiscountYen: 500, BudgetYen: 1000},
+		{ID: "PAUSED", DiscountYen: 500, BudgetYen: 1000},
 	} {
 		if err := campaign.Create(ctx, pool, c); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := campaign.Pause(ctx, pool, "PAUSED", "TestOpenAPI"); err != nil {
+		t.Fatal(err)
 	}
 	h, err := issue.NewHandler(pool, issuance.Config{})
 	if err != nil {
@@ -64,26 +68,27 @@ func TestOpenAPI(t *testing.T) {
 	steps := []struct {
 		name, method, contentType, body string
 		status                          int
-		result                          string
+		result, reason                  string
 	}{
-		{"issued", "POST", "application/json", ask("m1", "OPEN"), 201, "ISSUED"},
-		{"double tap", "POST", "application/json", ask("m1", "OPEN"), 200, "ALREADY_ISSUED"},
-		{"budget spent", "POST", "application/json", ask("m2", "OPEN"), 409, "BUDGET_EXCEEDED"},
-		{"over the cap", "POST", "application/json", ask("m1", "BIG"), 409, "MONTHLY_CAP"}, // 1,000 + 1,500 > 2,000 yen
-		{"not started", "POST", "application/json", ask("m3", "FUTURE"), 409, "CAMPAIGN_NOT_ACTIVE"},
-		{"ended", "POST", "application/json", ask("m3", "ENDED"), 409, "CAMPAIGN_NOT_ACTIVE"},
-		{"unknown", "POST", "application/json; charset=utf-8", ask("m3", "NOPE"), 404, "UNKNOWN_CAMPAIGN"},
-		{"bad JSON", "POST", "application/json", `{"member_id": "m1",`, 400, "INVALID_REQUEST"},
-		{"unknown field", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","month":"2026-01"}`, 400, "INVALID_REQUEST"},
-		{"bad member id", "POST", "application/json", ask("m 1", "OPEN"), 400, "INVALID_REQUEST"},
-		{"wrong method", "GET", "", "", 405, "INVALID_REQUEST"},
-		{"body over 4 KiB", "POST", "application/json", `{"member_id":"` + strings.Repeat("x", 5000) + `","campaign_id":"OPEN"}`, 413, "INVALID_REQUEST"},
-		{"wrong content type", "POST", "text/plain", ask("m1", "OPEN"), 415, "INVALID_REQUEST"},
+		{"issued", "POST", "application/json", ask("m1", "OPEN"), 201, "ISSUED", ""},
+		{"double tap", "POST", "application/json", ask("m1", "OPEN"), 200, "ALREADY_ISSUED", ""},
+		{"budget spent", "POST", "application/json", ask("m2", "OPEN"), 409, "BUDGET_EXCEEDED", ""},
+		{"over the cap", "POST", "application/json", ask("m1", "BIG"), 409, "MONTHLY_CAP", ""}, // 1,000 + 1,500 > 2,000 yen
+		{"not started", "POST", "application/json", ask("m3", "FUTURE"), 409, "CAMPAIGN_NOT_ACTIVE", "NOT_STARTED"},
+		{"ended", "POST", "application/json", ask("m3", "ENDED"), 409, "CAMPAIGN_NOT_ACTIVE", "ENDED"},
+		{"paused", "POST", "application/json", ask("m3", "PAUSED"), 409, "CAMPAIGN_NOT_ACTIVE", "PAUSED"},
+		{"unknown", "POST", "application/json; charset=utf-8", ask("m3", "NOPE"), 404, "UNKNOWN_CAMPAIGN", ""},
+		{"bad JSON", "POST", "application/json", `{"member_id": "m1",`, 400, "INVALID_REQUEST", ""},
+		{"unknown field", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","month":"2026-01"}`, 400, "INVALID_REQUEST", ""},
+		{"bad member id", "POST", "application/json", ask("m 1", "OPEN"), 400, "INVALID_REQUEST", ""},
+		{"wrong method", "GET", "", "", 405, "INVALID_REQUEST", ""},
+		{"body over 4 KiB", "POST", "application/json", `{"member_id":"` + strings.Repeat("x", 5000) + `","campaign_id":"OPEN"}`, 413, "INVALID_REQUEST", ""},
+		{"wrong content type", "POST", "text/plain", ask("m1", "OPEN"), 415, "INVALID_REQUEST", ""},
 	}
 	for _, s := range steps {
 		status, body, _ := call(h, s.method, s.contentType, s.body)
-		if status != s.status || body["result"] != s.result {
-			t.Errorf("%s: %d %v, want %d %s", s.name, status, body, s.status, s.result)
+		if reason, _ := body["reason"].(string); status != s.status || body["result"] != s.result || reason != s.reason {
+			t.Errorf("%s: %d %v, want %d %s %s", s.name, status, body, s.status, s.result, s.reason)
 		}
 	}
 

@@ -134,11 +134,7 @@ func (c *Checker) Documented() []string {
 	for status, ref := range c.doc.Paths.Find(c.path).Post.Responses.Map() {
 		var results []string
 		if mt := ref.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil {
-			if r := mt.Schema.Value.Properties["result"]; r != nil {
-				for _, e := range r.Value.Enum {
-					results = append(results, fmt.Sprint(e))
-				}
-			}
+			results = resultEnum(mt.Schema.Value)
 		}
 		if len(results) == 0 {
 			out = append(out, status)
@@ -148,6 +144,21 @@ func (c *Checker) Documented() []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// resultEnum lists the values of the result property of a body schema, or of each of its oneOf
+// alternatives.
+func resultEnum(s *openapi3.Schema) []string {
+	var out []string
+	if r := s.Properties["result"]; r != nil {
+		for _, e := range r.Value.Enum {
+			out = append(out, fmt.Sprint(e))
+		}
+	}
+	for _, alt := range s.OneOf {
+		out = append(out, resultEnum(alt.Value)...)
+	}
 	return out
 }
 

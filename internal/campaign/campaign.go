@@ -70,10 +70,35 @@ func (c Campaign) stripeBudgets(k int) []int {
 	return budgets
 }
 
-// Status is a campaign with its issued total.
+// Status is a campaign with its issued total and whether it is paused.
 type Status struct {
 	Campaign
 	IssuedYen int // the R1 counter: campaign_budgets.issued_yen summed over the stripes
+	// PausedAt is when an operator paused the campaign ([Pause]), nil when it is not paused.
+	PausedAt *time.Time
+}
+
+// The states of a campaign at an instant ([Status.State]).
+const (
+	StateActive     = "active"
+	StatePaused     = "paused"
+	StateEnded      = "ended"
+	StateNotStarted = "not started"
+)
+
+// State is the campaign's state at now: ended (at or after EndsAt), else paused, else not
+// started (before StartsAt), else active, the order in which issue_coupon names the reason
+// of CAMPAIGN_NOT_ACTIVE (campaign_inactive_reason, 00010_live_campaigns.sql).
+func (s Status) State(now time.Time) string {
+	switch {
+	case s.EndsAt != nil && !now.Before(*s.EndsAt):
+		return StateEnded
+	case s.PausedAt != nil:
+		return StatePaused
+	case s.StartsAt != nil && now.Before(*s.StartsAt):
+		return StateNotStarted
+	}
+	return StateActive
 }
 
 // RemainingYen is what the budget still allows, in yen.
@@ -154,15 +179,18 @@ SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5
 	return nil
 }
 
+// statusColumns are a [Status] read from campaign_budgets grouped by campaign_id: the
+// definition, written alike on every stripe, and the stripes' sums.
+const statusColumns = `campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at)`
+
 // Show reads campaign id. Errors: [ErrNotFound], or the database's.
 func Show(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, id string) (Status, error) {
 	var s Status
 	err := db.QueryRow(ctx, `
-SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*)
-  FROM campaign_budgets WHERE campaign_id = $1 GROUP BY campaign_id`, id).
-		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes)
+SELECT `+statusColumns+` FROM campaign_budgets WHERE campaign_id = $1 GROUP BY campaign_id`, id).
+		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -178,13 +206,12 @@ func List(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]Status, error) {
 	rows, err := db.Query(ctx, `
-SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*)
-  FROM campaign_budgets GROUP BY campaign_id ORDER BY campaign_id`)
+SELECT `+statusColumns+` FROM campaign_budgets GROUP BY campaign_id ORDER BY campaign_id`)
 	if err != nil {
 		return nil, fmt.Errorf("campaign: list: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
-		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes)
+		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt)
 		return s, err
 	})
 	if err != nil {

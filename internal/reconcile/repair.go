@@ -129,6 +129,11 @@ func repairCampaign(ctx context.Context, tx pgx.Tx, id string, rep *Repaired) er
 		Stripe               int
 		BudgetYen, IssuedYen int64
 	}
+	// The campaign changes' lock protocol (00010_live_campaigns.sql): stripe 0 first, then, in a
+	// statement that sees every stripe a re-stripe committed meanwhile, all of them in order.
+	if _, err := tx.Exec(ctx, `SELECT FROM campaign_budgets WHERE campaign_id = $1 AND stripe = 0 FOR UPDATE`, id); err != nil {
+		return err
+	}
 	rows, err := tx.Query(ctx, `SELECT stripe, budget_yen, issued_yen FROM campaign_budgets
 		WHERE campaign_id = $1 ORDER BY stripe FOR UPDATE`, id)
 	if err != nil {

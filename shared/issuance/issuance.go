@@ -26,9 +26,17 @@ const (
 	ResultAlreadyIssued     Result = "ALREADY_ISSUED"      // R2: this member holds this campaign's coupon (double tap, re-send)
 	ResultMonthlyCap        Result = "MONTHLY_CAP"         // R3 would be broken
 	ResultBudgetExceeded    Result = "BUDGET_EXCEEDED"     // R1 would be broken
-	ResultCampaignNotActive Result = "CAMPAIGN_NOT_ACTIVE" // outside starts_at..ends_at
+	ResultCampaignNotActive Result = "CAMPAIGN_NOT_ACTIVE" // outside starts_at..ends_at, or paused: see [Outcome.Reason]
 	ResultUnknownCampaign   Result = "UNKNOWN_CAMPAIGN"    // no such campaign
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
+)
+
+// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupon on the campaign's
+// budget stripes (campaign_inactive_reason, 00010_live_campaigns.sql).
+const (
+	ReasonNotStarted = "NOT_STARTED" // before starts_at
+	ReasonEnded      = "ENDED"       // at or after ends_at, by the request's time or the commit's
+	ReasonPaused     = "PAUSED"      // paused by an operator (couponctl campaign pause)
 )
 
 // Outcome is what one call did.
@@ -40,6 +48,9 @@ type Outcome struct {
 	AmountYen int
 	// Month is the Asia/Tokyo calendar month the coupon counts against, YYYY-MM (ISSUED).
 	Month string
+	// Reason says why the campaign is not active (CAMPAIGN_NOT_ACTIVE): [ReasonNotStarted],
+	// [ReasonEnded] or [ReasonPaused].
+	Reason string
 	// Attempts is how many calls were sent or tried: at most [MaxAttempts] lost to
 	// contention, more when connections failed (then the budget bounds them).
 	Attempts int
@@ -254,23 +265,23 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 	couponID := uuid.NewString()
 	lockTimeout, statementTimeout := s.cfg.attemptTimeouts(left)
 	var (
-		result string
-		coupon *string
-		amount *int
+		result         string
+		coupon, reason *string
+		amount         *int
 	)
 	batch := &pgx.Batch{}
 	batch.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
 	batch.Queue(sqlIssue, couponID, r.campaignID, r.memberID, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount) })
+		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount, &reason) })
 	err = conn.SendBatch(ctx, batch).Close()
 
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		return outcomeOf(r, result, coupon, amount)
+		return outcomeOf(r, result, coupon, amount, reason)
 	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR":
-		if pgErr.Code == sqlStateRejected { // a write lost a race: rolled back
-			return outcomeOf(r, pgErr.Message, nil, nil)
+		if pgErr.Code == sqlStateRejected { // a write lost a race, or met a paused or ended campaign: rolled back
+			return outcomeOf(r, pgErr.Message, nil, nil, &pgErr.Detail)
 		}
 		return Outcome{}, err // the server ended the call with an error: rolled back
 	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "FATAL", pgconn.SafeToRetry(err):
@@ -296,7 +307,7 @@ func beforeSend(ctx context.Context, err error, closed bool) error {
 }
 
 // outcomeOf turns the call's result row into the [Outcome] of r.
-func outcomeOf(r request, result string, coupon *string, amount *int) (Outcome, error) {
+func outcomeOf(r request, result string, coupon *string, amount *int, reason *string) (Outcome, error) {
 	out := Outcome{Result: Result(result)}
 	switch out.Result {
 	case ResultIssued:
@@ -309,7 +320,12 @@ func outcomeOf(r request, result string, coupon *string, amount *int) (Outcome, 
 			return Outcome{}, fmt.Errorf("issuance: ALREADY_ISSUED without the member's coupon id")
 		}
 		out.CouponID = *coupon
-	case ResultMonthlyCap, ResultBudgetExceeded, ResultCampaignNotActive, ResultUnknownCampaign:
+	case ResultCampaignNotActive:
+		if reason == nil || (*reason != ReasonNotStarted && *reason != ReasonEnded && *reason != ReasonPaused) {
+			return Outcome{}, fmt.Errorf("issuance: CAMPAIGN_NOT_ACTIVE without a reason")
+		}
+		out.Reason = *reason
+	case ResultMonthlyCap, ResultBudgetExceeded, ResultUnknownCampaign:
 	default:
 		return Outcome{}, fmt.Errorf("issuance: issue_coupon answered %q, not a result code", result)
 	}

@@ -12,15 +12,16 @@ const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config(
 
 // sqlIssue is one issuance: the whole transaction in one call, committed when the pipeline's Sync
 // arrives, which travels with it. It returns the result code, the coupon id (ISSUED, or the
-// member's coupon for ALREADY_ISSUED) and the amount in yen (ISSUED); a write that loses a race
-// raises SQLSTATE [sqlStateRejected]. $1 coupon_id (made by the service), $2 campaign_id,
-// $3 member_id, $4 issued_at (its Asia/Tokyo month is the coupon's), $5 R3's cap in yen,
-// $6 trace_parent.
-const sqlIssue = `SELECT result, coupon, amount FROM issue_coupon($1, $2, $3, $4, $5, $6)`
+// member's coupon for ALREADY_ISSUED), the amount in yen (ISSUED) and the reason of
+// CAMPAIGN_NOT_ACTIVE; a write that loses a race raises SQLSTATE [sqlStateRejected].
+// $1 coupon_id (made by the service), $2 campaign_id, $3 member_id, $4 issued_at (its
+// Asia/Tokyo month is the coupon's), $5 R3's cap in yen, $6 trace_parent.
+const sqlIssue = `SELECT result, coupon, amount, reason FROM issue_coupon($1, $2, $3, $4, $5, $6)`
 
 // sqlStateRejected is the SQLSTATE issue_coupon raises when a write finds its rule broken by a
-// transaction that committed after its reads; the message is the result code
-// (00009_issue_coupon.sql). The call's transaction is rolled back: nothing was written.
+// transaction that committed after its reads, or finds its budget stripe showing the campaign
+// paused or ended; the message is the result code, and the detail CAMPAIGN_NOT_ACTIVE's reason
+// (00010_live_campaigns.sql). The call's transaction is rolled back: nothing was written.
 const sqlStateRejected = "CI409"
 
 // sqlBackendStart is when this connection's server session started: with its pid, it names the

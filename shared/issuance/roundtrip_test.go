@@ -327,7 +327,7 @@ SELECT sum(n_tup_ins)::bigint, sum(n_tup_upd)::bigint, sum(n_tup_del)::bigint,
 }
 
 // TestRefusalsWriteNothing: once a campaign is sold out, a burst of 64 requests for it, a
-// double tap, a member at the monthly cap, an unknown and an inactive campaign are all refused
+// double tap, a member at the monthly cap, an unknown, a not started and a paused campaign are all refused
 // from reads: the statistics show no row inserted, updated or deleted and no transaction rolled
 // back. The same statistics are first shown to see a refusal that inserts and rolls back.
 func TestRefusalsWriteNothing(t *testing.T) {
@@ -342,10 +342,14 @@ func TestRefusalsWriteNothing(t *testing.T) {
 	for _, c := range []campaign.Campaign{
 		{ID: "SOLD", DiscountYen: 1000, BudgetYen: 2000, Stripes: 2},
 		{ID: "LATER", DiscountYen: 1000, BudgetYen: 100_000, StartsAt: ptr(faultDay.Add(time.Hour))},
+		{ID: "HELD", DiscountYen: 1000, BudgetYen: 100_000, Stripes: 4},
 	} {
 		if err := campaign.Create(ctx, setup, c); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := campaign.Pause(ctx, setup, "HELD", "TestRefusalsWriteNothing"); err != nil {
+		t.Fatal(err)
 	}
 	for _, r := range [][2]string{{"a", "SOLD"}, {"b", "SOLD"}, {"a", "OPEN"}} {
 		if out, err := svc.Issue(ctx, r[0], r[1]); err != nil || out.Result != issuance.ResultIssued {
@@ -408,6 +412,7 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		{"a", "SOLD", issuance.ResultAlreadyIssued},
 		{"a", "NO-SUCH", issuance.ResultUnknownCampaign},
 		{"a", "LATER", issuance.ResultCampaignNotActive},
+		{"a", "HELD", issuance.ResultCampaignNotActive},
 	} {
 		if out, err := svc.Issue(ctx, c.member, c.campaign); err != nil || out.Result != c.want {
 			t.Errorf("%s %s: %+v %v, want %s", c.member, c.campaign, out, err, c.want)

@@ -113,11 +113,12 @@ func TestReSendAfterTheCampaignEnded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, 2)
-	ends := faultDay.Add(time.Hour)
+	// The real clock: issue_coupon also judges the end by the database's clock as it writes.
+	now := time.Now()
+	ends := now.Add(time.Hour)
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ENDS", DiscountYen: 1000, BudgetYen: 100_000, EndsAt: &ends}); err != nil {
 		t.Fatal(err)
 	}
-	now := faultDay
 	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

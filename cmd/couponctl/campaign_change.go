@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/shared/ids"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// changeHelp is what every change verb says of how it works.
+const changeHelp = `
+The change is one transaction: it locks the campaign's budget stripes (IssueCoupon's calls queue
+for the few milliseconds it holds them), judges the change on them and writes it to the
+campaign's history with --reason and the database login that made it (couponctl campaign history
+ID). Run it as a user in coupon_admin (docs/roles.md).`
+
+// oneCampaign is the Args of a verb that takes one campaign id.
+func oneCampaign(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%s needs one campaign id, e.g. %s SW-A", cmd.CommandPath(), cmd.CommandPath())
+	}
+	return ids.Campaign(args[0])
+}
+
+func campaignUpdateCmd() *cobra.Command {
+	var (
+		budget, add  int64
+		stripes      int
+		starts, ends string
+		reason       string
+	)
+	c := &cobra.Command{
+		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] --reason TEXT",
+		Short: "Change a live campaign's budget, budget stripes or period",
+		Long: `Change a live campaign while IssueCoupon runs.
+
+--budget-yen N sets the budget; --add-budget-yen D adds D yen to the budget the change finds
+(negative cuts), so two operators adding at once both take effect. A budget below the yen already
+issued is refused, naming that figure, and nothing changes. A raise on a sold-out campaign lets
+out exactly (N - old) / discount more coupons.
+
+--stripes K lays the budget out over K budget stripes (1-64, at most one per coupon of budget):
+the budget and the issued yen stay exactly what they were.
+
+--starts T and --ends T move the period (RFC 3339; "open" removes the bound). An end moved to
+the past ends the campaign as "campaign end" does: once the command returns, no coupon of it
+commits.` + changeHelp,
+		Example: `  couponctl campaign update BF --add-budget-yen 500000 --reason "marketing approved 500 more (JIRA-812)"
+  couponctl campaign update BF --stripes 16 --reason "hot: 8,000 requests/s"
+  couponctl campaign update SALE --ends 2026-12-25T00:00:00+09:00 --reason "extended by a day"`,
+		Args: oneCampaign,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ch := campaign.Changes{Reason: reason}
+			f := cmd.Flags()
+			if f.Changed("budget-yen") && f.Changed("add-budget-yen") {
+				return usageError{fmt.Errorf("give --budget-yen or --add-budget-yen, not both")}
+			}
+			if f.Changed("budget-yen") {
+				ch.BudgetYen = &budget
+			}
+			if f.Changed("add-budget-yen") {
+				ch.AddBudgetYen = &add
+			}
+			if f.Changed("stripes") {
+				ch.Stripes = &stripes
+			}
+			var err error
+			if ch.SetStarts = f.Changed("starts"); ch.SetStarts {
+				if ch.StartsAt, err = parseBound("--starts", starts); err != nil {
+					return usageError{err}
+				}
+			}
+			if ch.SetEnds = f.Changed("ends"); ch.SetEnds {
+				if ch.EndsAt, err = parseBound("--ends", ends); err != nil {
+					return usageError{err}
+				}
+			}
+			if ch.Empty() {
+				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts or --ends")}
+			}
+			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
+				return campaign.Update(ctx, db, args[0], ch)
+			})
+		},
+	}
+	f := c.Flags()
+	f.Int64Var(&budget, "budget-yen", 0, "the new budget in yen")
+	f.Int64Var(&add, "add-budget-yen", 0, "yen to add to the budget (negative cuts)")
+	f.IntVar(&stripes, "stripes", 0, fmt.Sprintf("budget stripes to lay the budget out over, 1-%d", campaign.MaxStripes))
+	f.StringVar(&starts, "starts", "", `new first instant coupons are issued, RFC 3339, or "open"`)
+	f.StringVar(&ends, "ends", "", `new instant issuing stops, RFC 3339, exclusive, or "open"`)
+	reasonFlag(c, &reason)
+	return c
+}
+
+// stateCmd is pause, resume or end: one change of the campaign's state.
+func stateCmd(use, short, long string, change func(context.Context, campaign.Querier, string, string) (*campaign.Change, error)) *cobra.Command {
+	var reason string
+	c := &cobra.Command{
+		Use:   use + " ID --reason TEXT",
+		Short: short,
+		Long:  long + changeHelp,
+		Args:  oneCampaign,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
+				ch, err := change(ctx, db, args[0], reason)
+				if ch == nil {
+					return nil, err
+				}
+				return []campaign.Change{*ch}, err
+			})
+		},
+	}
+	reasonFlag(c, &reason)
+	return c
+}
+
+func campaignPauseCmd() *cobra.Command {
+	return stateCmd("pause", "Pause a campaign: no coupon of it commits once this returns, until resume",
+		`Pause a campaign now. Once the command has returned, no coupon of the campaign commits until
+"campaign resume" has returned: IssueCoupon answers CAMPAIGN_NOT_ACTIVE with reason PAUSED, and
+a member who holds the coupon still gets ALREADY_ISSUED with its id. This is how to stop a
+runaway campaign in one command.`, campaign.Pause)
+}
+
+func campaignResumeCmd() *cobra.Command {
+	return stateCmd("resume", "Resume a paused campaign",
+		`Resume a paused campaign: it issues again within its period and budget.`, campaign.Resume)
+}
+
+func campaignEndCmd() *cobra.Command {
+	return stateCmd("end", "End a campaign now: its end becomes this moment",
+		`End a campaign now: its ends_at becomes the change's time, and once the command has
+returned no coupon of it commits (CAMPAIGN_NOT_ACTIVE, reason ENDED). A campaign that has not
+started is refused: pause it, or move its period with "campaign update --starts --ends".`, campaign.End)
+}
+
+// reasonFlag adds --reason, which every change needs: a missing one is a command line error
+// (exit 2), checked before the database is touched.
+func reasonFlag(c *cobra.Command, reason *string) {
+	c.Flags().StringVar(reason, "reason", "", "why, for the campaign's history (required)")
+	runE := c.RunE
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if !cmd.Flags().Changed("reason") {
+			return usageError{fmt.Errorf("%s needs --reason TEXT: why, for the campaign's history", cmd.CommandPath())}
+		}
+		return runE(cmd, args)
+	}
+}
+
+// runChange opens the database, runs change on campaign id and prints what it changed, then the
+// campaign as it now is.
+func runChange(cmd *cobra.Command, id string, change func(context.Context, campaign.Querier) ([]campaign.Change, error)) error {
+	ctx := cmd.Context()
+	pool, closePool, err := openMigrated(ctx)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+	done, err := change(ctx, pool)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if len(done) == 0 {
+		fmt.Fprintf(w, "%s: nothing to change, it already is so\n", id)
+	}
+	for _, ch := range done {
+		fmt.Fprintf(w, "%s: %s changed (change %d at %s by %s)\n  before  %s\n  after   %s\n",
+			id, ch.What, ch.ID, ch.At.In(issuance.Tokyo).Format(time.RFC3339Nano), ch.By, describe(ch.Before), describe(ch.After))
+	}
+	s, err := campaign.Show(ctx, pool, id)
+	if err != nil {
+		return err
+	}
+	writeCampaign(w, s, time.Now())
+	return nil
+}
+
+func campaignHistoryCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "history ID",
+		Short: "Every change of a campaign, oldest first: when, who, what, before, after, why",
+		Args:  oneCampaign,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pool, closePool, err := openMigrated(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			list, err := campaign.History(cmd.Context(), pool, args[0])
+			if err != nil {
+				return err
+			}
+			writeHistory(cmd.OutOrStdout(), args[0], list)
+			return nil
+		},
+	}
+}
+
+func writeHistory(w io.Writer, id string, list []campaign.Change) {
+	if len(list) == 0 {
+		fmt.Fprintf(w, "%s: no changes since it was created\n", id)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "change\twhen (Asia/Tokyo)\twho\twhat\tbefore\tafter\treason")
+	for _, c := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.At.In(issuance.Tokyo).Format("2006-01-02 15:04:05.000"),
+			c.By, c.What, describe(c.Before), describe(c.After), c.Reason)
+	}
+	_ = tw.Flush()
+}
+
+// describe writes a history row's figures as key=value pairs in key order, times in Asia/Tokyo.
+func describe(m map[string]any) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := m[k]
+		switch x := v.(type) {
+		case nil:
+			v = "(open)"
+			if k == "paused_at" {
+				v = "(not paused)"
+			}
+		case string:
+			if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+				v = t.In(issuance.Tokyo).Format(time.RFC3339)
+			}
+		case float64:
+			v = json.Number(fmt.Sprint(int64(x)))
+		}
+		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+	}
+	return strings.Join(parts, " ")
+}
+
+// parseBound is a period bound of campaign update: RFC 3339, or "open" for none.
+func parseBound(flag, v string) (*time.Time, error) {
+	if v == "open" {
+		return nil, nil
+	}
+	if v == "" {
+		return nil, fmt.Errorf(`%s: give an RFC 3339 time such as 2026-09-19T00:00:00+09:00, or "open"`, flag)
+	}
+	return parseTime(flag, v)
+}

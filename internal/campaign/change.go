@@ -1,0 +1,188 @@
+package campaign
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrRefused is returned, wrapped with the database's explanation, for a change the campaign
+// cannot take: a budget below the yen already issued, more stripes than coupons, a period that
+// ends before it starts, ending a campaign that has not started. Nothing was changed.
+var ErrRefused = errors.New("campaign: change refused")
+
+// Changes is what `couponctl campaign update` changes in one transaction. Nil fields are kept.
+type Changes struct {
+	// BudgetYen is the new budget in yen, or AddBudgetYen what to add to the present one
+	// (negative cuts); at most one of the two. Two adds at once both take effect.
+	BudgetYen, AddBudgetYen *int64
+	// Stripes is the new number of budget stripes, 1 to [MaxStripes].
+	Stripes *int
+	// StartsAt and EndsAt move the period when their Set flag is true; a nil time is an
+	// open bound.
+	StartsAt, EndsAt   *time.Time
+	SetStarts, SetEnds bool
+	Reason             string
+}
+
+// Empty reports whether c changes nothing.
+func (c Changes) Empty() bool {
+	return c.BudgetYen == nil && c.AddBudgetYen == nil && c.Stripes == nil && !c.SetStarts && !c.SetEnds
+}
+
+// Change is one row of a campaign's history (campaign_changes, 00010_live_campaigns.sql).
+type Change struct {
+	ID         int64
+	CampaignID string
+	// At is when the change took effect: once it held the campaign's stripes, before its commit.
+	At time.Time
+	// By is the database login that made it (on Cloud SQL, the operator's IAM user).
+	By string
+	// What is budget, stripes, period, pause, resume or end.
+	What string
+	// Before and After are the figures the change read and wrote: budget_yen, issued_yen and
+	// stripes for a budget or stripes change; starts_at, ends_at and paused_at otherwise.
+	Before, After map[string]any
+	Reason        string
+}
+
+// Querier runs statements: a pool, a connection or a transaction.
+type Querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	Begin(context.Context) (pgx.Tx, error)
+}
+
+const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, before, after, reason`
+
+// Update applies c to campaign id in one transaction, through the schema's change functions
+// (which lock the campaign's stripes, judge the change on them and write the history), and
+// returns the history rows it wrote: none when c leaves everything as it was. Errors:
+// [ErrNotFound], [ErrRefused] (nothing changed), or the database's.
+func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, error) {
+	if c.Empty() {
+		return nil, fmt.Errorf("%w: campaign %s: nothing to change", ErrRefused, id)
+	}
+	var out []Change
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if c.BudgetYen != nil || c.AddBudgetYen != nil || c.Stripes != nil {
+			got, err := changes(ctx, tx, `SELECT `+changeColumns+` FROM campaign_change_budget($1, $2, $3, $4, $5)`,
+				id, c.BudgetYen, c.AddBudgetYen, c.Stripes, c.Reason)
+			if err != nil {
+				return err
+			}
+			out = append(out, got...)
+		}
+		if c.SetStarts || c.SetEnds {
+			got, err := changeState(ctx, tx, id, "period", c)
+			if err != nil {
+				return err
+			}
+			out = append(out, got...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, explain(id, err)
+	}
+	return out, nil
+}
+
+// Pause pauses campaign id: once it returns, no coupon of the campaign commits until [Resume]
+// returns. It returns the history row, or nil when the campaign was paused already. Errors:
+// [ErrNotFound], [ErrRefused] (no reason given), or the database's.
+func Pause(ctx context.Context, db Querier, id, reason string) (*Change, error) {
+	return stateChange(ctx, db, id, "pause", reason)
+}
+
+// Resume lets a paused campaign id issue again, within its period. It returns the history row, or
+// nil when the campaign was not paused. Errors as [Pause].
+func Resume(ctx context.Context, db Querier, id, reason string) (*Change, error) {
+	return stateChange(ctx, db, id, "resume", reason)
+}
+
+// End ends campaign id now: its ends_at becomes the change's time, and once End returns no
+// coupon of it commits. It returns the history row, or nil when the campaign had ended already.
+// Errors as [Pause], and [ErrRefused] for a campaign that has not started.
+func End(ctx context.Context, db Querier, id, reason string) (*Change, error) {
+	return stateChange(ctx, db, id, "end", reason)
+}
+
+func stateChange(ctx context.Context, db Querier, id, what, reason string) (*Change, error) {
+	var got []Change
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		got, err = changeState(ctx, tx, id, what, Changes{Reason: reason})
+		return err
+	})
+	if err != nil {
+		return nil, explain(id, err)
+	}
+	if len(got) == 0 {
+		return nil, nil
+	}
+	return &got[0], nil
+}
+
+func changeState(ctx context.Context, tx pgx.Tx, id, what string, c Changes) ([]Change, error) {
+	return changes(ctx, tx, `SELECT `+changeColumns+` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`,
+		id, what, c.StartsAt, c.EndsAt, c.SetStarts, c.SetEnds, c.Reason)
+}
+
+// History returns every change of campaign id, oldest first. Errors: [ErrNotFound], or the
+// database's.
+func History(ctx context.Context, db Querier, id string) ([]Change, error) {
+	if _, err := Show(ctx, db, id); err != nil {
+		return nil, err
+	}
+	list, err := changes(ctx, db, `SELECT `+changeColumns+` FROM campaign_changes WHERE campaign_id = $1 ORDER BY change_id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("campaign: history of %s: %w", id, err)
+	}
+	return list, nil
+}
+
+func changes(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) ([]Change, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (c Change, err error) {
+		var before, after []byte
+		if err := row.Scan(&c.ID, &c.CampaignID, &c.At, &c.By, &c.What, &before, &after, &c.Reason); err != nil {
+			return c, err
+		}
+		if err := json.Unmarshal(before, &c.Before); err != nil {
+			return c, err
+		}
+		return c, json.Unmarshal(after, &c.After)
+	})
+}
+
+// SQLSTATEs the change functions raise (00010_live_campaigns.sql).
+const (
+	sqlStateNotFound = "CI404"
+	sqlStateRefused  = "CI422"
+)
+
+// explain turns the change functions' refusals into [ErrNotFound] and [ErrRefused].
+func explain(id string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case sqlStateNotFound:
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		case sqlStateRefused:
+			return fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+		}
+	}
+	return fmt.Errorf("campaign: change %s: %w", id, err)
+}

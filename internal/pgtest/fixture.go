@@ -1,0 +1,47 @@
+package pgtest
+
+import (
+	"context"
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mops/coupon-api/schema"
+)
+
+// Execer runs a statement: a pool, a connection or a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// BreakFunction replaces function name, in the database db connects to as its owner, with a
+// broken variant of its definition in migration file (schema/migrations): the definition with
+// each pair of replacements applied, old by new, every occurrence. It is how a test keeps the
+// broken form of a fix as a fixture, derived from the production definition, and shows that it
+// catches it. It fails t when the definition or an old text is not found, so a fixture that no
+// longer applies says so.
+func BreakFunction(t testing.TB, db Execer, file, name string, replacements ...[2]string) {
+	t.Helper()
+	src, err := fs.ReadFile(schema.Migrations(), file)
+	if err != nil {
+		t.Fatalf("pgtest: break %s: %v", name, err)
+	}
+	m := regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE FUNCTION ` + regexp.QuoteMeta(name) + `\(.*?)-- \+goose StatementEnd`).
+		FindSubmatch(src)
+	if m == nil {
+		t.Fatalf("pgtest: break %s: no CREATE FUNCTION %s in %s", name, name, file)
+	}
+	def := strings.Replace(string(m[1]), "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+	for _, r := range replacements {
+		if !strings.Contains(def, r[0]) {
+			t.Fatalf("pgtest: break %s: %q is not in its definition in %s", name, r[0], file)
+		}
+		def = strings.ReplaceAll(def, r[0], r[1])
+	}
+	if _, err := db.Exec(context.Background(), def); err != nil {
+		t.Fatalf("pgtest: break %s: %v", name, err)
+	}
+}
