@@ -30,6 +30,7 @@ func benchCmd() *cobra.Command {
 		pgbench  string
 		format   string
 		soldOut  bool
+		changes  bool
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -70,6 +71,14 @@ back (pg_stat_user_tables, pg_stat_database), minus 4 rows per coupon issued: th
 refusals. To count exactly, bench ends the database's other sessions of its role before and
 after the cell (a session flushes its statistics as it exits; pools replace the connections).
 
+--changes adds one cell per round trip and client count: IssueCoupon on a campaign of 16 stripes
+for --duration while an operator, through the same proxy, changes it every 500 ms, in turn: a
+budget raise, a re-stripe (16 to 17 stripes and back), a pause followed at once by a resume (the
+couponctl campaign verbs' code). Its table gives, per kind, how long a change took from the
+operator's call to its answer (an upper bound on how long it held the stripes: it commits in the
+server as its pipeline ends), and the p99 of the requests in flight during those changes, beside
+the p99 of the requests during none. Answers CAMPAIGN_NOT_ACTIVE during a pause are counted too.
+
 Progress goes to stderr. Database: DATABASE_URL, a postgres:// URL with a TCP host (its user must
 be allowed to CREATE DATABASE: bench works in a database of its own, dropped at the end), or a
 throwaway durable PostgreSQL (fsync and synchronous_commit on) when unset. Needs pgbench (Debian:
@@ -77,6 +86,7 @@ postgresql-15) and Linux (the proxy waits on timerfd). A benchmark, not a test: 
 decides the figures; compare them only within one table.`,
 		Example: `  couponctl bench
   couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
+  couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
   couponctl bench --clients 32 --duration 5s --format markdown`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -103,6 +113,10 @@ decides the figures; compare them only within one table.`,
 				so := hotbench.BlackFriday
 				cfg.SoldOut = &so
 			}
+			if changes {
+				ch := hotbench.LiveChanges
+				cfg.Changes = &ch
+			}
 			return runBench(cmd, cfg, format)
 		},
 	}
@@ -113,6 +127,7 @@ decides the figures; compare them only within one table.`,
 	f.StringVar(&pgbench, "pgbench", hotbench.DefaultPgbench, "the pgbench binary")
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(hotbench.Formats, ", "))
 	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
+	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
 }
 
@@ -167,6 +182,9 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 	}
 	cells := len(cfg.RTTs) * len(cfg.Clients) * len(hotbench.Variants)
 	if cfg.SoldOut != nil {
+		cells += len(cfg.RTTs) * len(cfg.Clients)
+	}
+	if cfg.Changes != nil {
 		cells += len(cfg.RTTs) * len(cfg.Clients)
 	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",

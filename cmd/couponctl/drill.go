@@ -25,7 +25,7 @@ func drillCmd() *cobra.Command {
 	var o drillOptions
 	c := &cobra.Command{
 		Use:   "drill [--duration D] [--clients N] [--faults LIST] [--record FILE] [--yes]",
-		Short: "Inject faults under Silver Week load (database crash, killed and terminated service, stalled database, LINE outage), then audit every answer against the tables",
+		Short: "Inject faults under Silver Week load (database crash, killed and terminated service, stalled database, LINE outage, a campaign paused and raised), then audit every answer against the tables",
 		Long: `A fault drill, end to end on this machine, before each release:
 
   1. with no DATABASE_URL, start a throwaway PostgreSQL (durable settings; removed at the end);
@@ -46,9 +46,14 @@ func drillCmd() *cobra.Command {
                     requests and exit 0; then a new one is started
        stall        every database process stopped with SIGSTOP for at most 3 s, then SIGCONT
        line-outage  the LINE stand-in answers 503 to every push
+       campaign-change
+                    an operator's work, not a fault: DR-B paused for the slot, DR-A (sold out)
+                    raised by 20 coupons halfway, DR-B resumed; DR-B's coupons must not change
+                    from the pause's return to the resume
   5. drain the outbox (RelayOutbox until no row is left to send), then audit, as "couponctl
      audit" does: every ISSUED and ALREADY_ISSUED coupon exists, is live and is its pair's; no
-     refusal contradicted by the final tables; R1-R3 and one outbox row per coupon by SQL; every
+     refusal contradicted by the final tables and the campaigns' history; no ISSUED while the
+     campaign was paused; R1-R3 and one outbox row per coupon by SQL; every
      answer within 3 s; and every coupon pushed to LINE under its own X-Line-Retry-Key (a
      re-send of a coupon only ever under that key).
 
@@ -79,7 +84,7 @@ the setup, the drain and the audit.`,
 	f := c.Flags()
 	f.DurationVar(&o.duration, "duration", 40*time.Second, "how long the load and the fault schedule run (2 x faults + 1 slots)")
 	f.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients, each sending one request at a time")
-	f.StringVar(&o.faults, "faults", "db-crash,kill,sigterm,stall,line-outage", "the faults to inject, in order (comma list)")
+	f.StringVar(&o.faults, "faults", "db-crash,kill,sigterm,stall,line-outage,campaign-change", "the faults to inject, in order (comma list)")
 	f.StringVar(&o.record, "record", "", "write the answer log here, created before anything is set up (default: a temporary file, named at the end, removed if the drill is interrupted)")
 	f.BoolVar(&o.yes, "yes", false, "with DATABASE_URL set: migrate that database and write the drill's campaigns, coupons and outbox rows into it")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the traffic's shuffle and tap delays")

@@ -38,6 +38,9 @@ type Answer struct {
 	Result string `json:"result"`
 	// CouponID is the body's "coupon_id", "" when there is none.
 	CouponID string `json:"coupon_id"`
+	// Reason is the body's "reason" (CAMPAIGN_NOT_ACTIVE's NOT_STARTED, ENDED or PAUSED), ""
+	// when there is none.
+	Reason string `json:"reason,omitempty"`
 	// Error is the transport error's text when Status is 0, else "".
 	Error string `json:"error"`
 }
@@ -57,9 +60,10 @@ func New(sent time.Time, latency time.Duration, memberID, campaignID string, sta
 	var b struct {
 		Result   string `json:"result"`
 		CouponID string `json:"coupon_id"`
+		Reason   string `json:"reason"`
 	}
 	_ = json.Unmarshal(body, &b) // a body that is not JSON has no result: "" says so
-	a.Status, a.Result, a.CouponID = status, b.Result, b.CouponID
+	a.Status, a.Result, a.CouponID, a.Reason = status, b.Result, b.CouponID, b.Reason
 	return a
 }
 

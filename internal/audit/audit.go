@@ -11,6 +11,8 @@
 //     (voided_at IS NULL, NOT legacy_duplicate) and belongs to the answer's (campaign, member);
 //     no two ISSUED answers name the same coupon (each request makes its own coupon id);
 //   - no refusal is contradicted by the final tables (see below);
+//   - every ISSUED came while the campaign's history shows it active: no coupon commits while a
+//     campaign is paused, ended or not started;
 //   - every live coupon of a (campaign, member) pair of the log was answered ISSUED to one of its
 //     requests, unless one of them got an indeterminate answer or the coupon predates the log
 //     (issued_at before the log's first send time less [Config.ClockSkew]; within the skew
@@ -19,15 +21,17 @@
 //
 // Refusals are checked only where the final state proves them wrong whenever they were answered.
 // That holds because the counters only grow while the traffic runs (issue_coupon adds to them;
-// only `couponctl reconcile --repair` lowers one, and no verb changes a budget, a discount or a
-// campaign's period) and campaigns are never deleted:
+// only `couponctl reconcile --repair` lowers one), every change of a budget, a period or a pause
+// is in the campaign's history (campaign_changes), and campaigns are never deleted:
 //
 //   - UNKNOWN_CAMPAIGN for a campaign that exists and was created more than [Config.ClockSkew]
 //     before the request was sent;
-//   - CAMPAIGN_NOT_ACTIVE for a campaign that does not exist, or whose period covers the whole
-//     time from sending to the answer, widened by the clock skew;
+//   - CAMPAIGN_NOT_ACTIVE for a campaign that does not exist, or that its history shows active
+//     throughout the time from sending to the answer, widened by the clock skew, or never in
+//     the answer's reason (NOT_STARTED, ENDED, PAUSED) during it;
 //   - BUDGET_EXCEEDED for a campaign that does not exist, or one of whose budget stripes still
-//     has room for one more coupon in the final counters;
+//     has room for one more coupon in the final counters, when its budget and stripes have not
+//     changed since the request was sent;
 //   - MONTHLY_CAP for a campaign that does not exist, or when the member's final used_yen for
 //     the month plus the campaign's discount still fits under the cap. The month is the
 //     Asia/Tokyo month of the request, which the service decides from its own clock: an answer
@@ -178,6 +182,7 @@ func Run(ctx context.Context, db Beginner, answers []answerlog.Answer, cfg Confi
 		checkCoupons(answers, t),
 		checkRefusals(answers, t, cfg),
 		checkPairs(answers, t, cfg),
+		checkIssuedWhileActive(answers, t, cfg),
 	}
 	return rep, nil
 }
@@ -202,12 +207,36 @@ func stamp(a answerlog.Answer) string { return a.T.Format("15:04:05.000") }
 // pairOf is an answer's (campaign, member).
 func pairOf(a answerlog.Answer) pair { return pair{campaign: a.CampaignID, member: a.MemberID} }
 
-// checkContract finds the answers [Classify] puts outside the contract.
+// checkContract finds the answers [Classify] puts outside the contract, and the
+// CAMPAIGN_NOT_ACTIVE answers without one of its reasons.
 func checkContract(answers []answerlog.Answer) Check {
 	c := Check{Name: "answers in the contract (docs/api.md)", Checked: len(answers), Unit: "answers"}
 	for _, a := range answers {
-		if Classify(a.Status, a.Result) == Outside {
+		switch {
+		case Classify(a.Status, a.Result) == Outside:
 			c.fail("%s %s %s: %s", stamp(a), a.CampaignID, a.MemberID, Label(a))
+		case a.Result == string(issuance.ResultCampaignNotActive) &&
+			!slices.Contains([]string{issuance.ReasonNotStarted, issuance.ReasonEnded, issuance.ReasonPaused}, a.Reason):
+			c.fail("%s %s %s: %s with reason %q, not NOT_STARTED, ENDED or PAUSED", stamp(a), a.CampaignID, a.MemberID, Label(a), a.Reason)
+		}
+	}
+	return c
+}
+
+// checkIssuedWhileActive finds the ISSUED answers whose whole request, widened by the clock skew,
+// fell where the campaign's history shows it inactive (paused, ended or not started): its coupon
+// committed while no coupon of the campaign may commit.
+func checkIssuedWhileActive(answers []answerlog.Answer, t tables, cfg Config) Check {
+	c := Check{Name: "ISSUED only while the campaign was active (its period and pauses)", Unit: "answers"}
+	for _, a := range answers {
+		camp, ok := t.campaigns[a.CampaignID]
+		if a.Result != string(issuance.ResultIssued) || Classify(a.Status, a.Result) != Determinate || !ok {
+			continue
+		}
+		c.Checked++
+		if reasons := camp.history.reasons(a.T.Add(-cfg.ClockSkew), a.T.Add(a.Latency()+cfg.ClockSkew)); !slices.Contains(reasons, "") {
+			c.fail("%s %s %s: ISSUED %s, but the campaign was %s throughout the request", stamp(a), a.CampaignID, a.MemberID,
+				a.CouponID, strings.Join(reasons, " or "))
 		}
 	}
 	return c
@@ -292,7 +321,7 @@ func claimsCoupon(a answerlog.Answer) bool {
 // checkRefusals checks each refusal against the final tables (see the package comment for what
 // proves one wrong).
 func checkRefusals(answers []answerlog.Answer, t tables, cfg Config) Check {
-	c := Check{Name: "refusals not contradicted by the final tables", Unit: "refusals"}
+	c := Check{Name: "refusals not contradicted by the final tables and the campaigns' history", Unit: "refusals"}
 	for _, a := range answers {
 		if Classify(a.Status, a.Result) != Determinate {
 			continue
@@ -329,10 +358,17 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 	}
 	switch issuance.Result(a.Result) {
 	case issuance.ResultCampaignNotActive:
-		if camp.activeThroughout(sentEarliest, answeredLatest) {
-			return "its period covers the whole request", true
+		reasons := camp.history.reasons(sentEarliest, answeredLatest)
+		switch {
+		case slices.Equal(reasons, []string{""}):
+			return "it was active throughout the request (its period and pauses, campaign history)", true
+		case a.Reason != "" && !slices.Contains(reasons, a.Reason):
+			return fmt.Sprintf("the reason was %s, and the campaign was never %s during the request", a.Reason, a.Reason), true
 		}
 	case issuance.ResultBudgetExceeded:
+		if !camp.history.budgetLaidAt.Before(sentEarliest) {
+			return "", false // its budget or stripes changed since: the final counters do not say
+		}
 		if camp.room {
 			return "a budget stripe still has room for a coupon", true
 		}
@@ -404,9 +440,4 @@ func checkPairs(answers []answerlog.Answer, t tables, cfg Config) Check {
 	}
 	slices.Sort(c.Examples) // map order: sorted so that two runs print alike
 	return c
-}
-
-// activeThroughout reports whether the campaign's period covers [from, to].
-func (c campaignRow) activeThroughout(from, to time.Time) bool {
-	return (c.startsAt == nil || !c.startsAt.After(from)) && (c.endsAt == nil || to.Before(*c.endsAt))
 }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // database's are this machine's.
 var testConfig = Config{ClockSkew: time.Millisecond}
 
-// issueLog creates campaigns A (two 1,000 yen coupons' budget), B and C (large budgets) on a
+// issueLog creates campaigns A (two 1,000 yen coupons' budget), B and C (large budgets), D (not
+// started, and nobody asks for it) on a
 // new database, sends through the real issuance service m1..m3 x A, B twice each (a double tap),
 // then m1 x C (over the cap) and an unknown campaign, and returns the pool and the answers as
 // IssueCoupon would have logged them: 5 ISSUED, 5 ALREADY_ISSUED, 2 BUDGET_EXCEEDED (m3 x A), one
@@ -34,6 +36,7 @@ func issueLog(t *testing.T) (*pgxpool.Pool, []answerlog.Answer) {
 		{ID: "A", DiscountYen: 1000, BudgetYen: 2000},
 		{ID: "B", DiscountYen: 1000, BudgetYen: 1_000_000},
 		{ID: "C", DiscountYen: 1000, BudgetYen: 1_000_000},
+		{ID: "D", DiscountYen: 1000, BudgetYen: 1_000_000, StartsAt: ptr(time.Now().Add(24 * time.Hour))},
 	} {
 		if err := campaign.Create(ctx, pool, c); err != nil {
 			t.Fatal(err)
@@ -121,6 +124,15 @@ func answerOf(sent time.Time, member, campaignID, result, couponID string) answe
 		Status: contract[result], Result: result, CouponID: couponID}
 }
 
+func ptr[T any](v T) *T { return &v }
+
+// notActive is the answer CAMPAIGN_NOT_ACTIVE with reason, in 5 ms.
+func notActive(sent time.Time, member, campaignID, reason string) answerlog.Answer {
+	a := answerOf(sent, member, campaignID, "CAMPAIGN_NOT_ACTIVE", "")
+	a.Reason = reason
+	return a
+}
+
 // couponOf is the coupon id the log's ISSUED answer for (member, campaignID) names.
 func couponOf(t *testing.T, answers []answerlog.Answer, member, campaignID string) string {
 	t.Helper()
@@ -197,7 +209,8 @@ func TestAuditFindsEachContradiction(t *testing.T) {
 		{"UNKNOWN_CAMPAIGN for a campaign that exists", add(answerOf(now, "m9", "B", "UNKNOWN_CAMPAIGN", "")), 3, "the campaign exists since"},
 		{"BUDGET_EXCEEDED with room left", add(answerOf(now, "m9", "B", "BUDGET_EXCEEDED", "")), 3, "a budget stripe still has room"},
 		{"MONTHLY_CAP for a member with room", add(answerOf(now, "m9", "B", "MONTHLY_CAP", "")), 3, "the member has used 0 of 2000 yen"},
-		{"CAMPAIGN_NOT_ACTIVE for an always active campaign", add(answerOf(now, "m9", "C", "CAMPAIGN_NOT_ACTIVE", "")), 3, "its period covers the whole request"},
+		{"CAMPAIGN_NOT_ACTIVE for an always active campaign", add(notActive(now, "m9", "C", "PAUSED")), 3, "it was active throughout the request"},
+		{"CAMPAIGN_NOT_ACTIVE without a reason", add(notActive(now, "m9", "D", "")), 0, `CAMPAIGN_NOT_ACTIVE with reason ""`},
 		{"an answer after 3 s", add(late), 1, "3400 ms"},
 		{"a status the contract does not give the result", add(answerlog.Answer{T: now, Ms: 5, MemberID: "m9", CampaignID: "B", Status: 200, Result: "MONTHLY_CAP"}), 0, "200 MONTHLY_CAP"},
 		{"a coupon no answer said ISSUED for", drop("m3", "B", "ISSUED"), 4, "no answer said ISSUED for it (answers: 200 ALREADY_ISSUED)"},
@@ -267,6 +280,113 @@ func drop(member, campaignID, result string) func([]answerlog.Answer) []answerlo
 	return func(answers []answerlog.Answer) []answerlog.Answer {
 		return slices.DeleteFunc(answers, func(a answerlog.Answer) bool {
 			return a.MemberID == member && a.CampaignID == campaignID && a.Result == result
+		})
+	}
+}
+
+// TestAuditFollowsCampaignChanges: a campaign paused, resumed and ended, and a sold-out campaign
+// raised, while the log was written: its refusals (PAUSED during the pause, ENDED after the end,
+// BUDGET_EXCEEDED before the raise) are not contradicted by the final tables, which show both
+// campaigns with room. An ISSUED answered inside the pause, a PAUSED answered after the end and a
+// BUDGET_EXCEEDED sent after the raise are each found.
+func TestAuditFollowsCampaignChanges(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	for _, c := range []campaign.Campaign{
+		{ID: "P", DiscountYen: 1000, BudgetYen: 1_000_000},
+		{ID: "S", DiscountYen: 1000, BudgetYen: 2000, Stripes: 2},
+	} {
+		if err := campaign.Create(ctx, pool, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []answerlog.Answer
+	send := func(member, campaignID string) answerlog.Answer {
+		sent := time.Now()
+		out, err := svc.Issue(ctx, member, campaignID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := answerOf(sent, member, campaignID, string(out.Result), out.CouponID)
+		a.Reason = out.Reason
+		answers = append(answers, a)
+		return a
+	}
+	change := func(ch *campaign.Change, err error) *campaign.Change {
+		t.Helper()
+		if err != nil || ch == nil {
+			t.Fatalf("change: %+v %v", ch, err)
+		}
+		time.Sleep(10 * time.Millisecond) // the answers around a change lie clear of the 1 ms skew
+		return ch
+	}
+	send("m1", "P")
+	paused := change(campaign.Pause(ctx, pool, "P", "test"))
+	send("m2", "P")
+	resumed := change(campaign.Resume(ctx, pool, "P", "test"))
+	issuedAfter := send("m3", "P")
+	send("m1", "S")
+	send("m2", "S")
+	send("m3", "S")
+	raised, err := campaign.Update(ctx, pool, "S", campaign.Changes{AddBudgetYen: ptr[int64](1000), Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	change(campaign.End(ctx, pool, "P", "test"))
+	send("m4", "P")
+	results := map[string]int{}
+	for _, a := range answers {
+		results[strings.TrimSpace(a.Result+" "+a.Reason)]++
+	}
+	want := map[string]int{"ISSUED": 4, "CAMPAIGN_NOT_ACTIVE PAUSED": 1, "CAMPAIGN_NOT_ACTIVE ENDED": 1, "BUDGET_EXCEEDED": 1}
+	if !maps.Equal(results, want) {
+		t.Fatalf("answers %v, want %v", results, want)
+	}
+	rep, err := Run(ctx, pool, answers, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("violations on the real log:\n%s", strings.Join(v, "\n"))
+	}
+
+	inPause := paused.At.Add(resumed.At.Sub(paused.At) / 2)
+	for _, tc := range []struct {
+		name  string
+		edit  func([]answerlog.Answer) []answerlog.Answer
+		check int
+		want  string
+	}{
+		{"ISSUED inside the pause", func(a []answerlog.Answer) []answerlog.Answer {
+			for i := range a {
+				if a[i].CouponID == issuedAfter.CouponID {
+					a[i].T, a[i].Ms = inPause, 1
+				}
+			}
+			return a
+		}, 5, "but the campaign was PAUSED throughout the request"},
+		{"PAUSED after the end", add(notActive(time.Now(), "m9", "P", "PAUSED")), 3, "the reason was PAUSED, and the campaign was never PAUSED"},
+		{"BUDGET_EXCEEDED after the raise", add(answerOf(raised[0].At.Add(5*time.Millisecond), "m9", "S", "BUDGET_EXCEEDED", "")), 3, "a budget stripe still has room"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Run(ctx, pool, tc.edit(slices.Clone(answers)), testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range rep.Checks {
+				failed := i == tc.check
+				if (c.Failed > 0) != failed {
+					t.Errorf("check %q: %d failed %q, want failed=%v", c.Name, c.Failed, c.Examples, failed)
+				}
+				if failed && (len(c.Examples) != 1 || !strings.Contains(c.Examples[0], tc.want)) {
+					t.Errorf("check %q: %q, want one line with %q", c.Name, c.Examples, tc.want)
+				}
+			}
 		})
 	}
 }

@@ -33,10 +33,11 @@ type coupon struct {
 // campaignRow is what the refusal checks read of a campaign: its stripe 0 (every campaign has
 // one; issue_coupon reads it) and whether any stripe has room for one more coupon.
 type campaignRow struct {
-	createdAt        time.Time
-	discountYen      int
-	startsAt, endsAt *time.Time
-	room             bool
+	createdAt                  time.Time
+	discountYen                int
+	startsAt, endsAt, pausedAt *time.Time
+	room                       bool
+	history                    *history // its state over time, from campaign_changes
 }
 
 // tables is what the audit reads, for the log's coupons, pairs, campaigns and member-months.
@@ -60,11 +61,15 @@ SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at
  WHERE i.voided_at IS NULL AND NOT i.legacy_duplicate`
 
 const sqlCampaigns = `
-SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at,
+SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at, z.paused_at,
        EXISTS (SELECT 1 FROM campaign_budgets s
                 WHERE s.campaign_id = z.campaign_id AND s.issued_yen + s.discount_yen <= s.budget_yen)
   FROM campaign_budgets z JOIN campaigns c USING (campaign_id)
  WHERE z.stripe = 0 AND z.campaign_id = ANY($1::text[])`
+
+const sqlChanges = `
+SELECT campaign_id, changed_at, what, before, after
+  FROM campaign_changes WHERE campaign_id = ANY($1::text[]) ORDER BY change_id`
 
 const sqlUsage = `
 SELECT u.member_id, u.month, u.used_yen
@@ -120,12 +125,32 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "campaigns", sqlCampaigns, []any{campaignIDs}, func(r pgx.Rows) error {
 			var id string
 			var c campaignRow
-			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.room); err != nil {
+			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.room); err != nil {
 				return err
 			}
 			t.campaigns[id] = c
 			return nil
 		})
+	}
+	changes := map[string][]change{}
+	if err == nil {
+		err = scan(ctx, q, "campaign changes", sqlChanges, []any{campaignIDs}, func(r pgx.Rows) error {
+			var id string
+			var c change
+			if err := r.Scan(&id, &c.at, &c.what, &c.before, &c.after); err != nil {
+				return err
+			}
+			changes[id] = append(changes[id], c)
+			return nil
+		})
+	}
+	for id, c := range t.campaigns {
+		if err != nil {
+			break
+		}
+		if c.history, err = newHistory(stateSpan{startsAt: c.startsAt, endsAt: c.endsAt, pausedAt: c.pausedAt}, changes[id]); err == nil {
+			t.campaigns[id] = c
+		}
 	}
 	if err == nil {
 		err = scan(ctx, q, "usage", sqlUsage, []any{members, months}, func(r pgx.Rows) error {

@@ -51,47 +51,38 @@ type Change struct {
 	Reason        string
 }
 
-// Querier runs statements: a pool, a connection or a transaction.
+// Querier runs statements and pipelines: a pool or a connection.
 type Querier interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 	QueryRow(context.Context, string, ...any) pgx.Row
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	Begin(context.Context) (pgx.Tx, error)
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }
 
 const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, before, after, reason`
 
-// Update applies c to campaign id in one transaction, through the schema's change functions
-// (which lock the campaign's stripes, judge the change on them and write the history), and
-// returns the history rows it wrote: none when c leaves everything as it was. Errors:
-// [ErrNotFound], [ErrRefused] (nothing changed), or the database's.
+const (
+	sqlChangeBudget = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
+	sqlChangeState  = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
+)
+
+// Update applies c to campaign id through the schema's change functions, which lock the
+// campaign's stripes, judge the change on them and write the history, and returns the history
+// rows they wrote: none when c leaves everything as it was. The calls go in one pipeline, one
+// implicit transaction committed in the server as the last one ends, so the stripes are never
+// held across a network round trip. Errors: [ErrNotFound], [ErrRefused] (nothing changed), or
+// the database's.
 func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, error) {
 	if c.Empty() {
 		return nil, fmt.Errorf("%w: campaign %s: nothing to change", ErrRefused, id)
 	}
-	var out []Change
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if c.BudgetYen != nil || c.AddBudgetYen != nil || c.Stripes != nil {
-			got, err := changes(ctx, tx, `SELECT `+changeColumns+` FROM campaign_change_budget($1, $2, $3, $4, $5)`,
-				id, c.BudgetYen, c.AddBudgetYen, c.Stripes, c.Reason)
-			if err != nil {
-				return err
-			}
-			out = append(out, got...)
-		}
-		if c.SetStarts || c.SetEnds {
-			got, err := changeState(ctx, tx, id, "period", c)
-			if err != nil {
-				return err
-			}
-			out = append(out, got...)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, explain(id, err)
+	b := &pgx.Batch{}
+	if c.BudgetYen != nil || c.AddBudgetYen != nil || c.Stripes != nil {
+		b.Queue(sqlChangeBudget, id, c.BudgetYen, c.AddBudgetYen, c.Stripes, c.Reason)
 	}
-	return out, nil
+	if c.SetStarts || c.SetEnds {
+		b.Queue(sqlChangeState, id, "period", c.StartsAt, c.EndsAt, c.SetStarts, c.SetEnds, c.Reason)
+	}
+	return run(ctx, db, id, b)
 }
 
 // Pause pauses campaign id: once it returns, no coupon of the campaign commits until [Resume]
@@ -115,24 +106,29 @@ func End(ctx context.Context, db Querier, id, reason string) (*Change, error) {
 }
 
 func stateChange(ctx context.Context, db Querier, id, what, reason string) (*Change, error) {
-	var got []Change
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		got, err = changeState(ctx, tx, id, what, Changes{Reason: reason})
-		return err
-	})
-	if err != nil {
-		return nil, explain(id, err)
-	}
-	if len(got) == 0 {
-		return nil, nil
+	b := &pgx.Batch{}
+	b.Queue(sqlChangeState, id, what, nil, nil, false, false, reason)
+	got, err := run(ctx, db, id, b)
+	if err != nil || len(got) == 0 {
+		return nil, err
 	}
 	return &got[0], nil
 }
 
-func changeState(ctx context.Context, tx pgx.Tx, id, what string, c Changes) ([]Change, error) {
-	return changes(ctx, tx, `SELECT `+changeColumns+` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`,
-		id, what, c.StartsAt, c.EndsAt, c.SetStarts, c.SetEnds, c.Reason)
+// run sends the change calls of b in one pipeline and collects the history rows they return.
+func run(ctx context.Context, db Querier, id string, b *pgx.Batch) ([]Change, error) {
+	var out []Change
+	for _, q := range b.QueuedQueries {
+		q.Query(func(rows pgx.Rows) error {
+			got, err := collect(rows)
+			out = append(out, got...)
+			return err
+		})
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, explain(id, err)
+	}
+	return out, nil
 }
 
 // History returns every change of campaign id, oldest first. Errors: [ErrNotFound], or the
@@ -141,20 +137,18 @@ func History(ctx context.Context, db Querier, id string) ([]Change, error) {
 	if _, err := Show(ctx, db, id); err != nil {
 		return nil, err
 	}
-	list, err := changes(ctx, db, `SELECT `+changeColumns+` FROM campaign_changes WHERE campaign_id = $1 ORDER BY change_id`, id)
+	rows, err := db.Query(ctx, `SELECT `+changeColumns+` FROM campaign_changes WHERE campaign_id = $1 ORDER BY change_id`, id)
+	var list []Change
+	if err == nil {
+		list, err = collect(rows)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("campaign: history of %s: %w", id, err)
 	}
 	return list, nil
 }
 
-func changes(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string, args ...any) ([]Change, error) {
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
+func collect(rows pgx.Rows) ([]Change, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (c Change, err error) {
 		var before, after []byte
 		if err := row.Scan(&c.ID, &c.CampaignID, &c.At, &c.By, &c.What, &before, &after, &c.Reason); err != nil {

@@ -357,7 +357,7 @@ func skippedNote(skipped []Fault) string {
 // schedule injects faults in their slots of the drill's duration and returns when it is over.
 func (d *drill) schedule(ctx context.Context, faults []Fault) ([]event, error) {
 	slot := d.o.Duration / time.Duration(2*len(faults)+1)
-	in := &injector{db: d.db, svc: d.svc, stub: d.stub}
+	in := &injector{db: d.db, pool: d.pool, svc: d.svc, stub: d.stub}
 	if d.o.Break != "" {
 		in.holdWALWriter = breakHold
 	}
@@ -544,7 +544,7 @@ func (d *drill) writeReport(answers []answerlog.Answer, events []event, skipped 
 // writeFaults prints a row per fault: when it was injected and for how long, and what the answers
 // sent meanwhile were.
 func writeFaults(w io.Writer, answers []answerlog.Answer, events []event, began time.Time) {
-	fmt.Fprintf(w, "  %-12s %7s %7s %8s %10s %14s %6s  %s\n", "fault", "at s", "held s", "answers", "RETRY_EXH.", "indeterminate", "late", "what happened")
+	fmt.Fprintf(w, "  %-15s %7s %7s %8s %10s %14s %6s  %s\n", "fault", "at s", "held s", "answers", "RETRY_EXH.", "indeterminate", "late", "what happened")
 	for _, ev := range events {
 		var n, retry, unclear, late int
 		for _, a := range answers {
@@ -562,7 +562,7 @@ func writeFaults(w io.Writer, answers []answerlog.Answer, events []event, began 
 				late++
 			}
 		}
-		fmt.Fprintf(w, "  %-12s %7.1f %7.1f %8d %10d %14d %6d  %s\n", ev.fault, ev.start.Sub(began).Seconds(),
+		fmt.Fprintf(w, "  %-15s %7.1f %7.1f %8d %10d %14d %6d  %s\n", ev.fault, ev.start.Sub(began).Seconds(),
 			ev.end.Sub(ev.start).Seconds(), n, retry, unclear, late, ev.note)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/linestub"
 	"github.com/mops/coupon-api/internal/localpg"
 )
@@ -30,10 +33,18 @@ const (
 	Stall Fault = "stall"
 	// LINEOutage makes the LINE stand-in answer 503 to every push.
 	LINEOutage Fault = "line-outage"
+	// CampaignChange is an operator's work, not a fault: it pauses DR-B for its slot, raises
+	// DR-A (sold out by then) by [raiseYen] halfway through, and resumes DR-B. From the pause's
+	// return to the resume no coupon of DR-B may commit; the audit also finds any ISSUED answered
+	// inside the pause (campaign_changes).
+	CampaignChange Fault = "campaign-change"
 )
 
 // Faults are every kind, in the default schedule's order.
-var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage}
+var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange}
+
+// raiseYen is what [CampaignChange] adds to DR-A's budget: 20 more coupons.
+const raiseYen = 20_000
 
 // stallHold bounds how long [Stall] holds the database stopped: about the app's 3 s timeout, so
 // that requests in flight outlast their 2.5 s budget.
@@ -78,6 +89,7 @@ type event struct {
 // injector injects the faults into the drill's processes.
 type injector struct {
 	db   *localpg.Server // nil when the drill does not own the database
+	pool *pgxpool.Pool   // the drill's own connections, for [CampaignChange]
 	svc  *service
 	stub *linestub.Stub
 	// holdWALWriter, when positive, is how long [DBCrash] holds the WAL writer stopped before
@@ -104,6 +116,8 @@ func (in *injector) inject(ctx context.Context, f Fault, hold time.Duration) (ev
 		err = sleep(ctx, hold)
 		in.stub.Default(linestub.Response{})
 		ev.note = "the LINE stand-in answered 503 to every push"
+	case CampaignChange:
+		err = in.changeCampaigns(ctx, hold, &ev)
 	}
 	ev.end = time.Now()
 	return ev, err
@@ -191,6 +205,47 @@ func (in *injector) stallDatabase(ctx context.Context, hold time.Duration, ev *e
 	ev.note = fmt.Sprintf("SIGSTOP to the postmaster and %d children at +0.0 s, SIGCONT at %s", n-1, at(hold))
 	return err
 }
+
+// changeCampaigns is [CampaignChange]: DR-B paused for hold, DR-A raised halfway, DR-B resumed;
+// DR-B's coupons counted as the pause returned and before the resume must be as many.
+func (in *injector) changeCampaigns(ctx context.Context, hold time.Duration, ev *event) error {
+	const why = "couponctl drill: an operator's change under load"
+	if _, err := campaign.Pause(ctx, in.pool, "DR-B", why); err != nil {
+		return err
+	}
+	paused, pausedAt := 0, time.Since(ev.start)
+	if err := in.pool.QueryRow(ctx, sqlCoupons, "DR-B").Scan(&paused); err != nil {
+		return err
+	}
+	if err := sleep(ctx, hold/2); err != nil {
+		return err
+	}
+	raisedAt := time.Since(ev.start)
+	if _, err := campaign.Update(ctx, in.pool, "DR-A", campaign.Changes{AddBudgetYen: ptr[int64](raiseYen), Reason: why}); err != nil {
+		return err
+	}
+	if err := sleep(ctx, hold-hold/2); err != nil {
+		return err
+	}
+	before := 0
+	if err := in.pool.QueryRow(ctx, sqlCoupons, "DR-B").Scan(&before); err != nil {
+		return err
+	}
+	if _, err := campaign.Resume(ctx, in.pool, "DR-B", why); err != nil {
+		return err
+	}
+	if before != paused {
+		ev.violation = fmt.Sprintf("DR-B: %d coupons when its pause returned, %d before its resume", paused, before)
+	}
+	ev.note = fmt.Sprintf("DR-B paused at %s with %d coupons, %d before its resume at %s; DR-A raised by %d yen at %s",
+		at(pausedAt), paused, before, at(time.Since(ev.start)), raiseYen, at(raisedAt))
+	return nil
+}
+
+// sqlCoupons counts a campaign's coupons.
+const sqlCoupons = `SELECT count(*) FROM issued_coupons WHERE campaign_id = $1`
+
+func ptr[T any](v T) *T { return &v }
 
 // sleep waits d (nothing when d <= 0), or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

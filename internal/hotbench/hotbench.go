@@ -108,6 +108,8 @@ type Config struct {
 	// SoldOut, if not nil, adds a sold-out cell after the variants of each round trip and client
 	// count.
 	SoldOut *SoldOut
+	// Changes, if not nil, adds a live-changes cell after those.
+	Changes *Changes
 	// Progress, if not nil, gets one line per cell.
 	Progress io.Writer
 }
@@ -128,6 +130,7 @@ var BlackFriday = SoldOut{Coupons: 1000, Stripes: 16, Requests: 20000}
 type Report struct {
 	Cells   []Result
 	SoldOut []SoldOutResult
+	Changes []ChangesResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -271,17 +274,24 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				s.progress("%s, rtt %s, %d clients: %.0f/s, p50 %.1f ms, p99 %.1f ms, failed %d, rules %s",
 					v.name, rttLabel(rtt), clients, r.TPS, r.P50Ms, r.P99Ms, r.Failed, r.Rules)
 			}
-			if s.cfg.SoldOut == nil {
-				continue
+			if s.cfg.SoldOut != nil {
+				r, err := s.runSoldOut(ctx, rtt, clients)
+				if err != nil {
+					return rep, fmt.Errorf("hotbench: sold-out cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+				}
+				rep.SoldOut = append(rep.SoldOut, r)
+				s.progress("sold out (%d coupons, %d stripes), rtt %s, %d clients: in %.2f s, %.0f issued/s, %.0f refused/s after, refusals wrote %d rows, %d rolled back, failed %d, rules %s",
+					r.Coupons, s.cfg.SoldOut.Stripes, rttLabel(rtt), clients, r.SoldOutSec, r.IssuedPerSec, r.RefusedPerSec,
+					r.RefusalRows, r.RolledBack, r.Failed, r.Rules)
 			}
-			r, err := s.runSoldOut(ctx, rtt, clients)
-			if err != nil {
-				return rep, fmt.Errorf("hotbench: sold-out cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+			if s.cfg.Changes != nil {
+				r, err := s.runChanges(ctx, rtt, clients)
+				if err != nil {
+					return rep, fmt.Errorf("hotbench: live-changes cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+				}
+				rep.Changes = append(rep.Changes, r)
+				s.progress("live changes every %s, rtt %s, %d clients: rules %s", s.cfg.Changes.Every, rttLabel(rtt), clients, r.Rules)
 			}
-			rep.SoldOut = append(rep.SoldOut, r)
-			s.progress("sold out (%d coupons, %d stripes), rtt %s, %d clients: in %.2f s, %.0f issued/s, %.0f refused/s after, refusals wrote %d rows, %d rolled back, failed %d, rules %s",
-				r.Coupons, s.cfg.SoldOut.Stripes, rttLabel(rtt), clients, r.SoldOutSec, r.IssuedPerSec, r.RefusedPerSec,
-				r.RefusalRows, r.RolledBack, r.Failed, r.Rules)
 		}
 	}
 	return rep, nil
@@ -321,6 +331,9 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 	}
 	perGroup := len(variants)
 	if cfg.SoldOut != nil {
+		perGroup++
+	}
+	if cfg.Changes != nil {
 		perGroup++
 	}
 	s := &session{cfg: cfg, pgbenchURL: viaProxy(u, cfg.Proxy.Addr()), total: len(cfg.RTTs) * len(cfg.Clients) * perGroup}
@@ -741,7 +754,8 @@ var Formats = []string{"text", "markdown"}
 
 // WriteTable writes rep's cells as a table, one row per cell, with each cell's throughput as a
 // ratio of the bare one-row UPDATE's at the same round trip and client count, and of its own at
-// round trip 0 (the proxy adding nothing); then the sold-out cells, if any, as a second table.
+// round trip 0 (the proxy adding nothing); then the sold-out cells and the live-changes cells, if
+// any, each as a table of its own.
 func WriteTable(w io.Writer, format string, rep Report) error {
 	if !slices.Contains(Formats, format) {
 		return fmt.Errorf("hotbench: format %q: want one of %s", format, strings.Join(Formats, ", "))
@@ -761,13 +775,25 @@ func WriteTable(w io.Writer, format string, rep Report) error {
 			fmtFloat(r.P50Ms, 1), fmtFloat(r.P99Ms, 1), ratio(r, BareUpdate, r.RTT), ratio(r, r.Variant, 0),
 			strconv.FormatInt(r.Failed, 10), r.Rules})
 	}
-	if err := writeRows(w, format, rows, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"); err != nil || len(rep.SoldOut) == 0 {
+	if err := writeRows(w, format, rows, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"); err != nil {
+		return err
+	}
+	if err := writeSoldOut(w, format, rep.SoldOut); err != nil || len(rep.Changes) == 0 {
 		return err
 	}
 	fmt.Fprintln(w)
-	rows = [][]string{{"rtt", "clients", "coupons", "requests", "issued", "refused", "failed", "sold out s", "issued/s",
+	return writeChanges(w, format, rep.Changes)
+}
+
+// writeSoldOut writes the sold-out cells, if any, as a table after a blank line.
+func writeSoldOut(w io.Writer, format string, cells []SoldOutResult) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	rows := [][]string{{"rtt", "clients", "coupons", "requests", "issued", "refused", "failed", "sold out s", "issued/s",
 		"refused/s after", "rows written", "by refusals", "rolled back", "rules"}}
-	for _, r := range rep.SoldOut {
+	for _, r := range cells {
 		rows = append(rows, []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Coupons),
 			strconv.Itoa(r.Requests), strconv.FormatInt(r.Issued, 10), strconv.FormatInt(r.Refused, 10),
 			strconv.FormatInt(r.Failed, 10), fmtFloat(r.SoldOutSec, 2), fmtFloat(r.IssuedPerSec, 0),
