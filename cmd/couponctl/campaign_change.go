@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -176,8 +175,9 @@ func runChange(cmd *cobra.Command, id string, change func(context.Context, campa
 		fmt.Fprintf(w, "%s: nothing to change, it already is so\n", id)
 	}
 	for _, ch := range done {
+		before, after := describe(ch)
 		fmt.Fprintf(w, "%s: %s changed (change %d at %s by %s)\n  before  %s\n  after   %s\n",
-			id, ch.What, ch.ID, ch.At.In(issuance.Tokyo).Format(time.RFC3339Nano), ch.By, describe(ch.Before), describe(ch.After))
+			id, ch.What, ch.ID, ch.At.In(issuance.Tokyo).Format("2006-01-02T15:04:05.000Z07:00"), ch.By, before, after)
 	}
 	s, err := campaign.Show(ctx, pool, id)
 	if err != nil {
@@ -216,19 +216,28 @@ func writeHistory(w io.Writer, id string, list []campaign.Change) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "change\twhen (Asia/Tokyo)\twho\twhat\tbefore\tafter\treason")
 	for _, c := range list {
+		before, after := describe(c)
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.At.In(issuance.Tokyo).Format("2006-01-02 15:04:05.000"),
-			c.By, c.What, describe(c.Before), describe(c.After), c.Reason)
+			c.By, c.What, before, after, c.Reason)
 	}
 	_ = tw.Flush()
 }
 
-// describe writes a history row's figures as key=value pairs in key order, times in Asia/Tokyo.
-func describe(m map[string]any) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// describe writes a change's figures before and after it as key=value pairs in key order, times
+// in Asia/Tokyo: for a budget or stripes change all of them (the issued yen they kept), otherwise
+// those it changed.
+func describe(c campaign.Change) (before, after string) {
+	keys := make([]string, 0, len(c.After))
+	for k := range c.After {
+		if c.What == "budget" || c.What == "stripes" || fmt.Sprint(c.Before[k]) != fmt.Sprint(c.After[k]) {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
+	return pairs(keys, c.Before), pairs(keys, c.After)
+}
+
+func pairs(keys []string, m map[string]any) string {
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		v := m[k]
@@ -243,7 +252,7 @@ func describe(m map[string]any) string {
 				v = t.In(issuance.Tokyo).Format(time.RFC3339)
 			}
 		case float64:
-			v = json.Number(fmt.Sprint(int64(x)))
+			v = int64(x)
 		}
 		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
 	}

@@ -70,7 +70,7 @@ DATABASE_URL the service's database?), or a rule is broken. Start the service fi
 
 --record FILE also writes every answer to FILE, one JSON line each: {"t": send time
 (RFC 3339), "ms": latency in milliseconds, "member_id", "campaign_id", "status": the HTTP status
-or 0, "result": the body's result or "", "coupon_id": or "", "error": the transport error or ""}.
+or 0, "result": the body's result or "", "coupon_id": or "", "reason": CAMPAIGN_NOT_ACTIVE's, absent otherwise, "error": the transport error or ""}.
 "couponctl audit FILE" then checks those answers against the tables: every ISSUED coupon
 exists, no refusal is contradicted, every answer came within 3 s.`,
 		Args: cobra.NoArgs,
