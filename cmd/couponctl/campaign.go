@@ -23,10 +23,11 @@ func campaignCreateCmd() *cobra.Command {
 	var (
 		def          campaign.Campaign
 		starts, ends string
+		expires      string
 		expectedRPS  int
 	)
 	c := &cobra.Command{
-		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T] [--stripes K | --expected-rps N]",
+		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T] [--stripes K | --expected-rps N] [--coupon-valid-days D | --coupons-expire T]",
 		Short: "Create a campaign; without --starts/--ends it is always active",
 		Long: `Create a campaign: its definition and its budget, split over K budget stripe rows
 (whole coupons each, as even as possible). One stripe suits an ordinary campaign; a first-come
@@ -43,6 +44,15 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			}
 			if def.EndsAt, err = parseTime("--ends", ends); err != nil {
 				return err
+			}
+			if def.CouponsExpireAt, err = parseTime("--coupons-expire", expires); err != nil {
+				return err
+			}
+			if def.CouponsExpireAt != nil && !def.CouponsExpireAt.After(time.Now()) {
+				return fmt.Errorf("--coupons-expire %s has passed: every coupon would be issued expired", expires)
+			}
+			if cmd.Flags().Changed("coupon-valid-days") && def.CouponValidDays < 1 {
+				return fmt.Errorf("--coupon-valid-days %d: want 1-%d", def.CouponValidDays, campaign.MaxValidDays)
 			}
 			switch {
 			case expectedRPS < 0:
@@ -84,6 +94,8 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 	f.StringVar(&starts, "starts", "", "first instant coupons are issued, RFC 3339 (2026-09-19T00:00:00+09:00)")
 	f.StringVar(&ends, "ends", "", "instant issuing stops, RFC 3339, exclusive")
 	f.IntVar(&def.Stripes, "stripes", 1, fmt.Sprintf("budget stripe rows the budget is split over, 1-%d", campaign.MaxStripes))
+	f.IntVar(&def.CouponValidDays, "coupon-valid-days", 0, fmt.Sprintf("each coupon valid until the end of the D-th Asia/Tokyo day from its issue (the issue day is the first), 1-%d", campaign.MaxValidDays))
+	f.StringVar(&expires, "coupons-expire", "", "each coupon valid until this instant, RFC 3339 (instead of --coupon-valid-days)")
 	f.IntVar(&expectedRPS, "expected-rps", 0, fmt.Sprintf("peak requests/s expected: sets --stripes to one per %d/s", campaign.StripeRateTPS))
 	for _, name := range []string{"id", "discount-yen", "budget-yen"} {
 		_ = c.MarkFlagRequired(name)
@@ -127,7 +139,18 @@ func campaignShowCmd() *cobra.Command {
 func writeCampaign(w io.Writer, s campaign.Status, now time.Time) {
 	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\nstripes    %d\n",
 		s.ID, state(s, now), s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen(), s.Stripes)
-	fmt.Fprintf(w, "period     %s .. %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt))
+	fmt.Fprintf(w, "period     %s .. %s\nvalidity   %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt), validity(s.Campaign))
+}
+
+// validity says how long c's coupons are valid.
+func validity(c campaign.Campaign) string {
+	switch {
+	case c.CouponValidDays > 0:
+		return fmt.Sprintf("%d Asia/Tokyo days from issue (the issue day is the first)", c.CouponValidDays)
+	case c.CouponsExpireAt != nil:
+		return "until " + fmtTime(c.CouponsExpireAt)
+	}
+	return "no expiry"
 }
 
 // state is s's state at now, with when it was paused and whether an active campaign's budget is

@@ -36,11 +36,13 @@ func campaignUpdateCmd() *cobra.Command {
 		budget, add  int64
 		stripes      int
 		starts, ends string
+		validDays    int
+		expires      string
 		reason       string
 	)
 	c := &cobra.Command{
-		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] --reason TEXT",
-		Short: "Change a live campaign's budget, budget stripes or period",
+		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] [--coupon-valid-days D | --coupons-expire T] --reason TEXT",
+		Short: "Change a live campaign's budget, budget stripes, period or coupon validity",
 		Long: `Change a live campaign while IssueCoupon runs.
 
 --budget-yen N sets the budget; --add-budget-yen D adds D yen to the budget the change finds
@@ -53,7 +55,11 @@ the budget and the issued yen stay exactly what they were.
 
 --starts T and --ends T move the period (RFC 3339; "open" removes the bound). An end moved to
 the past ends the campaign as "campaign end" does: once the command returns, no coupon of it
-commits.` + changeHelp,
+commits.
+
+--coupon-valid-days D (until the end of the D-th Asia/Tokyo day from issue; 0 removes the
+validity) or --coupons-expire T (until the instant T) set the validity of the coupons issued from
+then on; coupons issued before keep theirs.` + changeHelp,
 		Example: `  couponctl campaign update BF --add-budget-yen 500000 --reason "marketing approved 500 more (JIRA-812)"
   couponctl campaign update BF --stripes 16 --reason "hot: 8,000 requests/s"
   couponctl campaign update SALE --ends 2026-12-25T00:00:00+09:00 --reason "extended by a day"`,
@@ -84,8 +90,18 @@ commits.` + changeHelp,
 					return usageError{err}
 				}
 			}
+			if f.Changed("coupon-valid-days") && f.Changed("coupons-expire") {
+				return usageError{fmt.Errorf("give --coupon-valid-days or --coupons-expire, not both")}
+			}
+			if ch.SetValidity = f.Changed("coupon-valid-days") || f.Changed("coupons-expire"); f.Changed("coupon-valid-days") {
+				ch.ValidDays = validDays
+			} else if f.Changed("coupons-expire") {
+				if ch.ExpireAt, err = parseTime("--coupons-expire", expires); err != nil || ch.ExpireAt == nil {
+					return usageError{fmt.Errorf("--coupons-expire: give an RFC 3339 time such as 2026-12-31T23:59:59+09:00")}
+				}
+			}
 			if ch.Empty() {
-				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts or --ends")}
+				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days or --coupons-expire")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
 				return campaign.Update(ctx, db, args[0], ch)
@@ -98,6 +114,8 @@ commits.` + changeHelp,
 	f.IntVar(&stripes, "stripes", 0, fmt.Sprintf("budget stripes to lay the budget out over, 1-%d", campaign.MaxStripes))
 	f.StringVar(&starts, "starts", "", `new first instant coupons are issued, RFC 3339, or "open"`)
 	f.StringVar(&ends, "ends", "", `new instant issuing stops, RFC 3339, exclusive, or "open"`)
+	f.IntVar(&validDays, "coupon-valid-days", 0, "coupons issued from now valid until the end of the D-th Asia/Tokyo day from issue; 0 removes the validity")
+	f.StringVar(&expires, "coupons-expire", "", "coupons issued from now valid until this instant, RFC 3339")
 	reasonFlag(c, &reason)
 	return c
 }
@@ -243,9 +261,13 @@ func pairs(keys []string, m map[string]any) string {
 		v := m[k]
 		switch x := v.(type) {
 		case nil:
-			v = "(open)"
-			if k == "paused_at" {
+			switch k {
+			case "paused_at":
 				v = "(not paused)"
+			case "coupon_valid_days", "coupons_expire_at":
+				v = "(none)"
+			default:
+				v = "(open)"
 			}
 		case string:
 			if t, err := time.Parse(time.RFC3339Nano, x); err == nil {

@@ -147,7 +147,7 @@ local PostgreSQL when it is unset.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
-		outboxCmd(), lineCmd(), legacyCmd())
+		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	wrapVerbs(root)
 	return root

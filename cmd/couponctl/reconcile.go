@@ -9,7 +9,6 @@ import (
 	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func reconcileCmd() *cobra.Command {
@@ -22,7 +21,7 @@ func reconcileCmd() *cobra.Command {
 		Short: "Compare counters with rows and the outbox with coupons; exit 1 on any drift",
 		Long: `Count the tables and report every broken rule and drifted counter: R1 (campaign counters,
 summed over budget stripes, against live coupons), R2, R3 (member x month usage against live
-coupons), and one outbox row per coupon (coupons younger than RELAY_RETENTION). Drift is a
+coupons), and one outbox row per coupon (unless outbox prune deleted it after delivery). Drift is a
 fault: exit 1. What the Before code left and the migration recorded (campaigns already over
 budget, member-months already over the cap, redeemed duplicates kept live) is reported as a
 legacy fact and does not fail the run.
@@ -41,9 +40,6 @@ the alert on them.`,
 			cfg := reconcile.Config{}
 			var err error
 			if cfg.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
-				return err
-			}
-			if cfg.OutboxRetention, err = envconf.Duration("RELAY_RETENTION", outbox.DefaultRetention); err != nil {
 				return err
 			}
 			pool, closePool, err := openMigrated(cmd.Context())

@@ -98,6 +98,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if out.Result == issuance.ResultIssued {
 		resp.AmountYen, resp.Month = out.AmountYen, out.Month
 	}
+	if out.ExpiresAt != nil && out.Result != issuance.ResultCouponVoided {
+		resp.ExpiresAt = out.ExpiresAt.In(issuance.Tokyo).Format(time.RFC3339)
+	}
 	writeJSON(w, statusOf[out.Result], resp)
 }
 
@@ -120,6 +123,7 @@ var statusOf = map[issuance.Result]int{
 	issuance.ResultMonthlyCap:        http.StatusConflict,
 	issuance.ResultBudgetExceeded:    http.StatusConflict,
 	issuance.ResultCampaignNotActive: http.StatusConflict,
+	issuance.ResultCouponVoided:      http.StatusConflict,
 	issuance.ResultUnknownCampaign:   http.StatusNotFound,
 	issuance.ResultRetryExhausted:    http.StatusServiceUnavailable,
 }
@@ -130,6 +134,9 @@ type response struct {
 	AmountYen int    `json:"amount_yen,omitempty"`
 	Month     string `json:"month,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// ExpiresAt is the coupon's expiry in RFC 3339 at +09:00 (ISSUED, ALREADY_ISSUED), when its
+	// campaign gives a validity.
+	ExpiresAt string `json:"expires_at,omitempty"`
 	Message   string `json:"message,omitempty"`
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/apispec"
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -34,12 +35,26 @@ func TestOpenAPI(t *testing.T) {
 		{ID: "HELD", DiscountYen: 500, BudgetYen: 1000},
 		{ID: "BROKEN", DiscountYen: 500, BudgetYen: 1000},
 		{ID: "PAUSED", DiscountYen: 500, BudgetYen: 1000},
+		{ID: "VOID", DiscountYen: 500, BudgetYen: 1000},
+		{ID: "VALID", DiscountYen: 500, BudgetYen: 1000, CouponValidDays: 7},
 	} {
 		if err := campaign.Create(ctx, pool, c); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := campaign.Pause(ctx, pool, "PAUSED", "TestOpenAPI"); err != nil {
+		t.Fatal(err)
+	}
+	// A coupon of VOID, voided without reissue: its member's pair answers COUPON_VOIDED.
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := svc.Issue(ctx, "m6", "VOID")
+	if err != nil || gone.Result != issuance.ResultIssued {
+		t.Fatalf("issue m6 VOID: %+v %v", gone, err)
+	}
+	if _, err := coupon.Void(ctx, pool, gone.CouponID, "TestOpenAPI", false); err != nil {
 		t.Fatal(err)
 	}
 	h, err := issue.NewHandler(pool, issuance.Config{})
@@ -77,6 +92,9 @@ func TestOpenAPI(t *testing.T) {
 		{"not started", "POST", "application/json", ask("m3", "FUTURE"), 409, "CAMPAIGN_NOT_ACTIVE", "NOT_STARTED"},
 		{"ended", "POST", "application/json", ask("m3", "ENDED"), 409, "CAMPAIGN_NOT_ACTIVE", "ENDED"},
 		{"paused", "POST", "application/json", ask("m3", "PAUSED"), 409, "CAMPAIGN_NOT_ACTIVE", "PAUSED"},
+		{"voided", "POST", "application/json", ask("m6", "VOID"), 409, "COUPON_VOIDED", ""},
+		{"with a validity", "POST", "application/json", ask("m6", "VALID"), 201, "ISSUED", ""},
+		{"with a validity again", "POST", "application/json", ask("m6", "VALID"), 200, "ALREADY_ISSUED", ""},
 		{"unknown", "POST", "application/json; charset=utf-8", ask("m3", "NOPE"), 404, "UNKNOWN_CAMPAIGN", ""},
 		{"bad JSON", "POST", "application/json", `{"member_id": "m1",`, 400, "INVALID_REQUEST", ""},
 		{"unknown field", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","month":"2026-01"}`, 400, "INVALID_REQUEST", ""},

@@ -7,8 +7,9 @@
 //   - every answer is in the contract (docs/api.md) for a well-formed request;
 //   - every answer came within the app's timeout ([issuance.AppTimeout], 3 s), a transport error
 //     after it included (the caller gave up);
-//   - every ISSUED and ALREADY_ISSUED names a coupon that exists in issued_coupons, is live
-//     (voided_at IS NULL, NOT legacy_duplicate) and belongs to the answer's (campaign, member);
+//   - every ISSUED and ALREADY_ISSUED names a coupon that exists in issued_coupons, belongs to the
+//     answer's (campaign, member), is not a legacy duplicate, and was live when the request was
+//     sent (an operator may void it later: couponctl coupon void);
 //     no two ISSUED answers name the same coupon (each request makes its own coupon id);
 //   - no refusal is contradicted by the final tables (see below);
 //   - every ISSUED came while the campaign's history shows it active: no coupon commits while a
@@ -21,8 +22,9 @@
 //
 // Refusals are checked only where the final state proves them wrong whenever they were answered.
 // That holds because the counters only grow while the traffic runs (issue_coupon adds to them;
-// only `couponctl reconcile --repair` lowers one), every change of a budget, a period or a pause
-// is in the campaign's history (campaign_changes), and campaigns are never deleted:
+// `couponctl reconcile --repair` lowers one, and a void gives a coupon's yen back, stamped with
+// its voided_at), every change of a budget, a period or a pause is in the campaign's history
+// (campaign_changes), and campaigns are never deleted:
 //
 //   - UNKNOWN_CAMPAIGN for a campaign that exists and was created more than [Config.ClockSkew]
 //     before the request was sent;
@@ -31,9 +33,11 @@
 //     the answer's reason (NOT_STARTED, ENDED, PAUSED) during it;
 //   - BUDGET_EXCEEDED for a campaign that does not exist, or one of whose budget stripes still
 //     has room for one more coupon in the final counters, when its budget and stripes have not
-//     changed since the request was sent;
+//     changed and none of its coupons was voided since the request was sent;
+//   - COUPON_VOIDED naming a coupon that is not its pair's, or was not voided by the answer;
 //   - MONTHLY_CAP for a campaign that does not exist, or when the member's final used_yen for
-//     the month plus the campaign's discount still fits under the cap. The month is the
+//     the month plus the campaign's discount still fits under the cap, when none of the
+//     member's coupons of that month was voided since the request was sent. The month is the
 //     Asia/Tokyo month of the request, which the service decides from its own clock: an answer
 //     whose time, widened by the clock skew, spans two months is not checked.
 //
@@ -120,6 +124,7 @@ var contract = map[string]int{
 	string(issuance.ResultMonthlyCap):        http.StatusConflict,
 	string(issuance.ResultBudgetExceeded):    http.StatusConflict,
 	string(issuance.ResultCampaignNotActive): http.StatusConflict,
+	string(issuance.ResultCouponVoided):      http.StatusConflict,
 	string(issuance.ResultUnknownCampaign):   http.StatusNotFound,
 	string(issuance.ResultRetryExhausted):    http.StatusServiceUnavailable,
 }
@@ -179,7 +184,7 @@ func Run(ctx context.Context, db Beginner, answers []answerlog.Answer, cfg Confi
 	rep.Checks = []Check{
 		checkContract(answers),
 		checkLatency(answers, cfg.AnswerBound),
-		checkCoupons(answers, t),
+		checkCoupons(answers, t, cfg),
 		checkRefusals(answers, t, cfg),
 		checkPairs(answers, t, cfg),
 		checkIssuedWhileActive(answers, t, cfg),
@@ -255,7 +260,7 @@ func checkLatency(answers []answerlog.Answer, bound time.Duration) Check {
 
 // checkCoupons checks each ISSUED and ALREADY_ISSUED against the coupon it names. A coupon that
 // is missing or not the answer's gets one line, with every answer that named it.
-func checkCoupons(answers []answerlog.Answer, t tables) Check {
+func checkCoupons(answers []answerlog.Answer, t tables, cfg Config) Check {
 	c := Check{Name: "ISSUED and ALREADY_ISSUED name a live coupon of their (campaign, member)", Unit: "answers"}
 	type wrong struct {
 		first   answerlog.Answer // the first answer that named the coupon for the pair
@@ -278,7 +283,7 @@ func checkCoupons(answers []answerlog.Answer, t tables) Check {
 				c.fail("coupon %s (%s, %s): answered ISSUED to more than one request", a.CouponID, a.CampaignID, a.MemberID)
 			}
 		}
-		why := couponProblem(a, t)
+		why := couponProblem(a, t, cfg)
 		if why == "" {
 			continue
 		}
@@ -298,18 +303,21 @@ func checkCoupons(answers []answerlog.Answer, t tables) Check {
 	return c
 }
 
-// couponProblem says what is wrong with the coupon answer a names, "" when nothing.
-func couponProblem(a answerlog.Answer, t tables) string {
+// couponProblem says what is wrong with the coupon answer a names, "" when nothing. A coupon an
+// operator voided after the request was sent was live when it was answered.
+func couponProblem(a answerlog.Answer, t tables, cfg Config) string {
 	got, ok := t.byID[a.CouponID]
 	switch {
 	case !ok:
 		return "not in issued_coupons"
 	case got.campaign != a.CampaignID || got.member != a.MemberID:
 		return fmt.Sprintf("belongs to (%s, %s)", got.campaign, got.member)
-	case !got.live:
-		return "voided or a legacy duplicate"
+	case got.live, got.voidedAt != nil && got.voidedAt.After(a.T.Add(-cfg.ClockSkew)):
+		return ""
+	case got.voidedAt != nil:
+		return fmt.Sprintf("voided at %s, before the request", got.voidedAt.Format("15:04:05.000"))
 	}
-	return ""
+	return "a legacy duplicate"
 }
 
 // claimsCoupon reports whether a is a determinate ISSUED or ALREADY_ISSUED.
@@ -349,7 +357,7 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 			return fmt.Sprintf("the campaign exists since %s", camp.createdAt.Format(time.RFC3339)), true
 		}
 		return "", true
-	case issuance.ResultCampaignNotActive, issuance.ResultBudgetExceeded, issuance.ResultMonthlyCap:
+	case issuance.ResultCampaignNotActive, issuance.ResultBudgetExceeded, issuance.ResultMonthlyCap, issuance.ResultCouponVoided:
 		if !exists {
 			return "the campaign does not exist", true
 		}
@@ -365,9 +373,13 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 		case a.Reason != "" && !slices.Contains(reasons, a.Reason):
 			return fmt.Sprintf("the reason was %s, and the campaign was never %s during the request", a.Reason, a.Reason), true
 		}
+	case issuance.ResultCouponVoided:
+		if !voidedBy(t.byPair[pairOf(a)], a.CouponID, answeredLatest) {
+			return fmt.Sprintf("the pair's coupon %s was not voided by then", a.CouponID), true
+		}
 	case issuance.ResultBudgetExceeded:
-		if !camp.history.budgetLaidAt.Before(sentEarliest) {
-			return "", false // its budget or stripes changed since: the final counters do not say
+		if !camp.history.budgetLaidAt.Before(sentEarliest) || after(camp.lastVoidAt, sentEarliest) {
+			return "", false // its budget or stripes changed, or a void gave yen back, since: the final counters do not say
 		}
 		if camp.room {
 			return "a budget stripe still has room for a coupon", true
@@ -377,7 +389,11 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 		if month != issuance.Month(answeredLatest) {
 			return "", false
 		}
-		used := t.usedYen[memberMonth{member: a.MemberID, month: month}]
+		k := memberMonth{member: a.MemberID, month: month}
+		if v, ok := t.lastVoidAt[k]; ok && v.After(sentEarliest) {
+			return "", false // a void gave the month yen back since: the final counter does not say
+		}
+		used := t.usedYen[k]
 		if used+camp.discountYen <= cfg.CapYen {
 			return fmt.Sprintf("the member has used %d of %d yen in %s and the coupon is %d yen", used, cfg.CapYen, month, camp.discountYen), true
 		}
@@ -385,7 +401,17 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 	return "", true
 }
 
-// checkPairs finds live coupons of the log's pairs that no answer of the log explains. A coupon
+// voidedBy reports whether coupons holds id, voided at or before by.
+func voidedBy(coupons []pairCoupon, id string, by time.Time) bool {
+	return slices.ContainsFunc(coupons, func(c pairCoupon) bool {
+		return c.id == id && c.voidedAt != nil && !c.voidedAt.After(by)
+	})
+}
+
+// after reports whether t is set and after u.
+func after(t *time.Time, u time.Time) bool { return t != nil && t.After(u) }
+
+// checkPairs finds coupons of the log's pairs, live or voided, that no answer of the log explains. A coupon
 // is explained when an answer of its pair said ISSUED with its id; or an answer of its pair was
 // indeterminate; or it was written before the log began, by the service's clock, with the clock
 // skew for slack: issued_at before the log's first send time less the skew, so not the log's to

@@ -17,17 +17,19 @@ type pair struct{ campaign, member string }
 
 type memberMonth struct{ member, month string }
 
-// pairCoupon is a live coupon of one of the log's pairs: its id and issued_at (the service's
-// clock when it wrote it).
+// pairCoupon is a coupon of one of the log's pairs that is not a legacy duplicate: its id,
+// issued_at (the service's clock when it wrote it), and when it was voided (nil when live).
 type pairCoupon struct {
 	id       string
 	issuedAt time.Time
+	voidedAt *time.Time
 }
 
 // coupon is a row of issued_coupons that an answer named.
 type coupon struct {
 	campaign, member string
-	live             bool // voided_at IS NULL AND NOT legacy_duplicate
+	live             bool       // voided_at IS NULL AND NOT legacy_duplicate
+	voidedAt         *time.Time // when an operator voided it, nil when it was not
 }
 
 // campaignRow is what the refusal checks read of a campaign: its stripe 0 (every campaign has
@@ -37,33 +39,37 @@ type campaignRow struct {
 	discountYen                int
 	startsAt, endsAt, pausedAt *time.Time
 	room                       bool
-	history                    *history // its state over time, from campaign_changes
+	history                    *history   // its state over time, from campaign_changes
+	lastVoidAt                 *time.Time // the latest void of one of its coupons (yen given back)
 }
 
 // tables is what the audit reads, for the log's coupons, pairs, campaigns and member-months.
 type tables struct {
 	byID       map[string]coupon     // by coupon id, the coupons the answers name
-	byPair     map[pair][]pairCoupon // the live coupons of the log's pairs
+	byPair     map[pair][]pairCoupon // the coupons of the log's pairs, live and voided
 	campaigns  map[string]campaignRow
-	usedYen    map[memberMonth]int // member_monthly_usage.used_yen; absent is 0
+	usedYen    map[memberMonth]int       // member_monthly_usage.used_yen; absent is 0
+	lastVoidAt map[memberMonth]time.Time // the latest void of a coupon of the member-month
 	invariants reconcile.Report
 }
 
 const sqlCouponsByID = `
-SELECT coupon_id::text, campaign_id, member_id, voided_at IS NULL AND NOT legacy_duplicate
+SELECT coupon_id::text, campaign_id, member_id, voided_at IS NULL AND NOT legacy_duplicate,
+       CASE WHEN NOT legacy_duplicate THEN voided_at END
   FROM issued_coupons WHERE coupon_id = ANY($1::uuid[])`
 
 const sqlCouponsOfPairs = `
-SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at
+SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at, i.voided_at
   FROM issued_coupons i
   JOIN unnest($1::text[], $2::text[]) AS p(campaign_id, member_id)
     ON i.campaign_id = p.campaign_id AND i.member_id = p.member_id
- WHERE i.voided_at IS NULL AND NOT i.legacy_duplicate`
+ WHERE NOT i.legacy_duplicate`
 
 const sqlCampaigns = `
 SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at, z.paused_at,
        EXISTS (SELECT 1 FROM campaign_budgets s
-                WHERE s.campaign_id = z.campaign_id AND s.issued_yen + s.discount_yen <= s.budget_yen)
+                WHERE s.campaign_id = z.campaign_id AND s.issued_yen + s.discount_yen <= s.budget_yen),
+       (SELECT max(i.voided_at) FROM issued_coupons i WHERE i.campaign_id = z.campaign_id AND NOT i.legacy_duplicate)
   FROM campaign_budgets z JOIN campaigns c USING (campaign_id)
  WHERE z.stripe = 0 AND z.campaign_id = ANY($1::text[])`
 
@@ -72,13 +78,16 @@ SELECT campaign_id, changed_at, what, before, after
   FROM campaign_changes WHERE campaign_id = ANY($1::text[]) ORDER BY change_id`
 
 const sqlUsage = `
-SELECT u.member_id, u.month, u.used_yen
-  FROM member_monthly_usage u
-  JOIN unnest($1::text[], $2::text[]) AS k(member_id, month) USING (member_id, month)`
+SELECT k.member_id, k.month, coalesce(u.used_yen, 0),
+       (SELECT max(i.voided_at) FROM issued_coupons i
+         WHERE i.member_id = k.member_id AND i.month = k.month AND NOT i.legacy_duplicate)
+  FROM unnest($1::text[], $2::text[]) AS k(member_id, month)
+  LEFT JOIN member_monthly_usage u USING (member_id, month)`
 
 // readTables reads, through q, what the answers need to be judged.
 func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg Config) (tables, error) {
-	t := tables{byID: map[string]coupon{}, byPair: map[pair][]pairCoupon{}, campaigns: map[string]campaignRow{}, usedYen: map[memberMonth]int{}}
+	t := tables{byID: map[string]coupon{}, byPair: map[pair][]pairCoupon{}, campaigns: map[string]campaignRow{}, usedYen: map[memberMonth]int{},
+		lastVoidAt: map[memberMonth]time.Time{}}
 	var ids, pairCampaigns, pairMembers, campaignIDs, members, months []string
 	seenPair, seenCampaign, seenMonth := map[pair]bool{}, map[string]bool{}, map[memberMonth]bool{}
 	for _, a := range answers {
@@ -104,7 +113,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 	err := scan(ctx, q, "coupons", sqlCouponsByID, []any{ids}, func(r pgx.Rows) error {
 		var id string
 		var c coupon
-		if err := r.Scan(&id, &c.campaign, &c.member, &c.live); err != nil {
+		if err := r.Scan(&id, &c.campaign, &c.member, &c.live, &c.voidedAt); err != nil {
 			return err
 		}
 		t.byID[id] = c
@@ -114,7 +123,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "coupons of the pairs", sqlCouponsOfPairs, []any{pairCampaigns, pairMembers}, func(r pgx.Rows) error {
 			var c pairCoupon
 			var p pair
-			if err := r.Scan(&c.id, &p.campaign, &p.member, &c.issuedAt); err != nil {
+			if err := r.Scan(&c.id, &p.campaign, &p.member, &c.issuedAt, &c.voidedAt); err != nil {
 				return err
 			}
 			t.byPair[p] = append(t.byPair[p], c)
@@ -125,7 +134,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "campaigns", sqlCampaigns, []any{campaignIDs}, func(r pgx.Rows) error {
 			var id string
 			var c campaignRow
-			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.room); err != nil {
+			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.room, &c.lastVoidAt); err != nil {
 				return err
 			}
 			t.campaigns[id] = c
@@ -156,10 +165,14 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "usage", sqlUsage, []any{members, months}, func(r pgx.Rows) error {
 			var k memberMonth
 			var used int
-			if err := r.Scan(&k.member, &k.month, &used); err != nil {
+			var voided *time.Time
+			if err := r.Scan(&k.member, &k.month, &used, &voided); err != nil {
 				return err
 			}
 			t.usedYen[k] = used
+			if voided != nil {
+				t.lastVoidAt[k] = *voided
+			}
 			return nil
 		})
 	}

@@ -30,11 +30,20 @@ type Campaign struct {
 	BudgetYen   int // the campaign budget approval: R1's ceiling
 	// StartsAt and EndsAt bound when coupons are issued, [StartsAt, EndsAt); nil is unbounded.
 	StartsAt, EndsAt *time.Time
+	// CouponValidDays, when positive, makes each coupon valid until the end of the
+	// CouponValidDays-th Asia/Tokyo day from its issue (the issue day is the first), 1 to
+	// [MaxValidDays]; CouponsExpireAt, when set, until that instant. At most one of the two;
+	// neither gives coupons without expiry. Each coupon is stamped as it is issued.
+	CouponValidDays int
+	CouponsExpireAt *time.Time
 	// Stripes is how many budget stripe rows hold the budget (docs/hot-campaigns.md), 1 to
 	// [MaxStripes]; 0 means 1. More stripes let more issuances of one hot campaign hold a budget
 	// row at once; see [StripesFor].
 	Stripes int
 }
+
+// MaxValidDays bounds [Campaign.CouponValidDays] (the schema's valid_days_in_range): ten years.
+const MaxValidDays = 3650
 
 // MaxStripes bounds the budget stripes of one campaign (the schema's stripe_in_range: 0-63).
 const MaxStripes = 64
@@ -125,6 +134,12 @@ func (c Campaign) Validate() error {
 		return fmt.Errorf("campaign %s: %d stripes for a budget of %d coupons: a stripe needs at least one coupon",
 			c.ID, c.Stripes, c.BudgetYen/c.DiscountYen)
 	}
+	if c.CouponValidDays < 0 || c.CouponValidDays > MaxValidDays {
+		return fmt.Errorf("campaign %s: coupon validity %d days: want 1-%d", c.ID, c.CouponValidDays, MaxValidDays)
+	}
+	if c.CouponValidDays > 0 && c.CouponsExpireAt != nil {
+		return fmt.Errorf("campaign %s: give coupons a validity in days or an expiry instant, not both", c.ID)
+	}
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
 		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID,
 			c.StartsAt.Format(time.RFC3339), c.EndsAt.Format(time.RFC3339))
@@ -162,11 +177,15 @@ func Create(ctx context.Context, db interface {
 			c.ID, c.DiscountYen, c.BudgetYen); err != nil {
 			return err
 		}
+		var days *int
+		if c.CouponValidDays > 0 {
+			days = &c.CouponValidDays
+		}
 		_, err := tx.Exec(ctx, `
-INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen, starts_at, ends_at)
-SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5
+INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen, starts_at, ends_at, coupon_valid_days, coupons_expire_at)
+SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5, $6, $7
   FROM unnest($3::integer[]) WITH ORDINALITY AS s(budget_yen, stripe)`,
-			c.ID, c.DiscountYen, c.stripeBudgets(max(c.Stripes, 1)), c.StartsAt, c.EndsAt)
+			c.ID, c.DiscountYen, c.stripeBudgets(max(c.Stripes, 1)), c.StartsAt, c.EndsAt, days, c.CouponsExpireAt)
 		return err
 	})
 	var pgErr *pgconn.PgError
@@ -181,7 +200,8 @@ SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5
 
 // statusColumns are a [Status] read from campaign_budgets grouped by campaign_id: the
 // definition, written alike on every stripe, and the stripes' sums.
-const statusColumns = `campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at)`
+const statusColumns = `campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at),
+coalesce(min(coupon_valid_days), 0), min(coupons_expire_at)`
 
 // Show reads campaign id. Errors: [ErrNotFound], or the database's.
 func Show(ctx context.Context, db interface {
@@ -190,7 +210,8 @@ func Show(ctx context.Context, db interface {
 	var s Status
 	err := db.QueryRow(ctx, `
 SELECT `+statusColumns+` FROM campaign_budgets WHERE campaign_id = $1 GROUP BY campaign_id`, id).
-		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt)
+		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
+			&s.CouponValidDays, &s.CouponsExpireAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -211,7 +232,8 @@ SELECT `+statusColumns+` FROM campaign_budgets GROUP BY campaign_id ORDER BY cam
 		return nil, fmt.Errorf("campaign: list: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
-		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt)
+		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
+			&s.CouponValidDays, &s.CouponsExpireAt)
 		return s, err
 	})
 	if err != nil {

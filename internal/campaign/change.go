@@ -27,12 +27,18 @@ type Changes struct {
 	// open bound.
 	StartsAt, EndsAt   *time.Time
 	SetStarts, SetEnds bool
-	Reason             string
+	// ValidDays and ExpireAt are the validity of the coupons issued from now on when
+	// SetValidity is true (see [Campaign.CouponValidDays]); both zero removes it. Coupons
+	// issued before keep theirs.
+	ValidDays   int
+	ExpireAt    *time.Time
+	SetValidity bool
+	Reason      string
 }
 
 // Empty reports whether c changes nothing.
 func (c Changes) Empty() bool {
-	return c.BudgetYen == nil && c.AddBudgetYen == nil && c.Stripes == nil && !c.SetStarts && !c.SetEnds
+	return c.BudgetYen == nil && c.AddBudgetYen == nil && c.Stripes == nil && !c.SetStarts && !c.SetEnds && !c.SetValidity
 }
 
 // Change is one row of a campaign's history (campaign_changes, 00010_live_campaigns.sql).
@@ -43,7 +49,7 @@ type Change struct {
 	At time.Time
 	// By is the database login that made it (on Cloud SQL, the operator's IAM user).
 	By string
-	// What is budget, stripes, period, pause, resume or end.
+	// What is budget, stripes, period, pause, resume, end or validity.
 	What string
 	// Before and After are the figures the change read and wrote: budget_yen, issued_yen and
 	// stripes for a budget or stripes change; starts_at, ends_at and paused_at otherwise.
@@ -63,6 +69,7 @@ const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, bef
 const (
 	sqlChangeBudget = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
 	sqlChangeState  = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
+	sqlChangeValid  = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
 )
 
 // Update applies c to campaign id through the schema's change functions, which lock the
@@ -81,6 +88,13 @@ func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, er
 	}
 	if c.SetStarts || c.SetEnds {
 		b.Queue(sqlChangeState, id, "period", c.StartsAt, c.EndsAt, c.SetStarts, c.SetEnds, c.Reason)
+	}
+	if c.SetValidity {
+		var days *int
+		if c.ValidDays != 0 {
+			days = &c.ValidDays
+		}
+		b.Queue(sqlChangeValid, id, days, c.ExpireAt, c.Reason)
 	}
 	return run(ctx, db, id, b)
 }

@@ -22,8 +22,6 @@ import (
 const (
 	issuers = 32
 	coupon  = 1000 // yen, every test campaign's discount
-	// liveMigration holds the functions the broken variants are derived from.
-	liveMigration = "00010_live_campaigns.sql"
 	// changeApp is the application_name of the operator's sessions.
 	changeApp = "campaign-change"
 )
@@ -80,6 +78,19 @@ func (l *live) count(t *testing.T, sql string, args ...any) int64 {
 func (l *live) coupons(t *testing.T, id string) int64 {
 	t.Helper()
 	return l.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = $1`, id)
+}
+
+// waitChangeBlocked waits until n operator sessions queue behind hold (issuances may wait
+// behind it too, at times: they are not counted).
+func (l *live) waitChangeBlocked(t *testing.T, hold *pgtest.Hold, n int) {
+	t.Helper()
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if got := l.count(t, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY ($1) AND application_name = $2`,
+			hold.Waiters(), changeApp); got != int64(n) {
+			return fmt.Errorf("%d changes wait behind the hold, want %d", got, n)
+		}
+		return nil
+	})
 }
 
 // answer is one request of the traffic and what IssueCoupon's service answered.
@@ -393,7 +404,7 @@ func TestPauseUnderLoad(t *testing.T) {
 	t.Run("broken: judged only before the writes", func(t *testing.T) {
 		t.Parallel()
 		l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon})
-		pgtest.BreakFunction(t, l.pool, liveMigration, "issue_coupon",
+		pgtest.BreakFunction(t, l.pool, "issue_coupon",
 			[2]string{"campaign_inactive_reason(starts_at, ends_at, paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"},
 			[2]string{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"})
 		wrong, tr := stopsIssuing(t, l, "RUN", issuance.ReasonPaused, func() (time.Time, error) {
@@ -453,10 +464,25 @@ func TestEndUnderLoad(t *testing.T) {
 func restripe(t *testing.T, l *live) []string {
 	t.Helper()
 	tr := startTraffic(l, "HOT")
-	for _, k := range []int{16, 4} {
-		l.waitCoupons(t, "HOT", l.coupons(t, "HOT")+100)
-		changes, err := campaign.Update(context.Background(), l.admin, "HOT", campaign.Changes{Stripes: &k, Reason: "hot"})
-		changed(t, changes, err, "stripes")
+	l.waitCoupons(t, "HOT", 100)
+	changes, err := campaign.Update(context.Background(), l.admin, "HOT", campaign.Changes{Stripes: ptr(16), Reason: "hot"})
+	changed(t, changes, err, "stripes")
+	// 16 to 4 waits behind a session holding stripe 0 while the other stripes issue 50 coupons:
+	// what commits while a change waits for the stripes must be in its figures.
+	hold := pgtest.HoldCampaign(t, l.url, "HOT", 0)
+	done := make(chan error, 1)
+	go func() {
+		changes, err := campaign.Update(context.Background(), l.admin, "HOT", campaign.Changes{Stripes: ptr(4), Reason: "cooler"})
+		if err == nil && (len(changes) != 1 || changes[0].What != "stripes") {
+			err = fmt.Errorf("changes %+v, want one stripes change", changes)
+		}
+		done <- err
+	}()
+	l.waitChangeBlocked(t, hold, 1)
+	l.waitCoupons(t, "HOT", l.coupons(t, "HOT")+50)
+	hold.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 	tr.await(t, 300)
 	answers := tr.stop(t)
@@ -485,7 +511,7 @@ func TestRestripeUnderLoad(t *testing.T) {
 	t.Run("broken: issued yen recomputed from an earlier read", func(t *testing.T) {
 		t.Parallel()
 		l := newLive(t, campaign.Campaign{ID: "HOT", DiscountYen: coupon, BudgetYen: 10_000 * coupon})
-		pgtest.BreakFunction(t, l.pool, liveMigration, "campaign_change_budget", [2]string{
+		pgtest.BreakFunction(t, l.pool, "campaign_change_budget", [2]string{
 			"SELECT count(*), sum(l.budget_yen), sum(l.issued_yen) INTO v_k, v_budget, v_issued FROM campaign_lock(p_campaign_id) l;",
 			`v_issued := (SELECT coalesce(sum(amount_yen), 0) FROM issued_coupons WHERE campaign_id = p_campaign_id);
 			 SELECT count(*), sum(l.budget_yen) INTO v_k, v_budget FROM campaign_lock(p_campaign_id) l;`})
@@ -555,7 +581,7 @@ func TestConcurrentChanges(t *testing.T) {
 				t.Parallel()
 				l := newLive(t, campaign.Campaign{ID: "BF", DiscountYen: coupon, BudgetYen: 10_000 * coupon, Stripes: 8})
 				if broken {
-					pgtest.BreakFunction(t, l.pool, liveMigration, "campaign_change_budget", [2]string{
+					pgtest.BreakFunction(t, l.pool, "campaign_change_budget", [2]string{
 						"SELECT count(*), sum(l.budget_yen), sum(l.issued_yen) INTO v_k, v_budget, v_issued FROM campaign_lock(p_campaign_id) l;",
 						`SELECT count(*), sum(budget_yen) INTO v_k, v_budget FROM campaign_budgets WHERE campaign_id = p_campaign_id;
 						 SELECT sum(l.issued_yen) INTO v_issued FROM campaign_lock(p_campaign_id) l;`})
@@ -567,14 +593,7 @@ func TestConcurrentChanges(t *testing.T) {
 				for _, change := range r.changes {
 					go func() { errs <- change(l) }()
 				}
-				// The changes queue behind the hold (with issuances waiting for stripe 0, at times).
-				pgtest.Eventually(t, pgtest.PollTimeout, func() error {
-					if n := l.count(t, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY ($1) AND application_name = $2`,
-						hold.Waiters(), changeApp); n != int64(len(r.changes)) {
-						return fmt.Errorf("%d changes wait for a lock, want %d", n, len(r.changes))
-					}
-					return nil
-				})
+				l.waitChangeBlocked(t, hold, len(r.changes))
 				hold.Release()
 				for range r.changes {
 					if err := <-errs; err != nil {

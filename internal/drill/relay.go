@@ -149,10 +149,11 @@ type pushed struct {
 type couponPush struct {
 	campaign, member, lineUser string
 	amountYen                  int
+	expiresAt                  *time.Time
 }
 
 const sqlCouponPushes = `
-SELECT i.coupon_id::text, i.campaign_id, i.member_id, COALESCE(l.line_user_id, ''), i.amount_yen
+SELECT i.coupon_id::text, i.campaign_id, i.member_id, COALESCE(l.line_user_id, ''), i.amount_yen, i.expires_at
   FROM issued_coupons i LEFT JOIN member_line_accounts l USING (member_id)
  WHERE i.voided_at IS NULL`
 
@@ -169,7 +170,7 @@ func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (
 	for rows.Next() {
 		var id string
 		var c couponPush
-		if err := rows.Scan(&id, &c.campaign, &c.member, &c.lineUser, &c.amountYen); err != nil {
+		if err := rows.Scan(&id, &c.campaign, &c.member, &c.lineUser, &c.amountYen, &c.expiresAt); err != nil {
 			rows.Close()
 			return pushed{}, fmt.Errorf("drill: coupons: %w", err)
 		}
@@ -195,7 +196,7 @@ func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (
 		switch {
 		case !ok:
 			p.wrongPush = append(p.wrongPush, fmt.Sprintf("a push under retry key %q, which names no coupon", push.RetryKey))
-		case push.To != c.lineUser || push.Text != outbox.Message(c.campaign, c.amountYen):
+		case push.To != c.lineUser || push.Text != outbox.Message(c.campaign, c.amountYen, c.expiresAt):
 			p.wrongPush = append(p.wrongPush, fmt.Sprintf("a push under coupon %s's retry key to %s with another coupon's text or recipient", push.RetryKey, push.To))
 		}
 	}

@@ -9,8 +9,11 @@
 // (legacy_overshoot), member-months already over the cap, redeemed duplicates kept live; those
 // are [Report.Facts] lines, reported for finance and promotion, and exit 0.
 //
-// A coupon is live unless voided_at is set (an unredeemed legacy duplicate the migration voided);
-// R1 and R3 count live coupons, R2 the coupons that are not legacy duplicates.
+// A coupon is live unless voided_at is set (voided by an operator, `couponctl coupon void`, or an
+// unredeemed legacy duplicate the migration voided); R1 and R3 count live coupons, R2 the coupons
+// that hold their (campaign, member) pair: not legacy duplicates, and not voided with reissue
+// allowed. A coupon whose delivered outbox row `couponctl outbox prune` deleted is marked so
+// (outbox_pruned_at): it has no outbox row, and that is no fault.
 package reconcile
 
 import (
@@ -18,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,12 +31,6 @@ import (
 type Config struct {
 	// CapYen is R3's monthly cap in yen (env MONTHLY_CAP_YEN).
 	CapYen int
-	// OutboxRetention is how long sent and skipped outbox rows are kept (env RELAY_RETENTION;
-	// shared/outbox.DefaultRetention), the daily `couponctl outbox prune` deleting older ones: a
-	// coupon issued longer ago may have lost its delivered outbox row to the retention, so only
-	// younger coupons are checked for one.
-	// Zero checks every coupon.
-	OutboxRetention time.Duration
 }
 
 // Campaign is one campaign's R1 figures, in yen, summed over its budget stripes.
@@ -74,7 +70,7 @@ type Report struct {
 	// UsageDrift is member x month pairs whose used_yen differs from their live coupons' sum.
 	UsageDrift int64 `json:"usage_drift"`
 	// CouponsWithoutOutbox and OutboxWithoutCoupon compare the outbox with the coupons: exactly
-	// one outbox row per coupon (coupons older than the outbox retention are not checked).
+	// one outbox row per coupon, unless the prune deleted it after delivery.
 	CouponsWithoutOutbox int64 `json:"coupons_without_outbox"`
 	OutboxWithoutCoupon  int64 `json:"outbox_without_coupon"`
 	// LegacyMembersOverCap is member x month pairs over the cap with legacy coupons only: a fact
@@ -97,7 +93,7 @@ func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("reconcile: campaigns: %w", err)
 	}
-	err = q.QueryRow(ctx, sqlCounts, cfg.CapYen, cfg.OutboxRetention).Scan(&r.Coupons, &r.DuplicatePairs,
+	err = q.QueryRow(ctx, sqlCounts, cfg.CapYen).Scan(&r.Coupons, &r.DuplicatePairs,
 		&r.MembersOverCap, &r.LegacyMembersOverCap, &r.UsageDrift, &r.CouponsWithoutOutbox,
 		&r.OutboxWithoutCoupon, &r.LegacyDuplicatesLive)
 	if err != nil {
@@ -121,14 +117,14 @@ SELECT b.campaign_id, b.budget_yen, b.issued_yen,
 
 // sqlCounts counts the rest in one statement (one snapshot). A legacy coupon is one the Before
 // code wrote: the migration kept its client's month in client_month, which this code never sets.
-// $1 cap in yen, $2 outbox retention (interval; 0 checks every coupon).
+// $1 cap in yen.
 const sqlCounts = `
 WITH live AS (SELECT * FROM issued_coupons WHERE voided_at IS NULL),
 over_cap AS (
   SELECT bool_and(client_month IS NOT NULL) AS legacy_only
     FROM live GROUP BY member_id, month HAVING SUM(amount_yen) > $1)
 SELECT (SELECT count(*) FROM live),
-       (SELECT count(*) FROM (SELECT 1 FROM issued_coupons WHERE NOT legacy_duplicate
+       (SELECT count(*) FROM (SELECT 1 FROM issued_coupons WHERE NOT legacy_duplicate AND NOT reissue_allowed
                                GROUP BY campaign_id, member_id HAVING count(*) > 1) d),
        (SELECT count(*) FROM over_cap WHERE NOT legacy_only),
        (SELECT count(*) FROM over_cap WHERE legacy_only),
@@ -136,7 +132,7 @@ SELECT (SELECT count(*) FROM live),
                         FULL JOIN member_monthly_usage u USING (member_id, month)
          WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0)),
        (SELECT count(*) FROM issued_coupons i
-         WHERE ($2::interval = '0' OR i.issued_at > now() - $2::interval)
+         WHERE i.outbox_pruned_at IS NULL
            AND NOT EXISTS (SELECT 1 FROM notification_outbox o WHERE o.coupon_id = i.coupon_id)),
        (SELECT count(*) FROM notification_outbox o
          WHERE NOT EXISTS (SELECT 1 FROM issued_coupons i WHERE i.coupon_id = o.coupon_id)),

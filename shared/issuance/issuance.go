@@ -28,6 +28,7 @@ const (
 	ResultBudgetExceeded    Result = "BUDGET_EXCEEDED"     // R1 would be broken
 	ResultCampaignNotActive Result = "CAMPAIGN_NOT_ACTIVE" // outside starts_at..ends_at, or paused: see [Outcome.Reason]
 	ResultUnknownCampaign   Result = "UNKNOWN_CAMPAIGN"    // no such campaign
+	ResultCouponVoided      Result = "COUPON_VOIDED"       // the member's coupon of the campaign was voided: see [Outcome.CouponID]
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
 )
 
@@ -42,8 +43,12 @@ const (
 // Outcome is what one call did.
 type Outcome struct {
 	Result Result
-	// CouponID is the issued coupon (ISSUED) or the one the member already holds (ALREADY_ISSUED).
+	// CouponID is the issued coupon (ISSUED), the one the member already holds (ALREADY_ISSUED),
+	// or the member's voided coupon (COUPON_VOIDED).
 	CouponID string
+	// ExpiresAt is when the coupon stops being valid (ISSUED, ALREADY_ISSUED), nil when its
+	// campaign gives no validity.
+	ExpiresAt *time.Time
 	// AmountYen is the coupon's face value in yen (ISSUED).
 	AmountYen int
 	// Month is the Asia/Tokyo calendar month the coupon counts against, YYYY-MM (ISSUED).
@@ -110,7 +115,18 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 // Errors: a wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up,
 // [ErrOutcomeUnknown] when a lost answer cannot be settled, and any other database error
 // unretried (the caller answers 500).
-func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out Outcome, err error) {
+func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outcome, error) {
+	return s.issue(ctx, memberID, campaignID, false)
+}
+
+// Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, through grant_coupon
+// (00011_after_issuance.sql): the same rules, answers, retries, settlement and errors; the
+// coupon records the database login that granted it. The pool's user must be in coupon_admin.
+func (s *Service) Grant(ctx context.Context, memberID, campaignID string) (Outcome, error) {
+	return s.issue(ctx, memberID, campaignID, true)
+}
+
+func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant bool) (out Outcome, err error) {
 	if err := ids.Request(memberID, campaignID); err != nil {
 		return Outcome{}, err
 	}
@@ -120,7 +136,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (out O
 	defer cancel()
 
 	issuedAt := s.cfg.Now()
-	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt)}
+	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt), grant: grant}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
 	contended, stalePlans := 0, 0
@@ -220,6 +236,15 @@ type request struct {
 	memberID, campaignID string
 	issuedAt             time.Time
 	month                string
+	grant                bool // a bulk grant (Service.Grant): grant_coupon, not issue_coupon
+}
+
+// call is the statement of r's attempts.
+func (r request) call() string {
+	if r.grant {
+		return sqlGrant
+	}
+	return sqlIssue
 }
 
 // session names the server session of a pooled connection: its pid and when it started.
@@ -268,17 +293,20 @@ func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (O
 		result         string
 		coupon, reason *string
 		amount         *int
+		expires        *time.Time
 	)
 	batch := &pgx.Batch{}
 	batch.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
-	batch.Queue(sqlIssue, couponID, r.campaignID, r.memberID, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount, &reason) })
+	batch.Queue(r.call(), couponID, r.campaignID, r.memberID, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount, &reason, &expires) })
 	err = conn.SendBatch(ctx, batch).Close()
 
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		return outcomeOf(r, result, coupon, amount, reason)
+		out, err := outcomeOf(r, result, coupon, amount, reason)
+		out.ExpiresAt = expires
+		return out, err
 	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR":
 		if pgErr.Code == sqlStateRejected { // a write lost a race, or met a paused or ended campaign: rolled back
 			return outcomeOf(r, pgErr.Message, nil, nil, &pgErr.Detail)
@@ -315,9 +343,9 @@ func outcomeOf(r request, result string, coupon *string, amount *int, reason *st
 			return Outcome{}, fmt.Errorf("issuance: ISSUED without a coupon id or an amount")
 		}
 		out.CouponID, out.AmountYen, out.Month = *coupon, *amount, r.month
-	case ResultAlreadyIssued:
+	case ResultAlreadyIssued, ResultCouponVoided:
 		if coupon == nil {
-			return Outcome{}, fmt.Errorf("issuance: ALREADY_ISSUED without the member's coupon id")
+			return Outcome{}, fmt.Errorf("issuance: %s without the member's coupon id", result)
 		}
 		out.CouponID = *coupon
 	case ResultCampaignNotActive:
@@ -336,10 +364,11 @@ func outcomeOf(r request, result string, coupon *string, amount *int, reason *st
 // a coupon that exists), on a connection of its own and a context that ends at callEnd, the
 // call's deadline: the attempts' deadline has often passed already. It first makes sure the attempt's session is over
 // (if it still runs, the call is in flight or its Sync never arrived: the session is terminated
-// and waited for), then looks the coupon up by (campaign_id, member_id):
+// and waited for), then looks up the coupon that holds (campaign_id, member_id):
 //
 //   - found, with the attempt's id: ISSUED, as the attempt would have answered;
 //   - found, another id: ALREADY_ISSUED with that id;
+//   - found, voided: COUPON_VOIDED with its id;
 //   - absent: nothing was written; a [connLostError], so Issue retries while the budget lasts.
 //
 // If the session's end cannot be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
@@ -374,7 +403,9 @@ func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError,
 	}
 	var existing string
 	var amount int
-	err = conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount)
+	var voided bool
+	var expires *time.Time
+	err = conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount, &voided, &expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && ended:
 		return Outcome{}, &connLostError{lost.err}
@@ -382,10 +413,12 @@ func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError,
 		return unknown(fmt.Errorf("the session of backend %d still runs", lost.session.pid))
 	case err != nil:
 		return unknown(err)
+	case voided:
+		return Outcome{Result: ResultCouponVoided, CouponID: existing}, nil
 	case existing == lost.couponID:
-		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: r.month}, nil
+		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: r.month, ExpiresAt: expires}, nil
 	}
-	return Outcome{Result: ResultAlreadyIssued, CouponID: existing}, nil
+	return Outcome{Result: ResultAlreadyIssued, CouponID: existing, ExpiresAt: expires}, nil
 }
 
 // settleConfig is pool's connection configuration for the settlement's own connection, with

@@ -11,12 +11,16 @@ package issuance
 const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
 // sqlIssue is one issuance: the whole transaction in one call, committed when the pipeline's Sync
-// arrives, which travels with it. It returns the result code, the coupon id (ISSUED, or the
-// member's coupon for ALREADY_ISSUED), the amount in yen (ISSUED) and the reason of
-// CAMPAIGN_NOT_ACTIVE; a write that loses a race raises SQLSTATE [sqlStateRejected].
-// $1 coupon_id (made by the service), $2 campaign_id, $3 member_id, $4 issued_at (its
-// Asia/Tokyo month is the coupon's), $5 R3's cap in yen, $6 trace_parent.
-const sqlIssue = `SELECT result, coupon, amount, reason FROM issue_coupon($1, $2, $3, $4, $5, $6)`
+// arrives, which travels with it. It returns the result code, the coupon id (ISSUED, the
+// member's coupon for ALREADY_ISSUED, the voided one for COUPON_VOIDED), the amount in yen
+// (ISSUED), the reason of CAMPAIGN_NOT_ACTIVE and the coupon's expiry; a write that loses a race
+// raises SQLSTATE [sqlStateRejected]. $1 coupon_id (made by the service), $2 campaign_id,
+// $3 member_id, $4 issued_at (its Asia/Tokyo month is the coupon's), $5 R3's cap in yen,
+// $6 trace_parent.
+const sqlIssue = `SELECT result, coupon, amount, reason, expires_at FROM issue_coupon($1, $2, $3, $4, $5, $6)`
+
+// sqlGrant is [sqlIssue] through grant_coupon, an operator's grant (00011_after_issuance.sql).
+const sqlGrant = `SELECT result, coupon, amount, reason, expires_at FROM grant_coupon($1, $2, $3, $4, $5, $6)`
 
 // sqlStateRejected is the SQLSTATE issue_coupon raises when a write finds its rule broken by a
 // transaction that committed after its reads, or finds its budget stripe showing the campaign
@@ -39,8 +43,9 @@ SELECT coalesce(bool_and(pg_terminate_backend(pid, $3)), true)
   FROM pg_stat_activity
  WHERE pid = $1 AND backend_start = $2`
 
-// sqlCouponOf is the member's live coupon of the campaign and its amount in yen, if any, once no
-// session that could insert it is in flight. $1 campaign_id, $2 member_id.
+// sqlCouponOf is the coupon that holds the member's pair with the campaign, if any, once no
+// session that could insert it is in flight: its id, amount in yen, whether it was voided (a
+// void with reissue allowed releases the pair) and its expiry. $1 campaign_id, $2 member_id.
 const sqlCouponOf = `
-SELECT coupon_id::text, amount_yen FROM issued_coupons
- WHERE campaign_id = $1 AND member_id = $2 AND NOT legacy_duplicate`
+SELECT coupon_id::text, amount_yen, voided_at IS NOT NULL, expires_at FROM issued_coupons
+ WHERE campaign_id = $1 AND member_id = $2 AND NOT legacy_duplicate AND NOT reissue_allowed`

@@ -34,7 +34,7 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *an
 	}
 	var result string
 	if err := conn.QueryRow(ctx, sqlIssue, lost.couponID, "LOST", member, time.Now(), s.cfg.MonthlyCapYen, nil).
-		Scan(&result, nil, nil, nil); err != nil || result != string(ResultIssued) {
+		Scan(&result, nil, nil, nil, nil); err != nil || result != string(ResultIssued) {
 		t.Fatalf("the call: %s %v, want ISSUED", result, err)
 	}
 	return conn, lost

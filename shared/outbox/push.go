@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	_ "time/tzdata" // Asia/Tokyo must load on images without a zoneinfo database
 
 	"github.com/line/line-bot-sdk-go/v8/linebot/messaging_api"
 )
@@ -47,7 +48,7 @@ func (r *Relay) push(ctx context.Context, row claimed) (sent bool, err error) {
 	})
 	req := &messaging_api.PushMessageRequest{
 		To:       row.LineUserID,
-		Messages: []messaging_api.MessageInterface{&messaging_api.TextMessage{Text: Message(row.CampaignID, row.AmountYen)}},
+		Messages: []messaging_api.MessageInterface{&messaging_api.TextMessage{Text: Message(row.CampaignID, row.AmountYen, row.ExpiresAt)}},
 	}
 	res, _, err := api.WithContext(ctx).PushMessageWithHttpInfo(req, row.CouponID)
 	switch {
@@ -70,12 +71,28 @@ func (r *Relay) push(ctx context.Context, row claimed) (sent bool, err error) {
 	}
 }
 
-// Message is the push text for a coupon of campaignID worth amountYen yen, in Japanese:
-// which coupon the member received, and its value.
-func Message(campaignID string, amountYen int) string {
-	return fmt.Sprintf("クーポンが届きました！\nキャンペーン「%s」の%s円引きクーポンです。アプリのクーポン一覧からご利用ください。",
-		campaignID, yen(amountYen))
+// Message is the push text for a coupon of campaignID worth amountYen yen, valid until expiresAt
+// (nil: no expiry), in Japanese: which coupon the member received, its value, and until when it
+// may be used, in Asia/Tokyo time (the last minute of validity: a coupon expiring at 00:00 on the
+// 8th is valid until 23:59 on the 7th).
+func Message(campaignID string, amountYen int, expiresAt *time.Time) string {
+	until := ""
+	if expiresAt != nil {
+		last := expiresAt.Add(-time.Minute).In(tokyo)
+		until = fmt.Sprintf("\n有効期限：%d年%d月%d日 %02d:%02dまで", last.Year(), int(last.Month()), last.Day(), last.Hour(), last.Minute())
+	}
+	return fmt.Sprintf("クーポンが届きました！\nキャンペーン「%s」の%s円引きクーポンです。アプリのクーポン一覧からご利用ください。%s",
+		campaignID, yen(amountYen), until)
 }
+
+// tokyo is the time zone of the push text: the members' and the R3 month's.
+var tokyo = func() *time.Location {
+	loc, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		panic(err) // time/tzdata is embedded, so this cannot fail
+	}
+	return loc
+}()
 
 // yen formats n with thousands separators: 1000 -> "1,000".
 func yen(n int) string {

@@ -200,6 +200,9 @@ func (r *Relay) deliver(ctx context.Context, run *runState, rows []claimed) Resu
 	return res
 }
 
+// couponVoided is last_error for a row skipped because its coupon was voided before its push.
+const couponVoided = "skipped: the coupon was voided (couponctl coupon show)"
+
 // noLINEAccount is last_error for a skipped row.
 const noLINEAccount = "skipped: the member has no LINE account linked (couponctl line link, then outbox requeue)"
 
@@ -211,6 +214,9 @@ var keyExpiredReason = fmt.Sprintf("not re-sent: first pushed more than %s ago, 
 func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row claimed) outcome {
 	log := r.cfg.Logger.With("coupon_id", row.CouponID, "attempt", row.Attempts+1)
 	switch {
+	case row.Voided:
+		logMark(markCtx, log, outboxdb.MarkSkipped(markCtx, r.pool, run.id, row.CouponID, couponVoided))
+		return outcomeSkipped
 	case row.LineUserID == "":
 		logMark(markCtx, log, outboxdb.MarkSkipped(markCtx, r.pool, run.id, row.CouponID, noLINEAccount))
 		return outcomeSkipped

@@ -10,7 +10,9 @@ import (
 )
 
 // sqlPrune: $1 retention, $2 limit. The LIMIT sits in a MATERIALIZED CTE for the reason given
-// on sqlClaim, and SKIP LOCKED lets two prunes run at once without waiting on each other.
+// on sqlClaim, and SKIP LOCKED lets two prunes run at once without waiting on each other. Each
+// deleted row's coupon is marked outbox_pruned_at in the same statement, so that reconcile tells
+// a pruned row from a lost one whatever the retention.
 const sqlPrune = `
 WITH old AS MATERIALIZED (
   SELECT coupon_id FROM notification_outbox
@@ -20,9 +22,11 @@ WITH old AS MATERIALIZED (
    LIMIT $2
    FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM notification_outbox o USING old WHERE o.coupon_id = old.coupon_id RETURNING 1
+  DELETE FROM notification_outbox o USING old WHERE o.coupon_id = old.coupon_id RETURNING o.coupon_id
+), marked AS (
+  UPDATE issued_coupons i SET outbox_pruned_at = now() FROM deleted d WHERE i.coupon_id = d.coupon_id RETURNING 1
 )
-SELECT count(*) FROM deleted`
+SELECT count(*) FROM marked`
 
 // Prune deletes at most limit sent and skipped rows closed more than olderThan ago, oldest
 // first (through the notification_outbox_closed index), and returns how many it deleted. Open

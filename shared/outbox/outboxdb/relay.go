@@ -50,14 +50,14 @@ WITH due AS MATERIALIZED (
 )
 UPDATE notification_outbox o
    SET next_attempt_at = now() + $3::interval, claimed_by = $2,
-       first_pushed_at = CASE WHEN l.line_user_id IS NULL THEN o.first_pushed_at
+       first_pushed_at = CASE WHEN l.line_user_id IS NULL OR i.voided_at IS NOT NULL THEN o.first_pushed_at
                               ELSE COALESCE(o.first_pushed_at, now()) END
   FROM due JOIN issued_coupons i USING (coupon_id)
        LEFT JOIN member_line_accounts l ON l.member_id = due.member_id
  WHERE o.coupon_id = due.coupon_id
 RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_yen, COALESCE(l.line_user_id, ''),
           COALESCE(o.first_pushed_at < now() - $5::interval, false), due.next_attempt_at, due.first_pushed_at,
-          o.trace_parent`
+          o.trace_parent, i.voided_at IS NOT NULL, i.expires_at`
 
 // ClaimParams says what [Claim] takes.
 type ClaimParams struct {
@@ -79,12 +79,14 @@ type Claimed struct {
 	PrevNextAttemptAt  time.Time
 	PrevFirstPushedAt  *time.Time
 	TraceParent        *string // the issuing request's W3C traceparent
+	Voided             bool       // the coupon was voided (couponctl coupon void): never pushed
+	ExpiresAt          *time.Time // the coupon's expiry, nil when its campaign gives none
 }
 
 // Claim takes up to p.Limit open rows due at p.DueAt for run p.Run and leases them for p.Lease
 // by moving next_attempt_at past it, in one autocommit statement: no transaction stays open
 // while they are pushed. It charges no attempt (the marks do). For a member with a LINE account
-// it sets first_pushed_at if unset, before the push goes out, so a crash between push and mark
+// whose coupon is not voided it sets first_pushed_at if unset, before the push goes out, so a crash between push and mark
 // cannot lose the start of LINE's retry-key window.
 func Claim(ctx context.Context, q db.Querier, p ClaimParams) ([]Claimed, error) {
 	rows, err := q.Query(ctx, sqlClaim, p.Limit, p.Run, p.Lease, p.DueAt, p.KeyWindow)

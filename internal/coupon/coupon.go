@@ -1,0 +1,169 @@
+// Package coupon is what an operator does with an issued coupon: voids it, giving its yen back to
+// its campaign's budget and its member's month exactly once (coupon_void,
+// schema/migrations/00011_after_issuance.sql), and shows it.
+package coupon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrNotFound is returned for a coupon id that does not exist.
+var ErrNotFound = errors.New("coupon: not found")
+
+// ErrRefused is returned, wrapped with the reason, for a void that changes nothing: the coupon
+// was voided already, or it is a redeemed legacy coupon tied to an order, or no reason was given.
+var ErrRefused = errors.New("coupon: void refused")
+
+// Querier runs a statement: a pool or a connection.
+type Querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// Voided is what a void did, or found.
+type Voided struct {
+	CouponID, CampaignID, MemberID string
+	// Month is the Asia/Tokyo month the coupon counted against; AmountYen its yen, given back to
+	// the campaign's budget and to that month of the member.
+	Month     string
+	AmountYen int
+	// At and By are when and by which database login the coupon was voided (nil and "" for a
+	// redeemed coupon; By "" for the legacy migration's voids).
+	At *time.Time
+	By string
+	// Push is what became of its LINE push: sent (PushedAt), in flight (a relay holds its row and
+	// may be pushing it now), not sent (it never will be: the relay skips voided coupons),
+	// skipped, parked, pruned, or no outbox row.
+	Push     string
+	PushedAt *time.Time
+}
+
+// Results of coupon_void.
+const (
+	resultVoided        = "VOIDED"
+	resultAlreadyVoided = "ALREADY_VOIDED"
+	resultRedeemed      = "REDEEMED"
+)
+
+// SQLSTATEs coupon_void raises (00011_after_issuance.sql).
+const (
+	sqlStateNotFound = "CI404"
+	sqlStateRefused  = "CI422"
+)
+
+const sqlVoid = `
+SELECT result, campaign_id, member_id, month, amount_yen, voided_at, voided_by, push, pushed_at
+  FROM coupon_void($1, $2, $3)`
+
+// Void voids coupon id for reason, in one transaction that gives its yen back to its campaign's
+// budget and its member's month, in issuance's lock order. With allowReissue the member may be
+// issued the campaign again; without it, IssueCoupon answers the pair COUPON_VOIDED. Two voids of
+// one coupon at once give its yen back once: the second is refused. Errors: [ErrNotFound],
+// [ErrRefused] (the [Voided] then says what the coupon is), or the database's (the user must be
+// in coupon_admin).
+func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool) (Voided, error) {
+	v := Voided{CouponID: id}
+	if err := CheckID(id); err != nil {
+		return v, err
+	}
+	var result string
+	var by *string
+	err := db.QueryRow(ctx, sqlVoid, id, reason, allowReissue).Scan(&result, &v.CampaignID, &v.MemberID, &v.Month,
+		&v.AmountYen, &v.At, &by, &v.Push, &v.PushedAt)
+	if by != nil {
+		v.By = *by
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateNotFound:
+		return v, fmt.Errorf("%w: %s", ErrNotFound, id)
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
+		return v, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+	case err != nil:
+		return v, fmt.Errorf("coupon: void %s: %w", id, err)
+	case result == resultAlreadyVoided:
+		return v, fmt.Errorf("%w: coupon %s was voided already, at %s by %s; nothing changed", ErrRefused, id,
+			v.At.Format(time.RFC3339), orUnknown(v.By))
+	case result == resultRedeemed:
+		return v, fmt.Errorf("%w: coupon %s was redeemed (a legacy coupon tied to an order); nothing changed", ErrRefused, id)
+	case result != resultVoided:
+		return v, fmt.Errorf("coupon: void %s: coupon_void answered %q", id, result)
+	}
+	return v, nil
+}
+
+// CheckID refuses a coupon id that is not a UUID, the form every coupon id has.
+func CheckID(id string) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return fmt.Errorf("coupon id %q: not a coupon id (a UUID such as 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41)", id)
+	}
+	return nil
+}
+
+func orUnknown(by string) string {
+	if by == "" {
+		return "(the legacy migration)"
+	}
+	return by
+}
+
+// Coupon is one issued coupon as `couponctl coupon show` prints it.
+type Coupon struct {
+	ID, CampaignID, MemberID string
+	AmountYen                int
+	Month                    string
+	IssuedAt                 time.Time
+	// ExpiresAt is nil for a coupon of a campaign without validity.
+	ExpiresAt *time.Time
+	// GrantedBy is the login of the `couponctl grant` that issued it, "" for IssueCoupon's.
+	GrantedBy  string
+	RedeemedAt *time.Time
+	// Push is the outbox row's state: sent, skipped, parked, open, pruned (deleted by the prune
+	// after delivery) or none; PushAt when it was sent, skipped or parked; PushNote the relay's
+	// last error.
+	Push     string
+	PushAt   *time.Time
+	PushNote string
+	// VoidedAt, VoidedBy, VoidReason and ReissueAllowed are the void, if any.
+	VoidedAt       *time.Time
+	VoidedBy       string
+	VoidReason     string
+	ReissueAllowed bool
+	// LegacyDuplicate marks a coupon the legacy migration found duplicated.
+	LegacyDuplicate bool
+}
+
+const sqlShow = `
+SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.issued_at, c.expires_at,
+       coalesce(c.granted_by, ''), c.redeemed_at,
+       CASE WHEN o.sent_at IS NOT NULL THEN 'sent' WHEN o.skipped_at IS NOT NULL THEN 'skipped'
+            WHEN o.parked_at IS NOT NULL THEN 'parked' WHEN o.coupon_id IS NOT NULL THEN 'open'
+            WHEN c.outbox_pruned_at IS NOT NULL THEN 'pruned' ELSE 'none' END,
+       coalesce(o.sent_at, o.skipped_at, o.parked_at, c.outbox_pruned_at), coalesce(o.last_error, ''),
+       c.voided_at, coalesce(c.voided_by, ''), coalesce(c.void_reason, ''), c.reissue_allowed, c.legacy_duplicate
+  FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
+ WHERE c.coupon_id = $1`
+
+// Show reads coupon id. Errors: [ErrNotFound], or the database's.
+func Show(ctx context.Context, db Querier, id string) (Coupon, error) {
+	var c Coupon
+	if err := CheckID(id); err != nil {
+		return c, err
+	}
+	err := db.QueryRow(ctx, sqlShow, id).Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
+		&c.ExpiresAt, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+		&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return c, fmt.Errorf("coupon: show %s: %w", id, err)
+	}
+	return c, nil
+}
