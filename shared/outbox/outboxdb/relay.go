@@ -78,7 +78,7 @@ type Claimed struct {
 	KeyExpired         bool   // first pushed more than KeyWindow ago
 	PrevNextAttemptAt  time.Time
 	PrevFirstPushedAt  *time.Time
-	TraceParent        *string // the issuing request's W3C traceparent
+	TraceParent        *string    // the issuing request's W3C traceparent
 	Voided             bool       // the coupon was voided (couponctl coupon void): never pushed
 	ExpiresAt          *time.Time // the coupon's expiry, nil when its campaign gives none
 }
