@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"go/build"
 	"os"
@@ -15,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -28,18 +31,55 @@ import (
 // testProject is the project id the scripts are run with in these tests.
 const testProject = "coupon-test-123"
 
-type step struct {
-	ID      string   `yaml:"id"`
-	Name    string   `yaml:"name"`
-	Args    []string `yaml:"args"`
-	Env     []string `yaml:"env"`
-	WaitFor []string `yaml:"waitFor"`
+// loadBuild reads a Cloud Build config file as the Build message that gcloud sends to the
+// Cloud Build API: YAML to JSON, then protojson with unknown fields refused. Config files use
+// the API's JSON field names (waitFor, serviceAccount); protojson takes the proto names too
+// (wait_for), which a config file may not, so those are refused here first.
+func loadBuild(t *testing.T, path string) *cloudbuildpb.Build {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if key := protoName(doc, ""); key != "" {
+		t.Fatalf("%s: %q is a proto field name: a config file takes the JSON name (lowerCamelCase)", path, key)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	build := &cloudbuildpb.Build{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, build); err != nil {
+		t.Fatalf("%s is not a Cloud Build Build: %v", path, err)
+	}
+	return build
 }
 
-type cloudBuild struct {
-	ServiceAccount string            `yaml:"serviceAccount"`
-	Substitutions  map[string]string `yaml:"substitutions"`
-	Steps          []step            `yaml:"steps"`
+// protoName returns the first field name in doc written with an underscore, outside the
+// user's own keys of substitutions.
+func protoName(doc any, parent string) string {
+	switch v := doc.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if parent != "substitutions" && strings.Contains(k, "_") {
+				return k
+			}
+			if found := protoName(x, k); found != "" {
+				return found
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if found := protoName(x, parent); found != "" {
+				return found
+			}
+		}
+	}
+	return ""
 }
 
 // builtinSubstitutions are the ones Cloud Build provides itself (Cloud Build docs,
@@ -47,17 +87,9 @@ type cloudBuild struct {
 var builtinSubstitutions = []string{"PROJECT_ID", "PROJECT_NUMBER", "BUILD_ID", "LOCATION", "TRIGGER_NAME",
 	"COMMIT_SHA", "SHORT_SHA", "REVISION_ID", "BRANCH_NAME", "TAG_NAME", "REPO_NAME", "REPO_FULL_NAME", "SERVICE_ACCOUNT_EMAIL"}
 
-func loadCloudBuild(t *testing.T) cloudBuild {
+func loadCloudBuild(t *testing.T) *cloudbuildpb.Build {
 	t.Helper()
-	b, err := os.ReadFile("../cloudbuild.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cb cloudBuild
-	if err := yaml.Unmarshal(b, &cb); err != nil {
-		t.Fatalf("cloudbuild.yaml: %v", err)
-	}
-	return cb
+	return loadBuild(t, "../cloudbuild.yaml")
 }
 
 // TestCloudBuildSteps: ids unique, waitFor names earlier steps (or "-", start at once), and
@@ -66,43 +98,47 @@ func loadCloudBuild(t *testing.T) cloudBuild {
 func TestCloudBuildSteps(t *testing.T) {
 	cb := loadCloudBuild(t)
 	ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
-	for _, m := range ref.FindAllStringSubmatch(cb.ServiceAccount, -1) {
+	for _, m := range ref.FindAllStringSubmatch(cb.GetServiceAccount(), -1) {
 		if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
 			t.Errorf("serviceAccount: $%s is not a built-in substitution", m[1])
 		}
 	}
 	seen := map[string]bool{}
-	for _, s := range cb.Steps {
-		if s.ID == "" || s.Name == "" || seen[s.ID] {
-			t.Errorf("step %q: needs a unique id and an image name", s.ID)
+	for _, s := range cb.GetSteps() {
+		if s.GetId() == "" || s.GetName() == "" || seen[s.GetId()] {
+			t.Errorf("step %q: needs a unique id and an image name", s.GetId())
 		}
-		for _, w := range s.WaitFor {
+		for _, w := range s.GetWaitFor() {
 			if w != "-" && !seen[w] {
-				t.Errorf("step %s waits for %q, which is not an earlier step", s.ID, w)
+				t.Errorf("step %s waits for %q, which is not an earlier step", s.GetId(), w)
 			}
 		}
-		seen[s.ID] = true
-		for _, text := range append(slices.Clone(s.Args), s.Env...) {
+		seen[s.GetId()] = true
+		for _, text := range append(slices.Clone(s.GetArgs()), s.GetEnv()...) {
 			for _, m := range ref.FindAllStringSubmatch(text, -1) {
 				name := m[1]
 				if m[0] == "$$" {
 					continue
 				}
-				if _, ok := cb.Substitutions[name]; !ok && !slices.Contains(builtinSubstitutions, name) {
-					t.Errorf("step %s: $%s is no substitution (write $$%s for a shell variable)", s.ID, name, name)
+				if _, ok := cb.GetSubstitutions()[name]; !ok && !slices.Contains(builtinSubstitutions, name) {
+					t.Errorf("step %s: $%s is no substitution (write $$%s for a shell variable)", s.GetId(), name, name)
 				}
 			}
 		}
 	}
 }
 
-// substitute replaces Cloud Build substitutions in s as a build in testProject would.
-func substitute(cb cloudBuild, s string) string {
+// substitute replaces Cloud Build substitutions in s as a build in testProject would: $NAME
+// and ${NAME} by the value, $$ by $.
+func substitute(cb *cloudbuildpb.Build, s string) string {
 	vals := map[string]string{"PROJECT_ID": testProject}
-	for k, v := range cb.Substitutions {
+	for k, v := range cb.GetSubstitutions() {
 		vals[k] = v
 	}
-	return regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`).ReplaceAllStringFunc(s, func(m string) string {
+	return regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`).ReplaceAllStringFunc(s, func(m string) string {
+		if m == "$$" {
+			return "$"
+		}
 		return vals[strings.Trim(m, "${}")]
 	})
 }
@@ -249,8 +285,8 @@ func TestNotPublic(t *testing.T) {
 		}
 	}
 	for _, s := range loadCloudBuild(t).Steps {
-		if slices.Contains(s.Args, "deploy") && !slices.Contains(s.Args, "--no-allow-unauthenticated") {
-			t.Errorf("step %s deploys without --no-allow-unauthenticated", s.ID)
+		if slices.Contains(s.GetArgs(), "deploy") && !slices.Contains(s.GetArgs(), "--no-allow-unauthenticated") {
+			t.Errorf("step %s deploys without --no-allow-unauthenticated", s.GetId())
 		}
 	}
 }
@@ -307,34 +343,34 @@ func TestDeployedServices(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
 	deployed := 0
-	for _, s := range cb.Steps {
-		buildable, envFile := argValue(s.Args, "--set-build-env-vars=GOOGLE_BUILDABLE="), argValue(s.Args, "--env-vars-file=")
+	for _, s := range cb.GetSteps() {
+		buildable, envFile := argValue(s.GetArgs(), "--set-build-env-vars=GOOGLE_BUILDABLE="), argValue(s.GetArgs(), "--env-vars-file=")
 		if buildable == "" {
 			continue
 		}
 		deployed++
 		pkg, err := build.ImportDir(filepath.Join("..", buildable), 0)
 		if err != nil || pkg.Name != "main" {
-			t.Errorf("step %s: GOOGLE_BUILDABLE %s is not a main package: %v", s.ID, buildable, err)
+			t.Errorf("step %s: GOOGLE_BUILDABLE %s is not a main package: %v", s.GetId(), buildable, err)
 		}
 		env := loadEnv(t, filepath.Join(envDir, filepath.Base(envFile)))
 		target := env["FUNCTION_TARGET"]
 		if !registers(t, filepath.Join("..", filepath.Dir(buildable)), target) {
-			t.Errorf("step %s: FUNCTION_TARGET %q is not registered with functions.HTTP in %s", s.ID, target, filepath.Dir(buildable))
+			t.Errorf("step %s: FUNCTION_TARGET %q is not registered with functions.HTTP in %s", s.GetId(), target, filepath.Dir(buildable))
 		}
 		if want := testProject + ":asia-northeast1:coupon-db"; env["INSTANCE_CONNECTION_NAME"] != want {
 			t.Errorf("%s: INSTANCE_CONNECTION_NAME %q, want %q", envFile, env["INSTANCE_CONNECTION_NAME"], want)
 		}
 		// The IAM database user is the runtime service account's, which Cloud SQL names by the
 		// account's email without ".gserviceaccount.com".
-		if runtime := argValue(s.Args, "--service-account="); substitute(cb, runtime) != env["DB_USER"]+".gserviceaccount.com" {
-			t.Errorf("step %s: DB_USER %q is not the runtime service account %s", s.ID, env["DB_USER"], substitute(cb, runtime))
+		if runtime := argValue(s.GetArgs(), "--service-account="); substitute(cb, runtime) != env["DB_USER"]+".gserviceaccount.com" {
+			t.Errorf("step %s: DB_USER %q is not the runtime service account %s", s.GetId(), env["DB_USER"], substitute(cb, runtime))
 		}
 		for k, v := range env {
 			t.Setenv(k, v)
 		}
 		// Secrets are mounted as environment variables by --set-secrets=NAME=secret:version.
-		if secrets := argValue(s.Args, "--set-secrets="); secrets != "" {
+		if secrets := argValue(s.GetArgs(), "--set-secrets="); secrets != "" {
 			for _, kv := range strings.Split(secrets, ",") {
 				name, _, _ := strings.Cut(kv, "=")
 				t.Setenv(name, "from-secret-manager")
@@ -362,17 +398,17 @@ func TestDeployedServices(t *testing.T) {
 // build runs as (cloudbuild.yaml's serviceAccount), and deploy/setup.sh creates that user.
 func TestMigrationIdentity(t *testing.T) {
 	cb := loadCloudBuild(t)
-	i := slices.IndexFunc(cb.Steps, func(s step) bool { return s.ID == "migrate" })
+	i := slices.IndexFunc(cb.GetSteps(), func(s *cloudbuildpb.BuildStep) bool { return s.GetId() == "migrate" })
 	if i < 0 {
 		t.Fatal("no migrate step")
 	}
 	var user string
-	for _, e := range cb.Steps[i].Env {
+	for _, e := range cb.GetSteps()[i].GetEnv() {
 		if v, ok := strings.CutPrefix(e, "DB_USER="); ok {
 			user = substitute(cb, v)
 		}
 	}
-	runsAs := substitute(cb, cb.ServiceAccount)
+	runsAs := substitute(cb, cb.GetServiceAccount())
 	if want := "projects/" + testProject + "/serviceAccounts/" + user + ".gserviceaccount.com"; user == "" || runsAs != want {
 		t.Errorf("migrate logs in as %q, but the build runs as %q", user, runsAs)
 	}
@@ -419,16 +455,16 @@ func TestConnectionBudget(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
 	total := operatorConns
-	for _, s := range cb.Steps {
+	for _, s := range cb.GetSteps() {
 		switch {
-		case argValue(s.Args, "--env-vars-file=") != "":
-			env := loadEnv(t, filepath.Join(envDir, filepath.Base(argValue(s.Args, "--env-vars-file="))))
+		case argValue(s.GetArgs(), "--env-vars-file=") != "":
+			env := loadEnv(t, filepath.Join(envDir, filepath.Base(argValue(s.GetArgs(), "--env-vars-file="))))
 			pool := atoi(t, env["DB_POOL_MAX_CONNS"])
-			instances := atoi(t, argValue(s.Args, "--max-instances="))
-			t.Logf("%s: %d instances x %d connections", s.ID, instances, pool)
+			instances := atoi(t, argValue(s.GetArgs(), "--max-instances="))
+			t.Logf("%s: %d instances x %d connections", s.GetId(), instances, pool)
 			total += instances * pool
-		case s.ID == "migrate":
-			for _, e := range s.Env {
+		case s.GetId() == "migrate":
+			for _, e := range s.GetEnv() {
 				if v, ok := strings.CutPrefix(e, "DB_POOL_MAX_CONNS="); ok {
 					total += atoi(t, v)
 				}
@@ -467,13 +503,13 @@ func TestTimeouts(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
 	timeouts := map[string]time.Duration{}
-	for _, s := range cb.Steps {
-		if v := argValue(s.Args, "--timeout="); v != "" {
+	for _, s := range cb.GetSteps() {
+		if v := argValue(s.GetArgs(), "--timeout="); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			timeouts[filepath.Base(argValue(s.Args, "--env-vars-file="))] = d
+			timeouts[filepath.Base(argValue(s.GetArgs(), "--env-vars-file="))] = d
 		}
 	}
 	if d := timeouts["issue.env.yaml"]; d <= issuance.AppTimeout {
@@ -534,15 +570,15 @@ func TestUsage(t *testing.T) {
 
 // generatedEnv runs deploy/env.sh as the env-files step of cloudbuild.yaml does, for
 // testProject, and returns the directory it wrote.
-func generatedEnv(t *testing.T, cb cloudBuild) string {
+func generatedEnv(t *testing.T, cb *cloudbuildpb.Build) string {
 	t.Helper()
-	i := slices.IndexFunc(cb.Steps, func(s step) bool { return slices.Contains(s.Args, "deploy/env.sh") })
+	i := slices.IndexFunc(cb.GetSteps(), func(s *cloudbuildpb.BuildStep) bool { return slices.Contains(s.GetArgs(), "deploy/env.sh") })
 	if i < 0 {
 		t.Fatal("cloudbuild.yaml: no step runs deploy/env.sh")
 	}
 	dir := t.TempDir()
 	var args []string
-	for _, a := range cb.Steps[i].Args[1:] {
+	for _, a := range cb.GetSteps()[i].GetArgs()[1:] {
 		if strings.HasPrefix(a, "--out=") {
 			a = "--out=" + dir
 		}
