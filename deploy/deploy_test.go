@@ -549,7 +549,8 @@ func TestShellcheck(t *testing.T) {
 	}
 }
 
-// TestUsage: every script answers --help and refuses a missing project and an unknown flag.
+// TestUsage: every script answers --help and refuses a missing project, an unknown flag, a
+// flag without its value (in either form) and a value given to --dry-run.
 func TestUsage(t *testing.T) {
 	scripts, _ := filepath.Glob("*.sh")
 	for _, s := range scripts {
@@ -559,11 +560,50 @@ func TestUsage(t *testing.T) {
 		if out, err := script(t, s, "--help"); err != nil || !strings.Contains(out, "Usage: deploy/"+s) {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
 		}
-		if out, err := script(t, s, "--dry-run"); err == nil || !strings.Contains(out, "--project is required") {
-			t.Errorf("%s without --project: %v\n%s", s, err, out)
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--dry-run"}, "--project is required"},
+			{[]string{"--project", testProject, "--bogus"}, "unknown flag --bogus"},
+			{[]string{"--project=" + testProject, "--bogus=1"}, "unknown flag --bogus"},
+			{[]string{"--project"}, "--project needs a value"},
+			{[]string{"--project", "--dry-run"}, "--project needs a value"},
+			{[]string{"--project="}, "--project needs a value"},
+			{[]string{"--project", testProject, "--dry-run=yes"}, "--dry-run takes no value"},
+		} {
+			if out, err := script(t, s, c.args...); err == nil || !strings.Contains(out, c.want) {
+				t.Errorf("%s %v: %v, want exit 2 and %q\n%s", s, c.args, err, c.want, out)
+			}
 		}
-		if out, err := script(t, s, "--project", testProject, "--bogus"); err == nil || !strings.Contains(out, "unknown flag --bogus") {
-			t.Errorf("%s --bogus: %v\n%s", s, err, out)
+	}
+}
+
+// TestFlagForms: every script takes --flag VALUE and --flag=VALUE alike, as gcloud does: a dry
+// run prints the same commands either way.
+func TestFlagForms(t *testing.T) {
+	extra := map[string][]string{
+		"env.sh":        {"--out", t.TempDir()},
+		"monitoring.sh": {"--notification-channel", testChannel},
+		"rollback.sh":   {"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003"},
+	}
+	scripts, _ := filepath.Glob("*.sh")
+	for _, s := range scripts {
+		if s == "lib.sh" {
+			continue
+		}
+		spaced := append([]string{"--project", testProject, "--region", "asia-northeast2", "--instance", "db2"}, extra[s]...)
+		var joined []string
+		for i := 0; i < len(spaced); i += 2 {
+			joined = append(joined, spaced[i]+"="+spaced[i+1])
+		}
+		a, errA := script(t, s, append(spaced, "--dry-run")...)
+		b, errB := script(t, s, append(joined, "--dry-run")...)
+		if errA != nil || errB != nil || a != b {
+			t.Errorf("%s: --flag VALUE and --flag=VALUE differ (%v, %v):\n%s\n---\n%s", s, errA, errB, a, b)
+		}
+		if !strings.Contains(a, "asia-northeast2") && s != "monitoring.sh" && s != "env.sh" {
+			t.Errorf("%s --region asia-northeast2: the region is not in the commands:\n%s", s, a)
 		}
 	}
 }
@@ -584,14 +624,8 @@ func generatedEnv(t *testing.T, cb *cloudbuildpb.Build) string {
 		}
 		args = append(args, substitute(cb, a))
 	}
-	// env.sh takes --flag value; the step passes --flag=value.
-	var split []string
-	for _, a := range args {
-		k, v, _ := strings.Cut(a, "=")
-		split = append(split, k, v)
-	}
-	if out, err := script(t, "env.sh", split...); err != nil {
-		t.Fatalf("env.sh %v: %v\n%s", split, err, out)
+	if out, err := script(t, "env.sh", args...); err != nil {
+		t.Fatalf("env.sh %v: %v\n%s", args, err, out)
 	}
 	return dir
 }

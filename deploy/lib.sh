@@ -37,38 +37,58 @@ REGION=asia-northeast1
 INSTANCE=coupon-db
 DRY_RUN=false
 GATEWAY_SA=""
-EXTRA_SHIFT=0
 
 usage_common='  --project ID       the Google Cloud project (required)
   --region REGION    Cloud Run, Cloud SQL and Scheduler region (default asia-northeast1)
   --instance NAME    the Cloud SQL instance (default coupon-db)
-  --dry-run          print every command instead of running it'
+  --dry-run          print every command instead of running it
+Each flag with a value takes it as --flag VALUE or --flag=VALUE, as gcloud does.'
 
 die() {
   echo "${0##*/}: $*" >&2
   exit 2
 }
 
-# parse_common_flags sets PROJECT, REGION, INSTANCE, DRY_RUN, GATEWAY_SA from "$@"; an
-# unknown flag is an error. It prints usage (from the caller's $usage) on --help.
+# parse_common_flags sets PROJECT, REGION, INSTANCE, DRY_RUN, GATEWAY_SA from "$@", each
+# value given as --flag VALUE or --flag=VALUE; an unknown flag, a missing value and a value
+# given to --dry-run are errors. It prints usage (from the caller's $usage) on --help.
+#
+# A script with flags of its own (each taking a value) names them in $extra_flags
+# ("--out --other") and defines extra_flag FLAG VALUE, which stores one.
 parse_common_flags() {
+  local flag value has_value
   while [ $# -gt 0 ]; do
-    case "$1" in
-      --project) PROJECT=${2:?--project needs a value}; shift 2 ;;
-      --region) REGION=${2:?--region needs a value}; shift 2 ;;
-      --instance) INSTANCE=${2:?--instance needs a value}; shift 2 ;;
-      --gateway-sa) GATEWAY_SA=${2:?--gateway-sa needs a value}; shift 2 ;;
-      --dry-run) DRY_RUN=true; shift ;;
+    flag=$1 value="" has_value=false
+    shift
+    if [[ "$flag" == --*=* ]]; then
+      value=${flag#*=} flag=${flag%%=*} has_value=true
+    fi
+    case "$flag" in
       -h | --help) echo "${usage:-}"; echo "$usage_common"; exit 0 ;;
-      *)
-        # A script with flags of its own defines extra_flag, which sets EXTRA_SHIFT to the
-        # arguments it used, or returns 1 for a flag it does not know either.
-        if declare -F extra_flag >/dev/null && extra_flag "$@"; then
-          shift "$EXTRA_SHIFT"
-        else
-          die "unknown flag $1 (see --help)"
-        fi
+      --dry-run)
+        [ "$has_value" = false ] || die "--dry-run takes no value (see --help)"
+        DRY_RUN=true
+        continue
         ;;
+      --project | --region | --instance | --gateway-sa) ;;
+      *)
+        [[ " ${extra_flags:-} " == *" $flag "* ]] || die "unknown flag $flag (see --help)"
+        ;;
+    esac
+    if [ "$has_value" = false ]; then
+      if [ $# -eq 0 ] || [[ "$1" == --* ]]; then
+        die "$flag needs a value (see --help)"
+      fi
+      value=$1
+      shift
+    fi
+    [ -n "$value" ] || die "$flag needs a value (see --help)"
+    case "$flag" in
+      --project) PROJECT=$value ;;
+      --region) REGION=$value ;;
+      --instance) INSTANCE=$value ;;
+      --gateway-sa) GATEWAY_SA=$value ;;
+      *) extra_flag "$flag" "$value" ;;
     esac
   done
   [ -n "$PROJECT" ] || die "--project is required (see --help)"

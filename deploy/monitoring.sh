@@ -20,12 +20,8 @@ component (gcloud components install alpha).
                      a notification channel (projects/ID/notificationChannels/N, from
                      gcloud beta monitoring channels list) added to every alert policy"
 CHANNEL=""
-extra_flag() {
-  case "$1" in
-    --notification-channel) CHANNEL=${2:?--notification-channel needs a value}; EXTRA_SHIFT=2 ;;
-    *) return 1 ;;
-  esac
-}
+extra_flags="--notification-channel"
+extra_flag() { CHANNEL=$2; }
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"

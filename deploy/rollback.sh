@@ -9,11 +9,11 @@ usage="Usage: deploy/rollback.sh --project ID [--region R] [--issue-revision REV
 Without a revision, each service goes back to the revision created before its newest one."
 ISSUE_REVISION=""
 RELAY_REVISION=""
+extra_flags="--issue-revision --relay-revision"
 extra_flag() {
   case "$1" in
-    --issue-revision) ISSUE_REVISION=${2:?--issue-revision needs a revision}; EXTRA_SHIFT=2 ;;
-    --relay-revision) RELAY_REVISION=${2:?--relay-revision needs a revision}; EXTRA_SHIFT=2 ;;
-    *) return 1 ;;
+    --issue-revision) ISSUE_REVISION=$2 ;;
+    --relay-revision) RELAY_REVISION=$2 ;;
   esac
 }
 # shellcheck source=lib.sh source-path=SCRIPTDIR
