@@ -92,38 +92,82 @@ func loadCloudBuild(t *testing.T) *cloudbuildpb.Build {
 	return loadBuild(t, "../cloudbuild.yaml")
 }
 
-// TestCloudBuildSteps: ids unique, waitFor names earlier steps (or "-", start at once), and
-// every $VAR is a defined user substitution or a built-in (Cloud Build refuses others; a shell
-// variable must be $$VAR).
+// TestCloudBuildSteps, for both build configs (cloudbuild.yaml; deploy/couponops.cloudbuild.yaml,
+// whose _IMAGE daily.sh passes): ids unique, waitFor names earlier steps (or "-", start at
+// once), and every $VAR is a defined user substitution, one the submitting script passes, or a
+// built-in (Cloud Build refuses others; a shell variable must be $$VAR).
 func TestCloudBuildSteps(t *testing.T) {
-	cb := loadCloudBuild(t)
-	ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
-	for _, m := range ref.FindAllStringSubmatch(cb.GetServiceAccount(), -1) {
-		if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
-			t.Errorf("serviceAccount: $%s is not a built-in substitution", m[1])
+	daily, err := script(t, "daily.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("daily.sh: %v\n%s", err, daily)
+	}
+	passed := map[string][]string{"../cloudbuild.yaml": nil, "couponops.cloudbuild.yaml": nil}
+	for _, m := range regexp.MustCompile(`--config=deploy/couponops.cloudbuild.yaml --substitutions=(\w+)=`).FindAllStringSubmatch(daily, -1) {
+		passed["couponops.cloudbuild.yaml"] = append(passed["couponops.cloudbuild.yaml"], m[1])
+	}
+	for path, given := range passed {
+		cb := loadBuild(t, path)
+		defined := func(name string) bool {
+			_, ok := cb.GetSubstitutions()[name]
+			return ok || slices.Contains(given, name) || slices.Contains(builtinSubstitutions, name)
+		}
+		ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+		for _, m := range ref.FindAllStringSubmatch(cb.GetServiceAccount(), -1) {
+			if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
+				t.Errorf("%s: serviceAccount: $%s is not a built-in substitution", path, m[1])
+			}
+		}
+		seen := map[string]bool{}
+		for _, s := range cb.GetSteps() {
+			if s.GetId() == "" || s.GetName() == "" || seen[s.GetId()] {
+				t.Errorf("%s: step %q: needs a unique id and an image name", path, s.GetId())
+			}
+			for _, w := range s.GetWaitFor() {
+				if w != "-" && !seen[w] {
+					t.Errorf("%s: step %s waits for %q, which is not an earlier step", path, s.GetId(), w)
+				}
+			}
+			seen[s.GetId()] = true
+			for _, text := range append(append(slices.Clone(s.GetArgs()), s.GetEnv()...), cb.GetImages()...) {
+				for _, m := range ref.FindAllStringSubmatch(text, -1) {
+					if m[0] != "$$" && !defined(m[1]) {
+						t.Errorf("%s: step %s: $%s is no substitution (write $$%s for a shell variable)", path, s.GetId(), m[1], m[1])
+					}
+				}
+			}
+		}
+		if cb.GetServiceAccount() == "" || cb.GetOptions().GetLogging() != cloudbuildpb.BuildOptions_CLOUD_LOGGING_ONLY {
+			t.Errorf("%s: want its own serviceAccount, and logging CLOUD_LOGGING_ONLY (which a build as one requires)", path)
 		}
 	}
-	seen := map[string]bool{}
+}
+
+// TestDailyJobsImage: daily.sh builds the image of cmd/couponops (a main package) with
+// deploy/couponops.cloudbuild.yaml, as coupon-build, and deploys both jobs from that image.
+func TestDailyJobsImage(t *testing.T) {
+	cb := loadBuild(t, "couponops.cloudbuild.yaml")
+	if want := "projects/$PROJECT_ID/serviceAccounts/coupon-build@$PROJECT_ID.iam.gserviceaccount.com"; cb.GetServiceAccount() != want {
+		t.Errorf("the image builds as %q, want coupon-build", cb.GetServiceAccount())
+	}
+	var buildable string
 	for _, s := range cb.GetSteps() {
-		if s.GetId() == "" || s.GetName() == "" || seen[s.GetId()] {
-			t.Errorf("step %q: needs a unique id and an image name", s.GetId())
-		}
-		for _, w := range s.GetWaitFor() {
-			if w != "-" && !seen[w] {
-				t.Errorf("step %s waits for %q, which is not an earlier step", s.GetId(), w)
-			}
-		}
-		seen[s.GetId()] = true
-		for _, text := range append(slices.Clone(s.GetArgs()), s.GetEnv()...) {
-			for _, m := range ref.FindAllStringSubmatch(text, -1) {
-				name := m[1]
-				if m[0] == "$$" {
-					continue
-				}
-				if _, ok := cb.GetSubstitutions()[name]; !ok && !slices.Contains(builtinSubstitutions, name) {
-					t.Errorf("step %s: $%s is no substitution (write $$%s for a shell variable)", s.GetId(), name, name)
-				}
-			}
+		buildable += argValue(s.GetArgs(), "--env=GOOGLE_BUILDABLE=")
+	}
+	if pkg, err := build.ImportDir(filepath.Join("..", buildable), 0); err != nil || pkg.Name != "main" || buildable != "./cmd/couponops" {
+		t.Errorf("GOOGLE_BUILDABLE %q: want ./cmd/couponops, a main package (%v)", buildable, err)
+	}
+	out, err := script(t, "daily.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("daily.sh: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`--config=deploy/couponops.cloudbuild.yaml --substitutions=_IMAGE=(\S+)`).FindStringSubmatch(out)
+	if m == nil || !slices.Contains(cb.GetImages(), "${_IMAGE}") {
+		t.Fatalf("daily.sh does not build the image with couponops.cloudbuild.yaml and _IMAGE, or the build pushes no _IMAGE:\n%s", out)
+	}
+	for _, job := range []string{"coupon-reconcile", "coupon-prune"} {
+		deploy := regexp.MustCompile(`(?m)^\+ gcloud run jobs deploy ` + job + ` .*$`).FindString(out)
+		if !strings.Contains(deploy, " --image="+m[1]+" ") {
+			t.Errorf("job %s is not deployed from the image built (%s): %s", job, m[1], deploy)
 		}
 	}
 }
@@ -326,7 +370,7 @@ func TestNoPlaceholders(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(b), "\n") {
-			if filepath.Base(f) == "cloudbuild.yaml" {
+			if strings.HasSuffix(f, "cloudbuild.yaml") {
 				line = substitution.ReplaceAllString(line, "")
 			}
 			if m := placeholder.FindString(line); m != "" {
