@@ -267,7 +267,7 @@ func TestIAMBindings(t *testing.T) {
 		{"projects", p, sa("coupon-deploy"), "roles/run.sourceDeveloper"},
 		{"projects", p, sa("coupon-deploy"), "roles/serviceusage.serviceUsageConsumer"},
 		{"projects", p, sa("coupon-deploy"), "roles/logging.logWriter"},
-		{"projects", p, sa("coupon-deploy"), "roles/storage.objectViewer"},
+		{"storage buckets", "gs://" + p + "_cloudbuild", sa("coupon-deploy"), "roles/storage.objectViewer"},
 		{"iam service-accounts", "coupon-issue@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-relay@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-build@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},

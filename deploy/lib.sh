@@ -131,7 +131,7 @@ exists() {
 
 # bind KIND RESOURCE MEMBER ROLE [EXTRA...]: add one IAM binding (idempotent: adding a binding
 # that exists changes nothing). KIND is projects, "run services", "run jobs", "iam
-# service-accounts" or secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
+# service-accounts", "storage buckets" or secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
 bind() {
   local kind=$1 resource=$2 member=$3 role=$4
   shift 4
