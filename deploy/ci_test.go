@@ -69,6 +69,26 @@ func TestCIStepInUploadedTree(t *testing.T) {
 		}
 	}
 
+	// The script as it was at 2cf95fc listed the Go files with git, which the uploaded tree
+	// cannot answer.
+	before, err := os.ReadFile("testdata/ci-run-2cf95fc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".ci", "run"), before, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := ciStep(t, ws, false); err == nil || !strings.Contains(out, "not a git repository") {
+		t.Errorf(".ci/run of 2cf95fc in the uploaded tree: %v, want it to stop at git\n%s", err, out)
+	}
+	restore, err := os.ReadFile("../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".ci", "run"), restore, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
 	if out, _, err := ciStep(t, ws, true); err == nil {
 		t.Errorf("the test step passed with go test failing:\n%s", out)
 	}

@@ -245,7 +245,8 @@ func projectAnswer(state string, args []string) (string, int) {
 	case cmd == "monitoring dashboards list" && deployed:
 		return "projects/" + testProject + "/dashboards/d1\n", 0
 	case cmd == "alpha monitoring policies list" && deployed:
-		return "projects/" + testProject + "/alertPolicies/" + strings.Trim(regexp.MustCompile(`[^a-z]+`).ReplaceAllString(flagValue(args, "--filter"), "-"), "-") + "\n", 0
+		name := strings.TrimPrefix(flagValue(args, "--filter"), "displayName=")
+		return "projects/" + testProject + "/alertPolicies/" + strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(name), "-"), "-") + "\n", 0
 	case cmd == "alpha monitoring policies create":
 		return "projects/" + testProject + "/alertPolicies/new\n", 0
 	case cmd == "run revisions list":
@@ -516,5 +517,33 @@ func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
 	}
 	if checked < 3 {
 		t.Errorf("checked %d Cloud SDK steps of cloudbuild.yaml, want the env files and both deploys", checked)
+	}
+}
+
+// TestRealGcloudRefusesWhatItRefusedBefore passes the command lines the deploy ran at 2cf95fc
+// and the real gcloud refused (testdata/refused-at-2cf95fc.json) to it again: each is still
+// refused, with the error recorded, so a check that took everything would fail here.
+func TestRealGcloudRefusesWhatItRefusedBefore(t *testing.T) {
+	real := realGcloud(t)
+	b, err := os.ReadFile("testdata/refused-at-2cf95fc.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []struct {
+		Script string   `json:"script"`
+		Args   []string `json:"args"`
+		Error  string   `json:"error"`
+	}
+	if err := json.Unmarshal(b, &before); err != nil || len(before) == 0 {
+		t.Fatalf("testdata/refused-at-2cf95fc.json: %v", err)
+	}
+	for _, c := range before {
+		call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
+			t.Errorf("%s: gcloud %s: exit %d, want 2 and %q\n%s", c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
+		}
 	}
 }
