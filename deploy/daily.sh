@@ -37,7 +37,8 @@ env_vars+=",OTEL_METRICS_EXPORTER=otlp_google,OTEL_TRACES_EXPORTER=none"
 # that the tag names when they are deployed, right after the build.
 image="$REGION-docker.pkg.dev/$PROJECT/cloud-run-source-deploy/couponops:latest"
 cd "$(dirname "$0")/.."
-run gcloud builds submit . --project="$PROJECT" --region="$REGION" --config=deploy/couponops.cloudbuild.yaml \
+# beta streams the build's Cloud Logging logs (build.sh says why).
+run gcloud beta builds submit . --project="$PROJECT" --region="$REGION" --config=deploy/couponops.cloudbuild.yaml \
   --substitutions="_IMAGE=$image"
 
 # deploy_job NAME ARGS: a Cloud Run job that runs couponops ARGS (comma-separated) once, no

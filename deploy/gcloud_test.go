@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The real Google Cloud CLI checks every command line the deploy runs. With an empty
@@ -119,11 +120,20 @@ func checkWithGcloud(real, cacheDir, dir string, args []string, stdin io.Reader)
 	}
 	key := verdictKey(real, dir, args, in)
 	if cacheDir != "" {
-		if b, err := os.ReadFile(filepath.Join(cacheDir, key)); err == nil {
-			var c gcloudCall
-			if json.Unmarshal(b, &c) == nil {
+		// One run per command line at a time: the scripts' paths share most of their commands.
+		// A lock older than staleLock was left by a run that was killed.
+		lock := filepath.Join(cacheDir, key+".lock")
+		for ; ; time.Sleep(50 * time.Millisecond) {
+			if c, ok := cachedVerdict(cacheDir, key); ok {
 				c.Dir = dir
 				return c, nil
+			}
+			if err := os.Mkdir(lock, 0o700); err == nil {
+				defer os.Remove(lock)
+				break
+			}
+			if fi, err := os.Stat(lock); err == nil && time.Since(fi.ModTime()) > staleLock {
+				os.Remove(lock)
 			}
 		}
 	}
@@ -153,6 +163,16 @@ func checkWithGcloud(real, cacheDir, dir string, args []string, stdin io.Reader)
 		}
 	}
 	return call, nil
+}
+
+// staleLock is how long a command line's lock may be held: far longer than gcloud takes to
+// parse one on a busy machine.
+const staleLock = 2 * time.Minute
+
+func cachedVerdict(cacheDir, key string) (gcloudCall, bool) {
+	var c gcloudCall
+	b, err := os.ReadFile(filepath.Join(cacheDir, key))
+	return c, err == nil && json.Unmarshal(b, &c) == nil
 }
 
 // verdictKey names what the real gcloud's verdict on ARGS in dir depends on.
