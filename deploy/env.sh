@@ -9,7 +9,6 @@ usage="Usage: deploy/env.sh --project ID [--region R] [--instance NAME] --out DI
 
 Writes DIR/issue.env.yaml and DIR/relay.env.yaml."
 OUT=""
-extra_flags="--out"
 extra_flag() { OUT=$2; }
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"

@@ -41,20 +41,44 @@ GATEWAY_SA=""
 usage_common='  --project ID       the Google Cloud project (required)
   --region REGION    Cloud Run, Cloud SQL and Scheduler region (default asia-northeast1)
   --instance NAME    the Cloud SQL instance (default coupon-db)
-  --dry-run          print every command instead of running it
-Each flag with a value takes it as --flag VALUE or --flag=VALUE, as gcloud does.'
+  --gateway-sa EMAIL the app gateway'"'"'s service account, the only caller of IssueCoupon
+                     (default: coupon-gateway in this project, which setup.sh creates)
+  --dry-run          print every command instead of running it'
 
 die() {
   echo "${0##*/}: $*" >&2
   exit 2
 }
 
+# takes_flag FLAG: whether the script takes FLAG, that is, names it in the first line of its
+# $usage.
+takes_flag() {
+  local line=${usage:-}
+  line=${line%%$'\n'*}
+  [[ "$line " == *" $1 "* || "$line" == *"[$1 "* || "$line" == *"[$1]"* ]]
+}
+
+# print_usage: the script's $usage, then the shared flags it takes.
+print_usage() {
+  local line flag=""
+  echo "${usage:-}"
+  echo
+  while IFS= read -r line; do
+    if [[ "$line" == "  --"* ]]; then
+      flag=${line#"  "}
+      flag=${flag%% *}
+    fi
+    if takes_flag "$flag"; then
+      echo "$line"
+    fi
+  done <<<"$usage_common"
+  echo "Each flag with a value takes it as --flag VALUE or --flag=VALUE, as gcloud does."
+}
+
 # parse_common_flags sets PROJECT, REGION, INSTANCE, DRY_RUN, GATEWAY_SA from "$@", each
-# value given as --flag VALUE or --flag=VALUE; an unknown flag, a missing value and a value
-# given to --dry-run are errors. It prints usage (from the caller's $usage) on --help.
-#
-# A script with flags of its own (each taking a value) names them in $extra_flags
-# ("--out --other") and defines extra_flag FLAG VALUE, which stores one.
+# value given as --flag VALUE or --flag=VALUE. A script takes the flags its $usage names on its
+# first line; those not shared here it stores with its own extra_flag FLAG VALUE. An unknown
+# flag, a missing value and a value given to --dry-run are errors; --help prints the usage.
 parse_common_flags() {
   local flag value has_value
   while [ $# -gt 0 ]; do
@@ -64,17 +88,14 @@ parse_common_flags() {
       value=${flag#*=} flag=${flag%%=*} has_value=true
     fi
     case "$flag" in
-      -h | --help) echo "${usage:-}"; echo "$usage_common"; exit 0 ;;
-      --dry-run)
-        [ "$has_value" = false ] || die "--dry-run takes no value (see --help)"
-        DRY_RUN=true
-        continue
-        ;;
-      --project | --region | --instance | --gateway-sa) ;;
-      *)
-        [[ " ${extra_flags:-} " == *" $flag "* ]] || die "unknown flag $flag (see --help)"
-        ;;
+      -h | --help) print_usage; exit 0 ;;
     esac
+    takes_flag "$flag" || die "unknown flag $flag (see --help)"
+    if [ "$flag" = --dry-run ]; then
+      [ "$has_value" = false ] || die "--dry-run takes no value (see --help)"
+      DRY_RUN=true
+      continue
+    fi
     if [ "$has_value" = false ]; then
       if [ $# -eq 0 ] || [[ "$1" == --* ]]; then
         die "$flag needs a value (see --help)"

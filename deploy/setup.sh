@@ -8,10 +8,8 @@ usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gat
 Enables the APIs; creates the service accounts (one per function, the gateway's and the
 scheduler's callers, the deploy build's, the source builds'), the Cloud SQL instance with IAM
 database authentication, the database, one IAM database user per runtime identity, the LINE
-token's secret and the member-hash key's, and the project-level IAM bindings (docs/deploy.md lists them and why).
-
-  --gateway-sa EMAIL the app gateway's service account, the only caller of IssueCoupon
-                     (default: coupon-gateway in this project, created here)"
+token's secret and the member-hash key's, the build bucket, and the IAM bindings
+(docs/deploy.md lists them and why)."
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
