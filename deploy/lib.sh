@@ -90,6 +90,7 @@ parse_common_flags() {
     case "$flag" in
       -h | --help) print_usage; exit 0 ;;
     esac
+    [[ "$flag" == -* ]] || die "unexpected argument $flag: every value follows its flag (see --help)"
     takes_flag "$flag" || die "unknown flag $flag (see --help)"
     if [ "$flag" = --dry-run ]; then
       [ "$has_value" = false ] || die "--dry-run takes no value (see --help)"
