@@ -611,6 +611,14 @@ func TestUsage(t *testing.T) {
 		if out, err := script(t, s, "--help"); err != nil || !strings.Contains(out, "Usage: deploy/"+s) {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
 		}
+		// Only the required flags: every optional one has its default (env.sh also needs --out).
+		args := []string{"--project", testProject, "--dry-run"}
+		if s == "env.sh" {
+			args = append(args, "--out", t.TempDir())
+		}
+		if out, err := script(t, s, args...); err != nil {
+			t.Errorf("%s %v: %v\n%s", s, args, err, out)
+		}
 		for _, c := range []struct {
 			args []string
 			want string

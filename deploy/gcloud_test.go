@@ -415,6 +415,9 @@ var scriptRuns = []scriptRun{
 		want: []string{"monitoring dashboards create", "monitoring policies create"}, not: []string{"policies update projects/" + testProject + "/alertPolicies/coupon"}},
 	{script: "monitoring.sh", args: []string{"--notification-channel", testChannel}, state: stateDeployed,
 		want: []string{"monitoring dashboards update", "monitoring policies update"}, not: []string{" create "}},
+	// Without a channel, a policy in place keeps the operator's (projectAnswer's 77).
+	{script: "monitoring.sh", state: stateDeployed,
+		want: []string{"--no-enabled --set-notification-channels=projects/" + testProject + "/notificationChannels/77 "}, not: []string{" create "}},
 	{script: "rollback.sh", state: stateDeployed, want: []string{"run revisions list", "run services update-traffic"}},
 	{script: "rollback.sh", args: []string{"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003"}, state: stateDeployed,
 		want: []string{"run services update-traffic"}, not: []string{"revisions list"}},

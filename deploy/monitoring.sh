@@ -23,6 +23,7 @@ installer archive needs gcloud components install alpha).
   --notification-channel CHANNEL
                      a notification channel (projects/ID/notificationChannels/N, from
                      gcloud beta monitoring channels list) added to every alert policy"
+CHANNEL=""
 extra_flag() { CHANNEL=$2; }
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
