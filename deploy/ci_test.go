@@ -71,23 +71,11 @@ func TestCIStepInUploadedTree(t *testing.T) {
 
 	// The script as it was at 2cf95fc listed the Go files with git, which the uploaded tree
 	// cannot answer.
-	before, err := os.ReadFile("testdata/ci-run-2cf95fc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, ".ci", "run"), before, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	useCIRun(t, ws, "testdata/ci-run-2cf95fc")
 	if out, _, err := ciStep(t, ws, false); err == nil || !strings.Contains(out, "not a git repository") {
 		t.Errorf(".ci/run of 2cf95fc in the uploaded tree: %v, want it to stop at git\n%s", err, out)
 	}
-	restore, err := os.ReadFile("../.ci/run")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, ".ci", "run"), restore, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	useCIRun(t, ws, "../.ci/run")
 
 	if out, _, err := ciStep(t, ws, true); err == nil {
 		t.Errorf("the test step passed with go test failing:\n%s", out)
@@ -98,5 +86,17 @@ func TestCIStepInUploadedTree(t *testing.T) {
 	}
 	if out, _, err := ciStep(t, ws, false); err == nil || !strings.Contains(out, "unformatted.go") {
 		t.Errorf("the test step passed with an unformatted file, or did not name it: %v\n%s", err, out)
+	}
+}
+
+// useCIRun makes the file at path the .ci/run of the tree ws.
+func useCIRun(t *testing.T, ws, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".ci", "run"), b, 0o755); err != nil {
+		t.Fatal(err)
 	}
 }
