@@ -3,7 +3,9 @@ module github.com/mops/coupon-api
 go 1.26.8
 
 require (
+	cloud.google.com/go/cloudbuild v1.37.0
 	cloud.google.com/go/cloudsqlconn v1.26.0
+	cloud.google.com/go/monitoring v1.31.0
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/propagator v0.62.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
@@ -46,7 +48,7 @@ require (
 	cloud.google.com/go/auth/oauth2adapt v0.3.0 // indirect
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/functions v1.19.3 // indirect
-	cloud.google.com/go/monitoring v1.31.0 // indirect
+	cloud.google.com/go/longrunning v1.5.0 // indirect
 	cloud.google.com/go/sql v0.3.0 // indirect
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect

@@ -12,6 +12,8 @@ identity whose Cloud SQL IAM user applies the migrations)."
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
 cd "$(dirname "$0")/.."
+# beta: the build logs to Cloud Logging only (cloudbuild.yaml, as a build with its own service
+# account must), and GA gcloud builds submit streams only logs kept in Cloud Storage.
 
-run gcloud builds submit . --project="$PROJECT" --region="$REGION" --config=cloudbuild.yaml \
+run gcloud beta builds submit . --project="$PROJECT" --region="$REGION" --config=cloudbuild.yaml \
   --substitutions="_REGION=$REGION,_INSTANCE=$INSTANCE"

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Step 6 of docs/deploy.md: the daily operator jobs, as Cloud Run jobs built from the same source
-# (couponctl), run as coupon-admin (database role coupon_admin, docs/roles.md) and started by
-# Cloud Scheduler. Idempotent.
+# Step 6 of docs/deploy.md: the daily operator jobs, as Cloud Run jobs of cmd/couponops (the
+# operator verbs and nothing else), run as coupon-admin (database role coupon_admin,
+# docs/roles.md) and started by Cloud Scheduler. The image is built first from this checkout
+# (deploy/couponops.cloudbuild.yaml, as coupon-build), so run it again after a deploy that
+# changes the verbs or the schema. Idempotent.
 #
-#   coupon-reconcile  couponctl reconcile: counters against rows, the outbox against the coupons
+#   coupon-reconcile  couponops reconcile: counters against rows, the outbox against the coupons
 #                     (docs/migration.md, step 7). Drift exits 1 (the execution fails), is logged
 #                     at ERROR and exported as the drift metrics (docs/operations.md).
-#   coupon-prune      couponctl outbox prune: deletes sent and skipped outbox rows older than
+#   coupon-prune      couponops outbox prune: deletes sent and skipped outbox rows older than
 #                     RELAY_RETENTION (the relay itself deletes nothing: coupon_relay has no DELETE).
 set -euo pipefail
 usage="Usage: deploy/daily.sh --project ID [--region R] [--instance NAME] [--dry-run]
 
-Deploys the Cloud Run jobs coupon-reconcile and coupon-prune (couponctl, as coupon-admin),
-lets only coupon-scheduler run them, and schedules them daily in Asia/Tokyo."
+Builds the couponops image from this checkout (Cloud Build, as coupon-build), deploys the Cloud
+Run jobs coupon-reconcile and coupon-prune from it (as coupon-admin), lets only
+coupon-scheduler run them, and schedules them daily in Asia/Tokyo."
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
@@ -30,11 +33,18 @@ env_vars+=",DB_IAM_AUTH=true,DB_POOL_MAX_CONNS=$JOB_POOL,RELAY_RETENTION=$RETENT
 # functions do (docs/operations.md, "Export path"); flushed when couponctl exits.
 env_vars+=",OTEL_METRICS_EXPORTER=otlp_google,OTEL_TRACES_EXPORTER=none"
 
-# deploy_job NAME ARGS: a Cloud Run job that runs couponctl ARGS (comma-separated) once, no retry
-# (a failed reconcile is a finding, not a flake).
+# The image, in the repository setup.sh made for Cloud Run's images; the jobs run the digest
+# that the tag names when they are deployed, right after the build.
+image="$REGION-docker.pkg.dev/$PROJECT/cloud-run-source-deploy/couponops:latest"
+cd "$(dirname "$0")/.."
+# beta streams the build's Cloud Logging logs (build.sh says why).
+run gcloud beta builds submit . --project="$PROJECT" --region="$REGION" --config=deploy/couponops.cloudbuild.yaml \
+  --substitutions="_IMAGE=$image"
+
+# deploy_job NAME ARGS: a Cloud Run job that runs couponops ARGS (comma-separated) once, no
+# retry (a failed reconcile is a finding, not a flake).
 deploy_job() {
-  run gcloud run jobs deploy "$1" --project="$PROJECT" --region="$REGION" --source=. \
-    --set-build-env-vars=GOOGLE_BUILDABLE=./cmd/couponctl --args="$2" \
+  run gcloud run jobs deploy "$1" --project="$PROJECT" --region="$REGION" --image="$image" --args="$2" \
     --service-account="$(sa_email "$SA_ADMIN")" --set-env-vars="$env_vars,OTEL_SERVICE_NAME=$1" \
     --tasks=1 --max-retries=0 --task-timeout=600s --cpu=1 --memory=512Mi
 }

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"go/build"
 	"os"
@@ -15,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -28,18 +31,55 @@ import (
 // testProject is the project id the scripts are run with in these tests.
 const testProject = "coupon-test-123"
 
-type step struct {
-	ID      string   `yaml:"id"`
-	Name    string   `yaml:"name"`
-	Args    []string `yaml:"args"`
-	Env     []string `yaml:"env"`
-	WaitFor []string `yaml:"waitFor"`
+// loadBuild reads a Cloud Build config file as the Build message that gcloud sends to the
+// Cloud Build API: YAML to JSON, then protojson with unknown fields refused. Config files use
+// the API's JSON field names (waitFor, serviceAccount); protojson takes the proto names too
+// (wait_for), which a config file may not, so those are refused here first.
+func loadBuild(t *testing.T, path string) *cloudbuildpb.Build {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if key := protoName(doc, ""); key != "" {
+		t.Fatalf("%s: %q is a proto field name: a config file takes the JSON name (lowerCamelCase)", path, key)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	build := &cloudbuildpb.Build{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, build); err != nil {
+		t.Fatalf("%s is not a Cloud Build Build: %v", path, err)
+	}
+	return build
 }
 
-type cloudBuild struct {
-	ServiceAccount string            `yaml:"serviceAccount"`
-	Substitutions  map[string]string `yaml:"substitutions"`
-	Steps          []step            `yaml:"steps"`
+// protoName returns the first field name in doc written with an underscore, outside the
+// user's own keys of substitutions.
+func protoName(doc any, parent string) string {
+	switch v := doc.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if parent != "substitutions" && strings.Contains(k, "_") {
+				return k
+			}
+			if found := protoName(x, k); found != "" {
+				return found
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if found := protoName(x, parent); found != "" {
+				return found
+			}
+		}
+	}
+	return ""
 }
 
 // builtinSubstitutions are the ones Cloud Build provides itself (Cloud Build docs,
@@ -47,62 +87,102 @@ type cloudBuild struct {
 var builtinSubstitutions = []string{"PROJECT_ID", "PROJECT_NUMBER", "BUILD_ID", "LOCATION", "TRIGGER_NAME",
 	"COMMIT_SHA", "SHORT_SHA", "REVISION_ID", "BRANCH_NAME", "TAG_NAME", "REPO_NAME", "REPO_FULL_NAME", "SERVICE_ACCOUNT_EMAIL"}
 
-func loadCloudBuild(t *testing.T) cloudBuild {
+func loadCloudBuild(t *testing.T) *cloudbuildpb.Build {
 	t.Helper()
-	b, err := os.ReadFile("../cloudbuild.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cb cloudBuild
-	if err := yaml.Unmarshal(b, &cb); err != nil {
-		t.Fatalf("cloudbuild.yaml: %v", err)
-	}
-	return cb
+	return loadBuild(t, "../cloudbuild.yaml")
 }
 
-// TestCloudBuildSteps: ids unique, waitFor names earlier steps (or "-", start at once), and
-// every $VAR is a defined user substitution or a built-in (Cloud Build refuses others; a shell
-// variable must be $$VAR).
+// TestCloudBuildSteps, for both build configs (cloudbuild.yaml; deploy/couponops.cloudbuild.yaml,
+// whose _IMAGE daily.sh passes): ids unique, waitFor names earlier steps (or "-", start at
+// once), and every $VAR is a defined user substitution, one the submitting script passes, or a
+// built-in (Cloud Build refuses others; a shell variable must be $$VAR).
 func TestCloudBuildSteps(t *testing.T) {
-	cb := loadCloudBuild(t)
-	ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
-	for _, m := range ref.FindAllStringSubmatch(cb.ServiceAccount, -1) {
-		if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
-			t.Errorf("serviceAccount: $%s is not a built-in substitution", m[1])
-		}
+	daily, err := script(t, "daily.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("daily.sh: %v\n%s", err, daily)
 	}
-	seen := map[string]bool{}
-	for _, s := range cb.Steps {
-		if s.ID == "" || s.Name == "" || seen[s.ID] {
-			t.Errorf("step %q: needs a unique id and an image name", s.ID)
+	passed := map[string][]string{"../cloudbuild.yaml": nil, "couponops.cloudbuild.yaml": nil}
+	for _, m := range regexp.MustCompile(`--config=deploy/couponops.cloudbuild.yaml --substitutions=(\w+)=`).FindAllStringSubmatch(daily, -1) {
+		passed["couponops.cloudbuild.yaml"] = append(passed["couponops.cloudbuild.yaml"], m[1])
+	}
+	for path, given := range passed {
+		cb := loadBuild(t, path)
+		defined := func(name string) bool {
+			_, ok := cb.GetSubstitutions()[name]
+			return ok || slices.Contains(given, name) || slices.Contains(builtinSubstitutions, name)
 		}
-		for _, w := range s.WaitFor {
-			if w != "-" && !seen[w] {
-				t.Errorf("step %s waits for %q, which is not an earlier step", s.ID, w)
+		ref := regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+		for _, m := range ref.FindAllStringSubmatch(cb.GetServiceAccount(), -1) {
+			if m[0] != "$$" && !slices.Contains(builtinSubstitutions, m[1]) {
+				t.Errorf("%s: serviceAccount: $%s is not a built-in substitution", path, m[1])
 			}
 		}
-		seen[s.ID] = true
-		for _, text := range append(slices.Clone(s.Args), s.Env...) {
-			for _, m := range ref.FindAllStringSubmatch(text, -1) {
-				name := m[1]
-				if m[0] == "$$" {
-					continue
-				}
-				if _, ok := cb.Substitutions[name]; !ok && !slices.Contains(builtinSubstitutions, name) {
-					t.Errorf("step %s: $%s is no substitution (write $$%s for a shell variable)", s.ID, name, name)
+		seen := map[string]bool{}
+		for _, s := range cb.GetSteps() {
+			if s.GetId() == "" || s.GetName() == "" || seen[s.GetId()] {
+				t.Errorf("%s: step %q: needs a unique id and an image name", path, s.GetId())
+			}
+			for _, w := range s.GetWaitFor() {
+				if w != "-" && !seen[w] {
+					t.Errorf("%s: step %s waits for %q, which is not an earlier step", path, s.GetId(), w)
 				}
 			}
+			seen[s.GetId()] = true
+			for _, text := range append(append(slices.Clone(s.GetArgs()), s.GetEnv()...), cb.GetImages()...) {
+				for _, m := range ref.FindAllStringSubmatch(text, -1) {
+					if m[0] != "$$" && !defined(m[1]) {
+						t.Errorf("%s: step %s: $%s is no substitution (write $$%s for a shell variable)", path, s.GetId(), m[1], m[1])
+					}
+				}
+			}
+		}
+		if cb.GetServiceAccount() == "" || cb.GetOptions().GetLogging() != cloudbuildpb.BuildOptions_CLOUD_LOGGING_ONLY {
+			t.Errorf("%s: want its own serviceAccount, and logging CLOUD_LOGGING_ONLY (which a build as one requires)", path)
 		}
 	}
 }
 
-// substitute replaces Cloud Build substitutions in s as a build in testProject would.
-func substitute(cb cloudBuild, s string) string {
+// TestDailyJobsImage: daily.sh builds the image of cmd/couponops (a main package) with
+// deploy/couponops.cloudbuild.yaml, as coupon-build, and deploys both jobs from that image.
+func TestDailyJobsImage(t *testing.T) {
+	cb := loadBuild(t, "couponops.cloudbuild.yaml")
+	if want := "projects/$PROJECT_ID/serviceAccounts/coupon-build@$PROJECT_ID.iam.gserviceaccount.com"; cb.GetServiceAccount() != want {
+		t.Errorf("the image builds as %q, want coupon-build", cb.GetServiceAccount())
+	}
+	var buildable string
+	for _, s := range cb.GetSteps() {
+		buildable += argValue(s.GetArgs(), "--env=GOOGLE_BUILDABLE=")
+	}
+	if pkg, err := build.ImportDir(filepath.Join("..", buildable), 0); err != nil || pkg.Name != "main" || buildable != "./cmd/couponops" {
+		t.Errorf("GOOGLE_BUILDABLE %q: want ./cmd/couponops, a main package (%v)", buildable, err)
+	}
+	out, err := script(t, "daily.sh", "--project", testProject, "--dry-run")
+	if err != nil {
+		t.Fatalf("daily.sh: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`--config=deploy/couponops.cloudbuild.yaml --substitutions=_IMAGE=(\S+)`).FindStringSubmatch(out)
+	if m == nil || !slices.Contains(cb.GetImages(), "${_IMAGE}") {
+		t.Fatalf("daily.sh does not build the image with couponops.cloudbuild.yaml and _IMAGE, or the build pushes no _IMAGE:\n%s", out)
+	}
+	for _, job := range []string{"coupon-reconcile", "coupon-prune"} {
+		deploy := regexp.MustCompile(`(?m)^\+ gcloud run jobs deploy ` + job + ` .*$`).FindString(out)
+		if !strings.Contains(deploy, " --image="+m[1]+" ") {
+			t.Errorf("job %s is not deployed from the image built (%s): %s", job, m[1], deploy)
+		}
+	}
+}
+
+// substitute replaces Cloud Build substitutions in s as a build in testProject would: $NAME
+// and ${NAME} by the value, $$ by $.
+func substitute(cb *cloudbuildpb.Build, s string) string {
 	vals := map[string]string{"PROJECT_ID": testProject}
-	for k, v := range cb.Substitutions {
+	for k, v := range cb.GetSubstitutions() {
 		vals[k] = v
 	}
-	return regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`).ReplaceAllStringFunc(s, func(m string) string {
+	return regexp.MustCompile(`\$\$|\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`).ReplaceAllStringFunc(s, func(m string) string {
+		if m == "$$" {
+			return "$"
+		}
 		return vals[strings.Trim(m, "${}")]
 	})
 }
@@ -187,7 +267,7 @@ func TestIAMBindings(t *testing.T) {
 		{"projects", p, sa("coupon-deploy"), "roles/run.sourceDeveloper"},
 		{"projects", p, sa("coupon-deploy"), "roles/serviceusage.serviceUsageConsumer"},
 		{"projects", p, sa("coupon-deploy"), "roles/logging.logWriter"},
-		{"projects", p, sa("coupon-deploy"), "roles/storage.objectViewer"},
+		{"storage buckets", "gs://" + p + "_cloudbuild", sa("coupon-deploy"), "roles/storage.objectViewer"},
 		{"iam service-accounts", "coupon-issue@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-relay@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-build@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
@@ -208,7 +288,11 @@ func TestIAMBindings(t *testing.T) {
 	}
 	var got []binding
 	for _, name := range []string{"setup.sh", "access.sh", "daily.sh"} {
-		out, err := script(t, name, "--project", p, "--gateway-sa", strings.TrimPrefix(gateway, "serviceAccount:"), "--dry-run")
+		args := []string{"--project", p, "--dry-run"}
+		if takesFlag(t, name, "--gateway-sa") {
+			args = append(args, "--gateway-sa", strings.TrimPrefix(gateway, "serviceAccount:"))
+		}
+		out, err := script(t, name, args...)
 		if err != nil {
 			t.Fatalf("%s --dry-run: %v\n%s", name, err, out)
 		}
@@ -249,8 +333,8 @@ func TestNotPublic(t *testing.T) {
 		}
 	}
 	for _, s := range loadCloudBuild(t).Steps {
-		if slices.Contains(s.Args, "deploy") && !slices.Contains(s.Args, "--no-allow-unauthenticated") {
-			t.Errorf("step %s deploys without --no-allow-unauthenticated", s.ID)
+		if slices.Contains(s.GetArgs(), "deploy") && !slices.Contains(s.GetArgs(), "--no-allow-unauthenticated") {
+			t.Errorf("step %s deploys without --no-allow-unauthenticated", s.GetId())
 		}
 	}
 }
@@ -290,7 +374,7 @@ func TestNoPlaceholders(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(b), "\n") {
-			if filepath.Base(f) == "cloudbuild.yaml" {
+			if strings.HasSuffix(f, "cloudbuild.yaml") {
 				line = substitution.ReplaceAllString(line, "")
 			}
 			if m := placeholder.FindString(line); m != "" {
@@ -307,34 +391,35 @@ func TestDeployedServices(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
 	deployed := 0
-	for _, s := range cb.Steps {
-		buildable, envFile := argValue(s.Args, "--set-build-env-vars=GOOGLE_BUILDABLE="), argValue(s.Args, "--env-vars-file=")
+	for _, s := range cb.GetSteps() {
+		buildable, envFile := argValue(s.GetArgs(), "--set-build-env-vars=GOOGLE_BUILDABLE="), argValue(s.GetArgs(), "--env-vars-file=")
 		if buildable == "" {
 			continue
 		}
 		deployed++
 		pkg, err := build.ImportDir(filepath.Join("..", buildable), 0)
 		if err != nil || pkg.Name != "main" {
-			t.Errorf("step %s: GOOGLE_BUILDABLE %s is not a main package: %v", s.ID, buildable, err)
+			t.Errorf("step %s: GOOGLE_BUILDABLE %s is not a main package: %v", s.GetId(), buildable, err)
 		}
 		env := loadEnv(t, filepath.Join(envDir, filepath.Base(envFile)))
-		target := env["FUNCTION_TARGET"]
-		if !registers(t, filepath.Join("..", filepath.Dir(buildable)), target) {
-			t.Errorf("step %s: FUNCTION_TARGET %q is not registered with functions.HTTP in %s", s.ID, target, filepath.Dir(buildable))
+		// Cloud Run reserves FUNCTION_TARGET for its function deployments; each deployable main
+		// names its own function.
+		if v, ok := env["FUNCTION_TARGET"]; ok {
+			t.Errorf("%s sets FUNCTION_TARGET=%q, which nothing deployed reads and Cloud Run reserves", envFile, v)
 		}
 		if want := testProject + ":asia-northeast1:coupon-db"; env["INSTANCE_CONNECTION_NAME"] != want {
 			t.Errorf("%s: INSTANCE_CONNECTION_NAME %q, want %q", envFile, env["INSTANCE_CONNECTION_NAME"], want)
 		}
 		// The IAM database user is the runtime service account's, which Cloud SQL names by the
 		// account's email without ".gserviceaccount.com".
-		if runtime := argValue(s.Args, "--service-account="); substitute(cb, runtime) != env["DB_USER"]+".gserviceaccount.com" {
-			t.Errorf("step %s: DB_USER %q is not the runtime service account %s", s.ID, env["DB_USER"], substitute(cb, runtime))
+		if runtime := argValue(s.GetArgs(), "--service-account="); substitute(cb, runtime) != env["DB_USER"]+".gserviceaccount.com" {
+			t.Errorf("step %s: DB_USER %q is not the runtime service account %s", s.GetId(), env["DB_USER"], substitute(cb, runtime))
 		}
 		for k, v := range env {
 			t.Setenv(k, v)
 		}
 		// Secrets are mounted as environment variables by --set-secrets=NAME=secret:version.
-		if secrets := argValue(s.Args, "--set-secrets="); secrets != "" {
+		if secrets := argValue(s.GetArgs(), "--set-secrets="); secrets != "" {
 			for _, kv := range strings.Split(secrets, ",") {
 				name, _, _ := strings.Cut(kv, "=")
 				t.Setenv(name, "from-secret-manager")
@@ -343,11 +428,13 @@ func TestDeployedServices(t *testing.T) {
 		if _, err := db.ConfigFromEnv(); err != nil {
 			t.Errorf("%s: %v", envFile, err)
 		}
-		switch target {
-		case "IssueCoupon":
+		switch buildable {
+		case "./functions/issue/cmd":
 			_, err = issuance.ConfigFromEnv()
-		case "RelayOutbox":
+		case "./functions/relay/cmd":
 			_, err = outbox.ConfigFromEnv()
+		default:
+			err = fmt.Errorf("step %s builds %s, neither function", s.GetId(), buildable)
 		}
 		if err != nil {
 			t.Errorf("%s: %v", envFile, err)
@@ -362,17 +449,17 @@ func TestDeployedServices(t *testing.T) {
 // build runs as (cloudbuild.yaml's serviceAccount), and deploy/setup.sh creates that user.
 func TestMigrationIdentity(t *testing.T) {
 	cb := loadCloudBuild(t)
-	i := slices.IndexFunc(cb.Steps, func(s step) bool { return s.ID == "migrate" })
+	i := slices.IndexFunc(cb.GetSteps(), func(s *cloudbuildpb.BuildStep) bool { return s.GetId() == "migrate" })
 	if i < 0 {
 		t.Fatal("no migrate step")
 	}
 	var user string
-	for _, e := range cb.Steps[i].Env {
+	for _, e := range cb.GetSteps()[i].GetEnv() {
 		if v, ok := strings.CutPrefix(e, "DB_USER="); ok {
 			user = substitute(cb, v)
 		}
 	}
-	runsAs := substitute(cb, cb.ServiceAccount)
+	runsAs := substitute(cb, cb.GetServiceAccount())
 	if want := "projects/" + testProject + "/serviceAccounts/" + user + ".gserviceaccount.com"; user == "" || runsAs != want {
 		t.Errorf("migrate logs in as %q, but the build runs as %q", user, runsAs)
 	}
@@ -419,16 +506,16 @@ func TestConnectionBudget(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
 	total := operatorConns
-	for _, s := range cb.Steps {
+	for _, s := range cb.GetSteps() {
 		switch {
-		case argValue(s.Args, "--env-vars-file=") != "":
-			env := loadEnv(t, filepath.Join(envDir, filepath.Base(argValue(s.Args, "--env-vars-file="))))
+		case argValue(s.GetArgs(), "--env-vars-file=") != "":
+			env := loadEnv(t, filepath.Join(envDir, filepath.Base(argValue(s.GetArgs(), "--env-vars-file="))))
 			pool := atoi(t, env["DB_POOL_MAX_CONNS"])
-			instances := atoi(t, argValue(s.Args, "--max-instances="))
-			t.Logf("%s: %d instances x %d connections", s.ID, instances, pool)
+			instances := atoi(t, argValue(s.GetArgs(), "--max-instances="))
+			t.Logf("%s: %d instances x %d connections", s.GetId(), instances, pool)
 			total += instances * pool
-		case s.ID == "migrate":
-			for _, e := range s.Env {
+		case s.GetId() == "migrate":
+			for _, e := range s.GetEnv() {
 				if v, ok := strings.CutPrefix(e, "DB_POOL_MAX_CONNS="); ok {
 					total += atoi(t, v)
 				}
@@ -467,13 +554,13 @@ func TestTimeouts(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
 	timeouts := map[string]time.Duration{}
-	for _, s := range cb.Steps {
-		if v := argValue(s.Args, "--timeout="); v != "" {
+	for _, s := range cb.GetSteps() {
+		if v := argValue(s.GetArgs(), "--timeout="); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			timeouts[filepath.Base(argValue(s.Args, "--env-vars-file="))] = d
+			timeouts[filepath.Base(argValue(s.GetArgs(), "--env-vars-file="))] = d
 		}
 	}
 	if d := timeouts["issue.env.yaml"]; d <= issuance.AppTimeout {
@@ -513,7 +600,8 @@ func TestShellcheck(t *testing.T) {
 	}
 }
 
-// TestUsage: every script answers --help and refuses a missing project and an unknown flag.
+// TestUsage: every script answers --help and refuses a missing project, an unknown flag, a
+// flag without its value (in either form) and a value given to --dry-run.
 func TestUsage(t *testing.T) {
 	scripts, _ := filepath.Glob("*.sh")
 	for _, s := range scripts {
@@ -523,39 +611,100 @@ func TestUsage(t *testing.T) {
 		if out, err := script(t, s, "--help"); err != nil || !strings.Contains(out, "Usage: deploy/"+s) {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
 		}
-		if out, err := script(t, s, "--dry-run"); err == nil || !strings.Contains(out, "--project is required") {
-			t.Errorf("%s without --project: %v\n%s", s, err, out)
+		// Only the required flags: every optional one has its default (env.sh also needs --out).
+		args := []string{"--project", testProject, "--dry-run"}
+		if s == "env.sh" {
+			args = append(args, "--out", t.TempDir())
 		}
-		if out, err := script(t, s, "--project", testProject, "--bogus"); err == nil || !strings.Contains(out, "unknown flag --bogus") {
-			t.Errorf("%s --bogus: %v\n%s", s, err, out)
+		if out, err := script(t, s, args...); err != nil {
+			t.Errorf("%s %v: %v\n%s", s, args, err, out)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--dry-run"}, "--project is required"},
+			{[]string{"--project", testProject, "--bogus"}, "unknown flag --bogus"},
+			{[]string{"--project=" + testProject, "--bogus=1"}, "unknown flag --bogus"},
+			{[]string{"--project"}, "--project needs a value"},
+			{[]string{"--project", "--dry-run"}, "--project needs a value"},
+			{[]string{"--project="}, "--project needs a value"},
+			{[]string{"--project", testProject, "--dry-run=yes"}, "--dry-run takes no value"},
+			{[]string{"--project", testProject, "--notification-channel", "x", "--issue-revision", "y", "--out", "z", "--gateway-sa", "g"}, "unknown flag"},
+		} {
+			if out, err := script(t, s, c.args...); err == nil || !strings.Contains(out, c.want) {
+				t.Errorf("%s %v: %v, want exit 2 and %q\n%s", s, c.args, err, c.want, out)
+			}
 		}
 	}
 }
 
+// TestFlagForms: every script takes --flag VALUE and --flag=VALUE alike, as gcloud does: a dry
+// run prints the same commands either way.
+func TestFlagForms(t *testing.T) {
+	extra := map[string][]string{
+		"env.sh":        {"--out", t.TempDir()},
+		"monitoring.sh": {"--notification-channel", testChannel},
+		"rollback.sh":   {"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003"},
+	}
+	scripts, _ := filepath.Glob("*.sh")
+	for _, s := range scripts {
+		if s == "lib.sh" {
+			continue
+		}
+		spaced := append([]string{"--project", testProject}, extra[s]...)
+		for _, f := range [][2]string{{"--region", "asia-northeast2"}, {"--instance", "db2"}} {
+			if takesFlag(t, s, f[0]) {
+				spaced = append(spaced, f[0], f[1])
+			}
+		}
+		var joined []string
+		for i := 0; i < len(spaced); i += 2 {
+			joined = append(joined, spaced[i]+"="+spaced[i+1])
+		}
+		a, errA := script(t, s, append(spaced, "--dry-run")...)
+		b, errB := script(t, s, append(joined, "--dry-run")...)
+		if errA != nil || errB != nil || a != b {
+			t.Errorf("%s: --flag VALUE and --flag=VALUE differ (%v, %v):\n%s\n---\n%s", s, errA, errB, a, b)
+		}
+		if !strings.Contains(a, "asia-northeast2") && takesFlag(t, s, "--region") && s != "env.sh" {
+			t.Errorf("%s --region asia-northeast2: the region is not in the commands:\n%s", s, a)
+		}
+	}
+}
+
+// takesFlag reports whether deploy/SCRIPT names flag in its usage line, the flags it takes.
+func takesFlag(t *testing.T, script, flag string) bool {
+	t.Helper()
+	b, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`usage="Usage: deploy/` + regexp.QuoteMeta(script) + `(.*)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("%s has no usage line", script)
+	}
+	return regexp.MustCompile(`[ \[]` + regexp.QuoteMeta(flag) + `[ \]]`).Match(append(m[1], ' '))
+}
+
 // generatedEnv runs deploy/env.sh as the env-files step of cloudbuild.yaml does, for
 // testProject, and returns the directory it wrote.
-func generatedEnv(t *testing.T, cb cloudBuild) string {
+func generatedEnv(t *testing.T, cb *cloudbuildpb.Build) string {
 	t.Helper()
-	i := slices.IndexFunc(cb.Steps, func(s step) bool { return slices.Contains(s.Args, "deploy/env.sh") })
+	i := slices.IndexFunc(cb.GetSteps(), func(s *cloudbuildpb.BuildStep) bool { return slices.Contains(s.GetArgs(), "deploy/env.sh") })
 	if i < 0 {
 		t.Fatal("cloudbuild.yaml: no step runs deploy/env.sh")
 	}
 	dir := t.TempDir()
 	var args []string
-	for _, a := range cb.Steps[i].Args[1:] {
+	for _, a := range cb.GetSteps()[i].GetArgs()[1:] {
 		if strings.HasPrefix(a, "--out=") {
 			a = "--out=" + dir
 		}
 		args = append(args, substitute(cb, a))
 	}
-	// env.sh takes --flag value; the step passes --flag=value.
-	var split []string
-	for _, a := range args {
-		k, v, _ := strings.Cut(a, "=")
-		split = append(split, k, v)
-	}
-	if out, err := script(t, "env.sh", split...); err != nil {
-		t.Fatalf("env.sh %v: %v\n%s", split, err, out)
+	if out, err := script(t, "env.sh", args...); err != nil {
+		t.Fatalf("env.sh %v: %v\n%s", args, err, out)
 	}
 	return dir
 }
@@ -589,22 +738,6 @@ func loadEnv(t *testing.T, path string) map[string]string {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return env
-}
-
-// registers reports whether a Go file in dir registers target with functions.HTTP.
-func registers(t *testing.T, dir, target string) bool {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(b), `functions.HTTP("`+target+`"`) {
-			return true
-		}
-	}
-	return false
 }
 
 // TestTelemetryIsExported: the deployed functions and the reconcile job export through

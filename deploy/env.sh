@@ -9,12 +9,7 @@ usage="Usage: deploy/env.sh --project ID [--region R] [--instance NAME] --out DI
 
 Writes DIR/issue.env.yaml and DIR/relay.env.yaml."
 OUT=""
-extra_flag() {
-  case "$1" in
-    --out) OUT=${2:?--out needs a directory}; EXTRA_SHIFT=2 ;;
-    *) return 1 ;;
-  esac
-}
+extra_flag() { OUT=$2; }
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"

@@ -37,11 +37,12 @@ REGION=asia-northeast1
 INSTANCE=coupon-db
 DRY_RUN=false
 GATEWAY_SA=""
-EXTRA_SHIFT=0
 
 usage_common='  --project ID       the Google Cloud project (required)
   --region REGION    Cloud Run, Cloud SQL and Scheduler region (default asia-northeast1)
   --instance NAME    the Cloud SQL instance (default coupon-db)
+  --gateway-sa EMAIL the app gateway'"'"'s service account, the only caller of IssueCoupon
+                     (default: coupon-gateway in this project, which setup.sh creates)
   --dry-run          print every command instead of running it'
 
 die() {
@@ -49,26 +50,67 @@ die() {
   exit 2
 }
 
-# parse_common_flags sets PROJECT, REGION, INSTANCE, DRY_RUN, GATEWAY_SA from "$@"; an
-# unknown flag is an error. It prints usage (from the caller's $usage) on --help.
+# takes_flag FLAG: whether the script takes FLAG, that is, names it in the first line of its
+# $usage.
+takes_flag() {
+  local line=${usage:-}
+  line=${line%%$'\n'*}
+  [[ "$line " == *" $1 "* || "$line" == *"[$1 "* || "$line" == *"[$1]"* ]]
+}
+
+# print_usage: the script's $usage, then the shared flags it takes.
+print_usage() {
+  local line flag=""
+  echo "${usage:-}"
+  echo
+  while IFS= read -r line; do
+    if [[ "$line" == "  --"* ]]; then
+      flag=${line#"  "}
+      flag=${flag%% *}
+    fi
+    if takes_flag "$flag"; then
+      echo "$line"
+    fi
+  done <<<"$usage_common"
+  echo "Each flag with a value takes it as --flag VALUE or --flag=VALUE, as gcloud does."
+}
+
+# parse_common_flags sets PROJECT, REGION, INSTANCE, DRY_RUN, GATEWAY_SA from "$@", each
+# value given as --flag VALUE or --flag=VALUE. A script takes the flags its $usage names on its
+# first line; those not shared here it stores with its own extra_flag FLAG VALUE. An unknown
+# flag, a missing value and a value given to --dry-run are errors; --help prints the usage.
 parse_common_flags() {
+  local flag value has_value
   while [ $# -gt 0 ]; do
-    case "$1" in
-      --project) PROJECT=${2:?--project needs a value}; shift 2 ;;
-      --region) REGION=${2:?--region needs a value}; shift 2 ;;
-      --instance) INSTANCE=${2:?--instance needs a value}; shift 2 ;;
-      --gateway-sa) GATEWAY_SA=${2:?--gateway-sa needs a value}; shift 2 ;;
-      --dry-run) DRY_RUN=true; shift ;;
-      -h | --help) echo "${usage:-}"; echo "$usage_common"; exit 0 ;;
-      *)
-        # A script with flags of its own defines extra_flag, which sets EXTRA_SHIFT to the
-        # arguments it used, or returns 1 for a flag it does not know either.
-        if declare -F extra_flag >/dev/null && extra_flag "$@"; then
-          shift "$EXTRA_SHIFT"
-        else
-          die "unknown flag $1 (see --help)"
-        fi
-        ;;
+    flag=$1 value="" has_value=false
+    shift
+    if [[ "$flag" == --*=* ]]; then
+      value=${flag#*=} flag=${flag%%=*} has_value=true
+    fi
+    case "$flag" in
+      -h | --help) print_usage; exit 0 ;;
+    esac
+    [[ "$flag" == -* ]] || die "unexpected argument $flag: every value follows its flag (see --help)"
+    takes_flag "$flag" || die "unknown flag $flag (see --help)"
+    if [ "$flag" = --dry-run ]; then
+      [ "$has_value" = false ] || die "--dry-run takes no value (see --help)"
+      DRY_RUN=true
+      continue
+    fi
+    if [ "$has_value" = false ]; then
+      if [ $# -eq 0 ] || [[ "$1" == --* ]]; then
+        die "$flag needs a value (see --help)"
+      fi
+      value=$1
+      shift
+    fi
+    [ -n "$value" ] || die "$flag needs a value (see --help)"
+    case "$flag" in
+      --project) PROJECT=$value ;;
+      --region) REGION=$value ;;
+      --instance) INSTANCE=$value ;;
+      --gateway-sa) GATEWAY_SA=$value ;;
+      *) extra_flag "$flag" "$value" ;;
     esac
   done
   [ -n "$PROJECT" ] || die "--project is required (see --help)"
@@ -111,7 +153,7 @@ exists() {
 
 # bind KIND RESOURCE MEMBER ROLE [EXTRA...]: add one IAM binding (idempotent: adding a binding
 # that exists changes nothing). KIND is projects, "run services", "run jobs", "iam
-# service-accounts" or secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
+# service-accounts", "storage buckets" or secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
 bind() {
   local kind=$1 resource=$2 member=$3 role=$4
   shift 4

@@ -5,27 +5,26 @@
 #
 # - A dashboard is updated with the etag of the one in place (the Dashboards API refuses an
 #   update without it).
-# - A policy is updated field by field (--fields): what the file defines is replaced, what was
-#   added in the project (notification channels, enabled state) is kept.
+# - A policy in place is replaced by its file, except for what belongs to the project: its
+#   notification channels and its enabled state are read first and given back with the update
+#   (gcloud's --fields takes only disabled and notificationChannels, the fields it would keep,
+#   not those the file defines).
 # - --notification-channel adds a channel to every policy; without one, alerts open incidents
 #   that notify nobody.
 set -euo pipefail
 usage="Usage: deploy/monitoring.sh --project ID [--notification-channel CHANNEL] [--dry-run]
 
 Creates or updates the dashboard (deploy/monitoring/dashboard.json) and each alert policy
-(deploy/monitoring/alerts/*.json) in the project, matched by displayName. Needs the gcloud alpha
-component (gcloud components install alpha).
+(deploy/monitoring/alerts/*.json) in the project, matched by displayName; a policy in place
+keeps its notification channels and enabled state. Alert policies are gcloud alpha commands in
+Cloud SDK 528 (the google-cloud-cli Debian and RPM packages include them; an SDK from the
+installer archive needs gcloud components install alpha).
 
   --notification-channel CHANNEL
                      a notification channel (projects/ID/notificationChannels/N, from
                      gcloud beta monitoring channels list) added to every alert policy"
 CHANNEL=""
-extra_flag() {
-  case "$1" in
-    --notification-channel) CHANNEL=${2:?--notification-channel needs a value}; EXTRA_SHIFT=2 ;;
-    *) return 1 ;;
-  esac
-}
+extra_flag() { CHANNEL=$2; }
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
@@ -35,9 +34,6 @@ fi
 here=$(dirname "$0")/monitoring
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-# The fields an alert policy file defines (deploy/monitoring_test.go checks the files have no others).
-readonly POLICY_FIELDS=displayName,severity,combiner,conditions,alertStrategy,documentation
-
 # display_name FILE: the file's top-level displayName (its first, by the files' layout, which
 # deploy/monitoring_test.go checks).
 display_name() {
@@ -69,23 +65,33 @@ dashboard() {
   run gcloud monitoring dashboards update "$name" --project="$PROJECT" --config-from-file="$with_etag" --format=none
 }
 
-# policy FILE: create the policy, or update the fields the file defines; then add CHANNEL.
+# policy FILE: create the policy (with CHANNEL), or replace the one in place by FILE, giving
+# it back its notification channels (plus CHANNEL) and its enabled state.
 policy() {
-  local file=$1 name
+  local file=$1 name state enabled channels keep=()
   name=$(existing gcloud alpha monitoring policies "$(display_name "$file")")
   if [ -z "$name" ]; then
-    name=$(run gcloud alpha monitoring policies create --project="$PROJECT" --policy-from-file="$file" --format='value(name)')
-  else
-    run gcloud alpha monitoring policies update "$name" --project="$PROJECT" --policy-from-file="$file" \
-      --fields="$POLICY_FIELDS" --format=none
-  fi
-  if [ -n "$CHANNEL" ]; then
-    if [ "$DRY_RUN" = true ]; then
-      name="\$POLICY" # what the create above prints
+    if [ -n "$CHANNEL" ]; then
+      keep=(--notification-channels="$CHANNEL")
     fi
-    run gcloud alpha monitoring policies update "$name" --project="$PROJECT" \
-      --add-notification-channels="$CHANNEL" --format=none
+    run gcloud alpha monitoring policies create --project="$PROJECT" --policy-from-file="$file" "${keep[@]}" --format=none
+    return
   fi
+  # "True<TAB>channel,channel"; under --dry-run nothing, read as enabled with no channel.
+  state=$(run gcloud alpha monitoring policies describe "$name" --project="$PROJECT" \
+    --format='value(enabled,notificationChannels.join(","))')
+  IFS=$'\t' read -r enabled channels <<<"$state" || true
+  if [ -n "$CHANNEL" ] && [[ ",$channels," != *",$CHANNEL,"* ]]; then
+    channels=${channels:+$channels,}$CHANNEL
+  fi
+  if [ "$enabled" = False ]; then keep=(--no-enabled); else keep=(--enabled); fi
+  if [ -n "$channels" ]; then
+    keep+=(--set-notification-channels="$channels")
+  else
+    keep+=(--clear-notification-channels)
+  fi
+  run gcloud alpha monitoring policies update "$name" --project="$PROJECT" --policy-from-file="$file" \
+    "${keep[@]}" --format=none
 }
 
 dashboard "$here/dashboard.json"

@@ -11,40 +11,74 @@ import (
 	"strings"
 	"testing"
 
+	"cloud.google.com/go/monitoring/apiv3/v2/monitoringpb"
+	"cloud.google.com/go/monitoring/dashboard/apiv1/dashboardpb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// promQueries returns every PromQL query in a Cloud Monitoring dashboard or alert policy:
-// the values of "prometheusQuery" (dashboards) and of "query" inside
-// "conditionPrometheusQueryLanguage" (alert policies).
-func promQueries(t *testing.T, path string) []string {
+// loadMessage reads a Cloud Monitoring file into m, the API message it is sent as: a field
+// the API does not define is an error (protojson, unknown fields refused).
+func loadMessage(t *testing.T, path string, m proto.Message) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(b, m); err != nil {
+		t.Fatalf("%s is not a %s: %v", path, m.ProtoReflect().Descriptor().FullName(), err)
 	}
+}
+
+func loadDashboard(t *testing.T) *dashboardpb.Dashboard {
+	t.Helper()
+	d := &dashboardpb.Dashboard{}
+	loadMessage(t, "monitoring/dashboard.json", d)
+	return d
+}
+
+// loadAlerts returns every alert policy file by its path.
+func loadAlerts(t *testing.T) map[string]*monitoringpb.AlertPolicy {
+	t.Helper()
+	paths, err := filepath.Glob("monitoring/alerts/*.json")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no alert policies under monitoring/alerts (%v)", err)
+	}
+	alerts := map[string]*monitoringpb.AlertPolicy{}
+	for _, path := range paths {
+		p := &monitoringpb.AlertPolicy{}
+		loadMessage(t, path, p)
+		alerts[path] = p
+	}
+	return alerts
+}
+
+// promQueries returns every PromQL query in m: a dashboard's TimeSeriesQuery.prometheus_query
+// fields and an alert policy's PrometheusQueryLanguageCondition.query fields, wherever nested.
+func promQueries(m proto.Message) []string {
 	var out []string
-	var walk func(v any, parent string)
-	walk = func(v any, parent string) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				if s, ok := x.(string); ok && (k == "prometheusQuery" || (k == "query" && parent == "conditionPrometheusQueryLanguage")) {
-					out = append(out, s)
+	var walk func(protoreflect.Message)
+	walk = func(m protoreflect.Message) {
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.Name() == "prometheus_query" && fd.Kind() == protoreflect.StringKind,
+				fd.Name() == "query" && fd.ContainingMessage().Name() == "PrometheusQueryLanguageCondition":
+				out = append(out, v.String())
+			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+				for i := range v.List().Len() {
+					walk(v.List().Get(i).Message())
 				}
-				walk(x, k)
+			case fd.IsMap():
+			case fd.Kind() == protoreflect.MessageKind:
+				walk(v.Message())
 			}
-		case []any:
-			for _, x := range v {
-				walk(x, parent)
-			}
-		}
+			return true
+		})
 	}
-	walk(doc, "")
+	walk(m.ProtoReflect())
 	return out
 }
 
@@ -71,13 +105,13 @@ func emittedName(name string) (string, bool) {
 // query is one shared/telemetry emits (its exported name constants), every query reads at
 // least one, and the dashboard shows every emitted metric.
 func TestMonitoringReferencesEmittedMetrics(t *testing.T) {
-	alerts, err := filepath.Glob("monitoring/alerts/*.json")
-	if err != nil || len(alerts) == 0 {
-		t.Fatalf("no alert policies under monitoring/alerts (%v)", err)
+	files := map[string]proto.Message{"monitoring/dashboard.json": loadDashboard(t)}
+	for path, p := range loadAlerts(t) {
+		files[path] = p
 	}
 	shown := map[string]bool{}
-	for _, path := range append([]string{"monitoring/dashboard.json"}, alerts...) {
-		queries := promQueries(t, path)
+	for path, m := range files {
+		queries := promQueries(m)
 		if len(queries) == 0 {
 			t.Errorf("%s: no PromQL query", path)
 		}
@@ -104,50 +138,42 @@ func TestMonitoringReferencesEmittedMetrics(t *testing.T) {
 	}
 }
 
-// TestAlertPoliciesAreComplete: each alert policy has a name, a condition with a duration, and
-// documentation that tells the operator what to do.
+// TestAlertPoliciesAreComplete: each alert policy has a name, a severity, a combiner,
+// PromQL conditions with a duration and documentation that tells the operator what to do; each
+// condition can be created before its metric exists (the metric appears with the first
+// export after traffic, and the API refuses a condition on a metric it does not know unless it
+// sets disableMetricValidation); and the file leaves what an operator sets in the project
+// (notification channels, enabled) to the project, which monitoring.sh keeps.
 func TestAlertPoliciesAreComplete(t *testing.T) {
-	alerts, _ := filepath.Glob("monitoring/alerts/*.json")
-	for _, path := range alerts {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
+	for path, p := range loadAlerts(t) {
+		if p.GetDisplayName() == "" || p.GetSeverity() == monitoringpb.AlertPolicy_SEVERITY_UNSPECIFIED ||
+			p.GetCombiner() == monitoringpb.AlertPolicy_COMBINE_UNSPECIFIED || len(p.GetConditions()) == 0 ||
+			len(p.GetDocumentation().GetContent()) < 40 {
+			t.Errorf("%s: want displayName, severity, combiner, conditions and documentation", path)
 		}
-		var p struct {
-			DisplayName string `json:"displayName"`
-			Combiner    string `json:"combiner"`
-			Conditions  []struct {
-				DisplayName string `json:"displayName"`
-				PromQL      *struct {
-					Query    string `json:"query"`
-					Duration string `json:"duration"`
-				} `json:"conditionPrometheusQueryLanguage"`
-			} `json:"conditions"`
-			Documentation struct {
-				Content string `json:"content"`
-			} `json:"documentation"`
-		}
-		if err := json.Unmarshal(b, &p); err != nil {
-			t.Errorf("%s: %v", path, err)
-			continue
-		}
-		if p.DisplayName == "" || p.Combiner == "" || len(p.Conditions) == 0 || len(p.Documentation.Content) < 40 {
-			t.Errorf("%s: want displayName, combiner, conditions and documentation", path)
-		}
-		for _, c := range p.Conditions {
-			if c.PromQL == nil || c.PromQL.Query == "" || !strings.HasSuffix(c.PromQL.Duration, "s") {
-				t.Errorf("%s: condition %q needs a PromQL query and a duration in seconds", path, c.DisplayName)
+		for _, c := range p.GetConditions() {
+			q := c.GetConditionPrometheusQueryLanguage()
+			if q.GetQuery() == "" || q.GetDuration() == nil {
+				t.Errorf("%s: condition %q needs a PromQL query and a duration", path, c.GetDisplayName())
 			}
+			if !q.GetDisableMetricValidation() {
+				t.Errorf("%s: condition %q does not set disableMetricValidation: the API refuses to create it "+
+					"until its metric has been written", path, c.GetDisplayName())
+			}
+		}
+		if p.GetName() != "" || len(p.GetNotificationChannels()) > 0 || p.GetEnabled() != nil {
+			t.Errorf("%s: sets name, notificationChannels or enabled, which belong to the project", path)
 		}
 	}
 }
 
 // TestMonitoringScriptIsIdempotent runs deploy/monitoring.sh against a stand-in gcloud that
-// already holds the dashboard and one policy. Each lookup filters on the file's own top-level
-// displayName; the dashboard is updated in place with the etag of the one there (the file plus
-// that etag, still valid JSON), the existing policy updated field by field (only the fields the
-// files define, so channels added in the project stay), the other policies created, and the
-// notification channel added to all six.
+// already holds the dashboard and one policy, which an operator has disabled and given a
+// channel of their own. Each lookup filters on the file's own top-level displayName; the
+// dashboard is updated in place with the etag of the one there (the file plus that etag, still
+// valid JSON); the policy in place is replaced by its file, still disabled, with its channel
+// and the new one; the other policies are created with the new channel. (That the real gcloud
+// takes these command lines is TestScriptsWithRealGcloud's.)
 func TestMonitoringScriptIsIdempotent(t *testing.T) {
 	bin := t.TempDir()
 	calls, sent := filepath.Join(bin, "calls"), filepath.Join(bin, "dashboard-sent.json")
@@ -157,8 +183,8 @@ case "$*" in
   *" list "*'coupon-api: issuance, contention'*) echo "projects/p/dashboards/d1" ;;
   *" list "*'coupon-api: outbox rows parked'*) echo "projects/p/alertPolicies/a1" ;;
   *"dashboards describe projects/p/dashboards/d1 "*) echo "etag-7" ;;
+  *"policies describe projects/p/alertPolicies/a1 "*) printf 'False\tprojects/p/notificationChannels/9\n' ;;
   *"dashboards update "*) for a; do case "$a" in --config-from-file=*) cat "${a#--config-from-file=}" > ` + sent + ` ;; esac; done ;;
-  *"policies create "*) echo "projects/p/alertPolicies/new-$$-$(date +%N)" ;;
 esac
 exit 0
 `
@@ -192,22 +218,18 @@ exit 0
 		if f == "monitoring/dashboard.json" {
 			continue
 		}
-		for k := range doc {
-			if !slices.Contains(policyFields, k) {
-				t.Errorf("%s: field %s is not among those monitoring.sh updates (%v)", f, k, policyFields)
-			}
-		}
-		want := "alpha monitoring policies create --project=coupon-test-123 --policy-from-file=" + "./" + f
+		want := "alpha monitoring policies create --project=coupon-test-123 --policy-from-file=./" + f +
+			" --notification-channels=" + channel + " "
 		if filepath.Base(f) == "outbox-parked.json" {
 			want = "alpha monitoring policies update projects/p/alertPolicies/a1 --project=coupon-test-123 --policy-from-file=./" + f +
-				" --fields=" + strings.Join(policyFields, ",")
+				" --no-enabled --set-notification-channels=projects/p/notificationChannels/9," + channel + " "
 		}
 		if !strings.Contains(got, want) {
 			t.Errorf("%s: want %q:\n%s", f, want, got)
 		}
 	}
-	if n := strings.Count(got, "--add-notification-channels="+channel); n != len(alerts) {
-		t.Errorf("the channel was added %d times, want once per policy (%d):\n%s", n, len(alerts), got)
+	if n := strings.Count(got, channel); n != len(alerts) {
+		t.Errorf("the channel was named %d times, want once per policy (%d):\n%s", n, len(alerts), got)
 	}
 	if !strings.Contains(got, "monitoring dashboards update projects/p/dashboards/d1 ") || strings.Contains(got, "dashboards create") {
 		t.Errorf("the dashboard in place was not updated, or another was created:\n%s", got)
@@ -230,9 +252,6 @@ exit 0
 	}
 }
 
-// policyFields are the fields deploy/monitoring.sh updates in a policy in place (POLICY_FIELDS).
-var policyFields = []string{"displayName", "severity", "combiner", "conditions", "alertStrategy", "documentation"}
-
 // TestMonitoringScriptStopsOnAFailedLookup: when gcloud cannot list (no permission, no
 // network), monitoring.sh fails instead of taking "nothing listed" for "nothing there" and
 // creating duplicates; a channel that is not a channel's name is refused before any call.
@@ -245,7 +264,7 @@ func TestMonitoringScriptStopsOnAFailedLookup(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--project", "coupon-test-123"},
-		{"--project", "coupon-test-123", "--notification-channel", "--dry-run"},
+		{"--project", "coupon-test-123", "--notification-channel", "projects/x/channels/1", "--dry-run"},
 	} {
 		_ = os.Remove(calls)
 		cmd := exec.Command("bash", append([]string{"monitoring.sh"}, args...)...)

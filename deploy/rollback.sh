@@ -6,14 +6,17 @@
 set -euo pipefail
 usage="Usage: deploy/rollback.sh --project ID [--region R] [--issue-revision REV] [--relay-revision REV] [--dry-run]
 
-Without a revision, each service goes back to the revision created before its newest one."
+Sends all traffic of issue-coupon and relay-outbox to the revision named, or without one to the
+revision created before the newest.
+
+  --issue-revision REV  issue-coupon's revision (gcloud run revisions list --service=issue-coupon)
+  --relay-revision REV  relay-outbox's revision"
 ISSUE_REVISION=""
 RELAY_REVISION=""
 extra_flag() {
   case "$1" in
-    --issue-revision) ISSUE_REVISION=${2:?--issue-revision needs a revision}; EXTRA_SHIFT=2 ;;
-    --relay-revision) RELAY_REVISION=${2:?--relay-revision needs a revision}; EXTRA_SHIFT=2 ;;
-    *) return 1 ;;
+    --issue-revision) ISSUE_REVISION=$2 ;;
+    --relay-revision) RELAY_REVISION=$2 ;;
   esac
 }
 # shellcheck source=lib.sh source-path=SCRIPTDIR

@@ -8,10 +8,8 @@ usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gat
 Enables the APIs; creates the service accounts (one per function, the gateway's and the
 scheduler's callers, the deploy build's, the source builds'), the Cloud SQL instance with IAM
 database authentication, the database, one IAM database user per runtime identity, the LINE
-token's secret and the member-hash key's, and the project-level IAM bindings (docs/deploy.md lists them and why).
-
-  --gateway-sa EMAIL the app gateway's service account, the only caller of IssueCoupon
-                     (default: coupon-gateway in this project, created here)"
+token's secret and the member-hash key's, the build bucket, and the IAM bindings
+(docs/deploy.md lists them and why)."
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
@@ -42,6 +40,14 @@ done
 exists gcloud artifacts repositories describe cloud-run-source-deploy --project="$PROJECT" --location="$REGION" ||
   run gcloud artifacts repositories create cloud-run-source-deploy --project="$PROJECT" \
     --location="$REGION" --repository-format=docker
+
+# The bucket gcloud builds submit uploads the source to (gs://PROJECT_cloudbuild/source; gcloud
+# would create it on the first submit): made here so that coupon-deploy can be granted reading
+# this bucket only.
+build_bucket="gs://${PROJECT}_cloudbuild"
+exists gcloud storage buckets describe "$build_bucket" --project="$PROJECT" ||
+  run gcloud storage buckets create "$build_bucket" --project="$PROJECT" --location="$REGION" \
+    --uniform-bucket-level-access
 
 # Public IP, but only the Cloud SQL connectors may connect (TRUSTED_CLIENT_CERTIFICATE_REQUIRED,
 # no authorized networks): the connector authorizes with IAM and encrypts, and the Cloud Build
@@ -102,16 +108,19 @@ for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN"; do
 done
 
 # The deploy build (cloudbuild.yaml runs as coupon-deploy): deploy Cloud Run services from
-# source, write its logs, read the uploaded source, and deploy the services as their own
-# identities (serviceAccountUser on those accounts only, not on the project).
+# source, write its logs, read the uploaded source (in the build bucket only), and deploy the
+# services as their own identities (serviceAccountUser on those accounts only, not on the
+# project).
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/run.sourceDeveloper
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/serviceusage.serviceUsageConsumer
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/logging.logWriter
-bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/storage.objectViewer
+bind "storage buckets" "$build_bucket" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/storage.objectViewer
 for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_BUILD"; do
   bind "iam service-accounts" "$(sa_email "$sa")" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/iam.serviceAccountUser
 done
-# The source builds that Cloud Run starts for the deploy (gcloud run deploy --source).
+# Every image build: the functions' (gcloud run deploy --source, --build-service-account) and
+# the daily jobs' (deploy/couponops.cloudbuild.yaml). roles/run.builder reads the source, writes
+# the build's logs and pushes the image to Artifact Registry.
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_BUILD")" roles/run.builder
 
 echo "setup done. Next: add the LINE token (docs/deploy.md, step 2), then deploy/build.sh."

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/mops/coupon-api/internal/opsverbs"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
@@ -72,7 +73,7 @@ func startDemoTelemetry(cmd *cobra.Command, mode string, logs io.Writer) (*demoT
 // close flushes what the environment's exporters still hold.
 func (t *demoTelemetry) close(cmd *cobra.Command) {
 	if t != nil {
-		flushTelemetry(cmd, t.shutdown)
+		opsverbs.FlushTelemetry(cmd, t.shutdown)
 	}
 }
 

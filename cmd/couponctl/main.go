@@ -13,16 +13,16 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/localpg"
-	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/internal/opsverbs"
 	"github.com/mops/coupon-api/shared/db"
 )
 
-// errViolations makes couponctl exit 1 after it has printed which rules broke.
-var errViolations = errors.New("rules broken")
+// errViolations makes couponctl exit 1 after it has printed which rules broke; the operator
+// verbs of internal/opsverbs return the same.
+var errViolations = opsverbs.ErrViolations
 
 func main() {
 	ctx, stop := interruptible(context.Background())
@@ -146,7 +146,7 @@ local PostgreSQL when it is unset.`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	root.AddCommand(demoCmd(), migrateCmd(), campaignCmd(), serveCmd(), reconcileCmd(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
+	root.AddCommand(demoCmd(), opsverbs.Migrate(), campaignCmd(), serveCmd(), opsverbs.Reconcile(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
 		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	wrapVerbs(root)
@@ -209,18 +209,6 @@ func databaseOrThrowaway(ctx context.Context, cmd *cobra.Command) (string, func(
 	return srv.URL(), func() { _ = srv.Stop() }, nil
 }
 
-// openMigrated opens the pool as every verb does (shared/db: DATABASE_URL or the Cloud SQL
-// connector) and checks, as the functions do at start-up, that the database is reachable and
-// migrated ([schema.Check]): an operator verb on an unmigrated database says to run
-// `couponctl migrate` instead of failing on a missing table. The caller closes the pool.
-func openMigrated(ctx context.Context) (*pgxpool.Pool, func(), error) {
-	pool, closePool, err := db.OpenFromEnv(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := schema.Check(ctx, pool); err != nil {
-		closePool()
-		return nil, nil, err
-	}
-	return pool, closePool, nil
-}
+// openMigrated opens the pool as every verb does and checks that the database is migrated
+// ([opsverbs.OpenMigrated]).
+var openMigrated = opsverbs.OpenMigrated

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/gcpfake"
 	"github.com/mops/coupon-api/internal/pgtest"
@@ -16,35 +13,27 @@ import (
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// TestReconcileJobExportsDrift runs `couponctl reconcile` as the daily Cloud Run job of
+// TestReconcileJobExportsDrift runs `couponops reconcile` as the daily Cloud Run job of
 // deploy/daily.sh runs it, with that job's OTEL_* settings, on a Cloud Run job task's
 // surroundings (internal/gcpfake), against a database whose campaign counter drifted: it exits 1,
 // and the drift metrics, which the reconcile-drift alert reads, reach the Telemetry API
 // stand-in with nothing refused.
 func TestReconcileJobExportsDrift(t *testing.T) {
-	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	t.Setenv("DATABASE_URL", dbURL)
-	if out, err := couponctl("campaign", "create", "--id", "DRIFT", "--discount-yen", "1000", "--budget-yen", "10000"); err != nil {
-		t.Fatalf("campaign create: %v\n%s", err, out)
-	}
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = 3000 WHERE campaign_id = 'DRIFT'`); err != nil {
-		t.Fatal(err)
-	}
+	drift(t, dbURL)
 
 	run := gcpfake.StartCloudRun(t, 0)
 	env := append(run.JobEnv(t, "coupon-reconcile"), "DATABASE_URL="+dbURL)
-	for k, v := range jobEnv(t, "coupon-reconcile") {
+	vars, args := job(t, "coupon-reconcile")
+	for k, v := range vars {
 		if strings.HasPrefix(k, "OTEL_") || k == "GOOGLE_CLOUD_PROJECT" {
 			env = append(env, k+"="+v)
 		}
 	}
-	cmd := exec.Command(proctest.Build(t, "."), "reconcile")
+	if !slices.Equal(args, []string{"reconcile"}) {
+		t.Errorf("the job runs couponops %q, want reconcile", args)
+	}
+	cmd := exec.Command(proctest.Build(t, "."), args...)
 	cmd.Env = proctest.Env(env...)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -60,16 +49,16 @@ func TestReconcileJobExportsDrift(t *testing.T) {
 	}
 }
 
-// jobEnv returns the --set-env-vars of the Cloud Run job named job, as deploy/daily.sh deploys
-// it (its dry run's command, split as the shell would).
-func jobEnv(t *testing.T, job string) map[string]string {
+// job returns the --set-env-vars and the --args of the Cloud Run job named name, as
+// deploy/daily.sh deploys it (its dry run's command, split as the shell would).
+func job(t *testing.T, name string) (map[string]string, []string) {
 	t.Helper()
 	dry, err := exec.Command("bash", "../../deploy/daily.sh", "--project", "coupon-test-123", "--dry-run").CombinedOutput()
 	if err != nil {
 		t.Fatalf("daily.sh --dry-run: %v\n%s", err, dry)
 	}
 	for _, line := range strings.Split(string(dry), "\n") {
-		cmdline, ok := strings.CutPrefix(line, "+ gcloud run jobs deploy "+job+" ")
+		cmdline, ok := strings.CutPrefix(line, "+ gcloud run jobs deploy "+name+" ")
 		if !ok {
 			continue
 		}
@@ -78,6 +67,7 @@ func jobEnv(t *testing.T, job string) map[string]string {
 			t.Fatal(err)
 		}
 		env := map[string]string{}
+		var jobArgs []string
 		for _, a := range strings.Split(string(args), "\n") {
 			if vars, ok := strings.CutPrefix(a, "--set-env-vars="); ok {
 				for _, kv := range strings.Split(vars, ",") {
@@ -85,9 +75,24 @@ func jobEnv(t *testing.T, job string) map[string]string {
 					env[k] = v
 				}
 			}
+			if list, ok := strings.CutPrefix(a, "--args="); ok {
+				jobArgs = strings.Split(list, ",")
+			}
 		}
-		return env
+		return env, jobArgs
 	}
-	t.Fatalf("daily.sh --dry-run deploys no job %s:\n%s", job, dry)
-	return nil
+	t.Fatalf("daily.sh --dry-run deploys no job %s:\n%s", name, dry)
+	return nil, nil
+}
+
+// TestJobsRunVerbs: each daily job's --args is a couponops verb (its --help answers as that
+// verb), so an execution runs the verb and not the root's help.
+func TestJobsRunVerbs(t *testing.T) {
+	for name, verb := range map[string]string{"coupon-reconcile": "reconcile", "coupon-prune": "outbox prune"} {
+		_, args := job(t, name)
+		code, out := couponops(append(args, "--help")...)
+		if code != 0 || !strings.Contains(out, "Usage:\n  couponops "+verb) {
+			t.Errorf("job %s runs couponops %q: exit %d, want the verb %q\n%s", name, args, code, verb, out)
+		}
+	}
 }

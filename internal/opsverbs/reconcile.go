@@ -1,4 +1,4 @@
-package main
+package opsverbs
 
 import (
 	"encoding/json"
@@ -11,7 +11,9 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-func reconcileCmd() *cobra.Command {
+// Reconcile is "reconcile": it counts the tables against the counters and the outbox against
+// the coupons, exports what drifted, and returns [ErrViolations] on any drift.
+func Reconcile() *cobra.Command {
 	var (
 		repair bool
 		format string
@@ -28,7 +30,7 @@ legacy fact and does not fail the run.
 
 --repair rebuilds drifted counters from the live coupons in one transaction that locks each row
 it fixes (docs/migration.md), then checks again; it exits 1 only if faults remain.
-Run daily in production (deploy/). The faults found (after any repair) are also exported as the
+Run daily in production (deploy/daily.sh, as couponops reconcile). The faults found (after any repair) are also exported as the
 metrics coupon.reconcile.drift.amount and coupon.reconcile.drift.rows when the OTEL_* environment
 names an exporter (OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT); docs/operations.md has
 the alert on them.`,
@@ -42,7 +44,7 @@ the alert on them.`,
 			if cfg.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
 				return err
 			}
-			pool, closePool, err := openMigrated(cmd.Context())
+			pool, closePool, err := OpenMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -89,7 +91,7 @@ the alert on them.`,
 				return err
 			}
 			if len(out.Violations) > 0 {
-				return errViolations
+				return ErrViolations
 			}
 			return nil
 		},

@@ -1,4 +1,4 @@
-package main
+package opsverbs
 
 import (
 	"fmt"
@@ -10,7 +10,8 @@ import (
 	"github.com/mops/coupon-api/shared/db"
 )
 
-func migrateCmd() *cobra.Command {
+// Migrate is "migrate": it applies the pending schema/ migrations.
+func Migrate() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema/ migrations to DATABASE_URL (or Cloud SQL through the connector)",

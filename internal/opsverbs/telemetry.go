@@ -1,4 +1,4 @@
-package main
+package opsverbs
 
 import (
 	"cmp"
@@ -18,9 +18,9 @@ import (
 // telemetryFlushTimeout bounds the flush of queued spans and metrics when a verb ends.
 const telemetryFlushTimeout = 5 * time.Second
 
-// flushTelemetry runs shutdown (from [telemetry.Setup]) within telemetryFlushTimeout and says
+// FlushTelemetry runs shutdown (from [telemetry.Setup]) within telemetryFlushTimeout and says
 // on stderr if it could not flush everything.
-func flushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
+func FlushTelemetry(cmd *cobra.Command, shutdown func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), telemetryFlushTimeout)
 	defer cancel()
 	if err := shutdown(ctx); err != nil {
@@ -40,7 +40,7 @@ func recordDrift(cmd *cobra.Command, rep reconcile.Report) error {
 	if err != nil {
 		return err
 	}
-	defer flushTelemetry(cmd, shutdown)
+	defer FlushTelemetry(cmd, shutdown)
 	ctx := cmd.Context()
 	m := telemetry.Global()
 	var counterYen, counterRows int64
