@@ -25,7 +25,7 @@ parse_common_flags "$@"
 readonly RECONCILE_SCHEDULE="30 4 * * *"
 readonly PRUNE_SCHEDULE="30 5 * * *"
 readonly JOB_POOL=2
-readonly RETENTION=720h # RELAY_RETENTION: 30 days, as the relay's and reconcile's default
+readonly RETENTION=720h # RELAY_RETENTION: 30 days, outbox prune's default
 
 env_vars="INSTANCE_CONNECTION_NAME=$(connection_name),DB_USER=$(db_user "$SA_ADMIN"),DB_NAME=$DATABASE"
 env_vars+=",DB_IAM_AUTH=true,DB_POOL_MAX_CONNS=$JOB_POOL,RELAY_RETENTION=$RETENTION,GOOGLE_CLOUD_PROJECT=$PROJECT"
