@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/internal/legacy"
 	"github.com/mops/coupon-api/internal/linestub"
 	"github.com/mops/coupon-api/internal/outboxadmin"
@@ -149,6 +150,10 @@ var issueForbidden = []forbidden{
 	{"a pause", `UPDATE campaign_budgets SET paused_at = now()`},
 	{"a budget change", `SELECT * FROM campaign_change_budget('ONE', 5000, NULL, NULL, 'raise')`},
 	{"a pause through the function", `SELECT * FROM campaign_change_state('ONE', 'pause', NULL, NULL, false, false, 'stop')`},
+	{"a void", `SELECT * FROM coupon_void(gen_random_uuid(), 'x', false)`},
+	{"a grant", `SELECT * FROM grant_coupon(gen_random_uuid(), 'ONE', 'm9', now(), 2000, NULL)`},
+	{"a validity change", `SELECT * FROM campaign_change_validity('ONE', 7, NULL, 'x')`},
+	{"a coupon's prune mark", `UPDATE issued_coupons SET outbox_pruned_at = now()`},
 	{"a history row", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('ONE', now(), 'x', 'pause', '{}', '{}', 'x')`},
 	{"the history read", `SELECT reason FROM campaign_changes`},
 	{"a new campaign", `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('X', 1, 1)`},
@@ -325,6 +330,9 @@ func TestRelayRole(t *testing.T) {
 		{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('RELAY', 'm9', '2026-11', 1000)`},
 		{"a coupon's value", `UPDATE issued_coupons SET amount_yen = 1`},
 		{"a coupon's redemption read", `SELECT redeemed_at FROM issued_coupons`},
+		{"a void", `SELECT * FROM coupon_void(gen_random_uuid(), 'x', false)`},
+		{"a grant", `SELECT * FROM grant_coupon(gen_random_uuid(), 'RELAY', 'm9', now(), 2000, NULL)`},
+		{"an issuance", `SELECT * FROM issue_coupon(gen_random_uuid(), 'RELAY', 'm9', now(), 2000, NULL)`},
 		{"a budget counter", `UPDATE campaign_budgets SET issued_yen = 0`},
 		{"a budget read", `SELECT budget_yen FROM campaign_budgets`},
 		{"a usage read", `SELECT used_yen FROM member_monthly_usage`},
@@ -409,6 +417,19 @@ func TestAdminRole(t *testing.T) {
 		t.Fatalf("campaign history: %+v, %v; want 5 changes by %s", h, err, db.user)
 	}
 
+	// A grant and a void, through their functions alone; the admin may not issue as IssueCoupon does.
+	grants, err := issuance.New(db.as, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := grants.Grant(ctx, "m4", "ADMIN")
+	if err != nil || g.Result != issuance.ResultCampaignNotActive {
+		t.Fatalf("grant to an ended campaign: %+v %v, want CAMPAIGN_NOT_ACTIVE", g, err)
+	}
+	if v, err := coupon.Void(ctx, db.as, coupons["m3"], "roles test", true); err != nil || v.AmountYen != 1000 {
+		t.Fatalf("coupon void: %+v %v", v, err)
+	}
+
 	// line link, relink, unlink.
 	for _, u := range []string{"U" + fmt.Sprintf("%032x", 1), "U" + fmt.Sprintf("%032x", 2)} {
 		if err := outboxadmin.Link(ctx, db.as, "m1", u); err != nil {
@@ -449,8 +470,8 @@ func TestAdminRole(t *testing.T) {
 		t.Fatalf("legacy rollback: %d, %v; want 1 campaign", n, err)
 	}
 	var legacyIssued int
-	if err := db.owner.QueryRow(ctx, `SELECT issued_yen FROM campaigns WHERE campaign_id = 'ADMIN'`).Scan(&legacyIssued); err != nil || legacyIssued != 3000 {
-		t.Fatalf("campaigns.issued_yen after rollback: %d, %v; want 3000", legacyIssued, err)
+	if err := db.owner.QueryRow(ctx, `SELECT issued_yen FROM campaigns WHERE campaign_id = 'ADMIN'`).Scan(&legacyIssued); err != nil || legacyIssued != 2000 {
+		t.Fatalf("campaigns.issued_yen after rollback: %d, %v; want 2000 (3 coupons, 1 voided)", legacyIssued, err)
 	}
 
 	checkRefused(t, db.as, []forbidden{
@@ -466,6 +487,8 @@ func TestAdminRole(t *testing.T) {
 		{"a history row changed", `UPDATE campaign_changes SET reason = 'x'`},
 		{"a history row deleted", `DELETE FROM campaign_changes`},
 		{"the lock helper", `SELECT * FROM campaign_lock('ADMIN')`},
+		{"an issuance as IssueCoupon", `SELECT * FROM issue_coupon(gen_random_uuid(), 'ADMIN', 'm9', now(), 2000, NULL)`},
+		{"a coupon voided outside coupon_void", `UPDATE issued_coupons SET voided_by = 'x'`},
 		{"a campaign's definition", `UPDATE campaigns SET budget_yen = 1`},
 		{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('ADMIN', 'm9', '2026-11', 1000)`},
 		{"a coupon's value", `UPDATE issued_coupons SET amount_yen = 1`},

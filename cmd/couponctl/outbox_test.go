@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
@@ -143,5 +145,75 @@ func TestReconcileDriftAndRepair(t *testing.T) {
 	}
 	if out, err := couponctl("reconcile"); err != nil {
 		t.Errorf("reconcile after the repair: %v\n%s", err, out)
+	}
+}
+
+// TestPruneThenReconcile: after "outbox prune --older-than 1s" deletes the delivered rows,
+// "reconcile" exits 0: each pruned row's coupon is marked, whatever the retention. It still
+// catches an outbox row deleted by hand. The broken variant, a prune that deletes without
+// marking (as before), makes reconcile report the pruned coupons as lost.
+func TestPruneThenReconcile(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	t.Setenv("DATABASE_URL", url)
+	if out, err := couponctl("campaign", "create", "--id", "P", "--discount-yen", "100", "--budget-yen", "100000"); err != nil {
+		t.Fatalf("campaign create: %v\n%s", err, out)
+	}
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 13 {
+		if out, err := svc.Issue(ctx, fmt.Sprintf("m%02d", i), "P"); err != nil || out.Result != issuance.ResultIssued {
+			t.Fatalf("issue: %+v %v", out, err)
+		}
+	}
+	// Delivered two seconds ago: 10 sent, 3 skipped; the prune takes all 13.
+	if _, err := pool.Exec(ctx, `
+UPDATE notification_outbox SET sent_at = now() - interval '2 s' WHERE member_id < 'm10';
+UPDATE notification_outbox SET skipped_at = now() - interval '2 s', last_error = 'no LINE' WHERE member_id >= 'm10'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", pgtest.LoginAs(t, url, "coupon_admin"))
+	if out, err := couponctl("outbox", "prune", "--older-than", "1s"); err != nil || !strings.Contains(out, "deleted 13 ") {
+		t.Fatalf("outbox prune: %v\n%s", err, out)
+	}
+	if out, err := couponctl("reconcile"); err != nil {
+		t.Errorf("reconcile after the prune: %v\n%s", err, out)
+	}
+
+	// A truly missing row: one coupon's outbox row deleted by hand.
+	if _, err := pool.Exec(ctx, `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
+		SELECT 'P', 'lost', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 100;
+		UPDATE campaign_budgets SET issued_yen = issued_yen + 100 WHERE campaign_id = 'P';
+		INSERT INTO member_monthly_usage (member_id, month, used_yen) VALUES ('lost', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 100)`); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := couponctl("reconcile"); !errors.Is(err, errViolations) || !strings.Contains(out, "outbox: 1 coupons without an outbox row") {
+		t.Errorf("reconcile with a lost outbox row: %v\n%s\nwant exit 1 naming it", err, out)
+	}
+
+	// The broken variant: delete delivered rows without marking their coupons.
+	if _, err := pool.Exec(ctx, `DELETE FROM issued_coupons WHERE member_id = 'lost';
+		UPDATE campaign_budgets SET issued_yen = issued_yen - 100 WHERE campaign_id = 'P';
+		DELETE FROM member_monthly_usage WHERE member_id = 'lost'`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if out, err := svc.Issue(ctx, fmt.Sprintf("n%02d", i), "P"); err != nil || out.Result != issuance.ResultIssued {
+			t.Fatalf("issue: %+v %v", out, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE notification_outbox SET sent_at = now() - interval '2 s' WHERE sent_at IS NULL AND skipped_at IS NULL;
+		DELETE FROM notification_outbox WHERE sent_at < now() - interval '1 s'`); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := couponctl("reconcile"); !errors.Is(err, errViolations) || !strings.Contains(out, "outbox: 3 coupons without an outbox row") {
+		t.Errorf("the broken prune: reconcile %v\n%s\nwant the 3 unmarked coupons reported", err, out)
 	}
 }

@@ -67,6 +67,7 @@ DECLARE
   v_stripe  smallint;
   v_coupon  uuid;
   v_voided  boolean;
+  v_expires timestamptz;
   v_done    boolean := false;
 BEGIN
   IF p_coupon_id IS NULL OR p_campaign_id IS NULL OR p_member_id IS NULL OR p_issued_at IS NULL
@@ -85,12 +86,14 @@ BEGIN
   IF NOT FOUND THEN
     result := 'UNKNOWN_CAMPAIGN'; amount := NULL; expires_at := NULL; RETURN;
   END IF;
-  SELECT c.coupon_id::text, c.voided_at IS NOT NULL, c.expires_at INTO coupon, v_voided, expires_at
+  -- (A SELECT INTO that finds no row sets its targets to NULL: the holder's expiry goes to a
+  -- variable of its own, so that the new coupon's stays.)
+  SELECT c.coupon_id::text, c.voided_at IS NOT NULL, c.expires_at INTO coupon, v_voided, v_expires
     FROM issued_coupons c
    WHERE c.campaign_id = p_campaign_id AND c.member_id = p_member_id AND NOT c.legacy_duplicate AND NOT c.reissue_allowed;
   IF FOUND THEN
     result := CASE WHEN v_voided THEN 'COUPON_VOIDED' ELSE 'ALREADY_ISSUED' END;
-    amount := NULL; reason := NULL; RETURN;
+    amount := NULL; reason := NULL; expires_at := v_expires; RETURN;
   ELSIF reason IS NOT NULL THEN
     result := 'CAMPAIGN_NOT_ACTIVE'; amount := NULL; expires_at := NULL; RETURN;
   END IF;
