@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/internal/linestub"
 	"github.com/mops/coupon-api/internal/localpg"
 )
@@ -38,10 +40,17 @@ const (
 	// return to the resume no coupon of DR-B may commit; the audit also finds any ISSUED answered
 	// inside the pause (campaign_changes).
 	CampaignChange Fault = "campaign-change"
+	// Voids is an operator's work too: [voidCount] coupons of DR-B and DR-C voided one after the
+	// other through the slot, every other one with reissue allowed. The audit allows their
+	// earlier ISSUED answers; reconcile checks that their yen came back.
+	Voids Fault = "voids"
 )
 
 // Faults are every kind, in the default schedule's order.
-var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange}
+var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange, Voids}
+
+// voidCount is how many coupons [Voids] voids.
+const voidCount = 20
 
 // raiseYen is what [CampaignChange] adds to DR-A's budget: 20 more coupons.
 const raiseYen = 20_000
@@ -118,6 +127,8 @@ func (in *injector) inject(ctx context.Context, f Fault, hold time.Duration) (ev
 		ev.note = "the LINE stand-in answered 503 to every push"
 	case CampaignChange:
 		err = in.changeCampaigns(ctx, hold, &ev)
+	case Voids:
+		err = in.voidCoupons(ctx, hold, &ev)
 	}
 	ev.end = time.Now()
 	return ev, err
@@ -239,6 +250,34 @@ func (in *injector) changeCampaigns(ctx context.Context, hold time.Duration, ev 
 	}
 	ev.note = fmt.Sprintf("DR-B paused at %s with %d coupons, %d before its resume at %s; DR-A raised by %d yen at %s",
 		at(pausedAt), paused, before, at(time.Since(ev.start)), raiseYen, at(raisedAt))
+	return nil
+}
+
+// voidCoupons is [Voids]: voidCount live coupons of DR-B and DR-C, chosen at random, voided
+// spread over hold.
+func (in *injector) voidCoupons(ctx context.Context, hold time.Duration, ev *event) error {
+	rows, err := in.pool.Query(ctx, `SELECT coupon_id::text FROM issued_coupons
+		WHERE campaign_id IN ('DR-B', 'DR-C') AND voided_at IS NULL ORDER BY random() LIMIT $1`, voidCount)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	pushes := map[string]int{}
+	for i, id := range ids {
+		if err := sleep(ctx, hold/time.Duration(len(ids)+1)); err != nil {
+			return err
+		}
+		v, err := coupon.Void(ctx, in.pool, id, "couponctl drill: an operator's void under load", i%2 == 0)
+		if err != nil {
+			return err
+		}
+		pushes[v.Push]++
+	}
+	ev.note = fmt.Sprintf("%d coupons voided (every other one with reissue allowed); pushes: %d already sent, %d not sent (never will be), %d in flight",
+		len(ids), pushes["sent"], pushes["not sent"], pushes["in flight"])
 	return nil
 }
 

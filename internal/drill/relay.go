@@ -150,12 +150,13 @@ type couponPush struct {
 	campaign, member, lineUser string
 	amountYen                  int
 	expiresAt                  *time.Time
+	voided                     bool // by the drill's voids: pushed before it or never, both right
 }
 
 const sqlCouponPushes = `
-SELECT i.coupon_id::text, i.campaign_id, i.member_id, COALESCE(l.line_user_id, ''), i.amount_yen, i.expires_at
-  FROM issued_coupons i LEFT JOIN member_line_accounts l USING (member_id)
- WHERE i.voided_at IS NULL`
+SELECT i.coupon_id::text, i.campaign_id, i.member_id, COALESCE(l.line_user_id, ''), i.amount_yen, i.expires_at,
+       i.voided_at IS NOT NULL
+  FROM issued_coupons i LEFT JOIN member_line_accounts l USING (member_id)`
 
 // checkPushes checks the stand-in's pushes against the coupons: every coupon accepted by LINE
 // (at least once: the stand-in, like LINE, accepts a retry key once and answers 409 to a re-send),
@@ -170,7 +171,7 @@ func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (
 	for rows.Next() {
 		var id string
 		var c couponPush
-		if err := rows.Scan(&id, &c.campaign, &c.member, &c.lineUser, &c.amountYen, &c.expiresAt); err != nil {
+		if err := rows.Scan(&id, &c.campaign, &c.member, &c.lineUser, &c.amountYen, &c.expiresAt, &c.voided); err != nil {
 			rows.Close()
 			return pushed{}, fmt.Errorf("drill: coupons: %w", err)
 		}
@@ -179,9 +180,13 @@ func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (
 	if err := rows.Err(); err != nil {
 		return pushed{}, fmt.Errorf("drill: coupons: %w", err)
 	}
-	p := pushed{stats: stub.Stats(), coupons: len(coupons)}
+	p := pushed{stats: stub.Stats()}
 	accepted := stub.Accepted()
 	for id, c := range coupons {
+		if c.voided {
+			continue // pushed before its void, or never: the relay skips a voided coupon
+		}
+		p.coupons++
 		switch {
 		case c.lineUser == "":
 			p.notLinked++
