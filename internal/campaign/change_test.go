@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/campaign"
@@ -26,16 +27,24 @@ const (
 	changeApp = "campaign-change"
 )
 
-// live is a test's database: the owner's pool that IssueCoupon's service runs on, and an
-// operator's pool logged in as a user in coupon_admin, as couponctl's change verbs run.
+// live is a test's database: the owner's pool that IssueCoupon's services run on (one per
+// instance: each coalesces its own requests), and an operator's pool logged in as a user in
+// coupon_admin, as couponctl's change verbs run.
 type live struct {
 	url   string
 	pool  *pgxpool.Pool
 	admin *pgxpool.Pool
-	svc   *issuance.Service
+	svcs  []*issuance.Service
 }
 
+// instances is how many IssueCoupon instances serve a test's traffic.
+const instances = 4
+
 func newLive(t *testing.T, c campaign.Campaign) *live {
+	return newLiveWith(t, c, issuance.Config{})
+}
+
+func newLiveWith(t *testing.T, c campaign.Campaign, cfg issuance.Config) *live {
 	t.Helper()
 	ctx := context.Background()
 	l := &live{url: pgtest.URL(t)}
@@ -51,8 +60,12 @@ func newLive(t *testing.T, c campaign.Campaign) *live {
 	if err := campaign.Create(ctx, l.pool, c); err != nil {
 		t.Fatal(err)
 	}
-	if l.svc, err = issuance.New(l.pool, issuance.Config{}); err != nil {
-		t.Fatal(err)
+	for range instances {
+		svc, err := issuance.New(l.pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.svcs = append(l.svcs, svc)
 	}
 	// Registered last, so run first of the cleanups above, and after those of what the test
 	// opens later (a held campaign's sessions): no deadlock, 40P01, in any test.
@@ -131,7 +144,7 @@ func startTraffic(l *live, id string) *traffic {
 				tr.mu.Lock()
 				tr.latest[c] = a.start
 				tr.mu.Unlock()
-				a.out, a.err = l.svc.Issue(context.Background(), member, id)
+				a.out, a.err = l.svcs[c%instances].Issue(context.Background(), member, id)
 				tr.mu.Lock()
 				tr.answers = append(tr.answers, a)
 				tr.mu.Unlock()
@@ -403,7 +416,9 @@ func TestPauseUnderLoad(t *testing.T) {
 	}
 	t.Run("broken: judged only before the writes", func(t *testing.T) {
 		t.Parallel()
-		l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon})
+		// One call per request, so that many calls queue on the stripe behind the pause
+		// (TestPauseJudgedOnTheStripe shows the batch's judgement apart).
+		l := newLiveWith(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon}, issuance.Config{BatchMax: 1})
 		pgtest.BreakFunction(t, l.pool, "issue_coupon",
 			[2]string{"campaign_inactive_reason(starts_at, ends_at, paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"},
 			[2]string{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"})
@@ -624,6 +639,84 @@ func TestConcurrentChanges(t *testing.T) {
 				b := budget(l, t)
 				for _, v := range l.violations(t, "BF", 8, b) {
 					t.Error(v)
+				}
+			})
+		}
+	}
+}
+
+// TestPauseJudgedOnTheStripe: a pause that has not committed yet holds every stripe; a call that
+// read the campaign active meanwhile waits for a stripe, and once the pause commits it is refused
+// CAMPAIGN_NOT_ACTIVE PAUSED and writes nothing: issue_coupon alone, and issue_coupons_batch for
+// three members (two new, one twice). The broken variants, each function judging the state only
+// by its reads, commit after the pause.
+func TestPauseJudgedOnTheStripe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	single := `SELECT array[result, coalesce(reason, '')] FROM issue_coupon(gen_random_uuid(), 'RUN', 'm1', now(), 2000, NULL)`
+	batch := `SELECT array_agg(result || ' ' || coalesce(reason, '') ORDER BY i) FROM issue_coupons_batch('RUN',
+		ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()], ARRAY['m1', 'm2', 'm1'], ARRAY[now(), now(), now()], 2000,
+		ARRAY[NULL, NULL, NULL]::text[])`
+	for _, c := range []struct {
+		name, call, fn string
+		guard          string
+	}{
+		{"issue_coupon", single, "issue_coupon", "campaign_inactive_reason(starts_at, ends_at, paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL"},
+		{"issue_coupons_batch", batch, "issue_coupons_batch", "campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, greatest(v_latest, clock_timestamp())) IS NULL"},
+	} {
+		for _, broken := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s broken=%v", c.name, broken), func(t *testing.T) {
+				t.Parallel()
+				l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100 * coupon, Stripes: 2})
+				if broken {
+					pgtest.BreakFunction(t, l.pool, c.fn, [2]string{c.guard, "true"})
+					if c.fn == "issue_coupon" {
+						pgtest.BreakFunction(t, l.pool, c.fn, [2]string{strings.ReplaceAll(c.guard, "(starts_at, ends_at, paused_at", "(s.starts_at, s.ends_at, s.paused_at"), "true"})
+					}
+				}
+				pause, err := l.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pause.Rollback(ctx)
+				var pid int
+				if err := pause.QueryRow(ctx, `SELECT pg_backend_pid() FROM campaign_change_state('RUN', 'pause', NULL, NULL, false, false, 'test')`).Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan []string, 1)
+				go func() {
+					var answers []string
+					err := l.pool.QueryRow(ctx, c.call).Scan(&answers)
+					var pgErr *pgconn.PgError
+					switch {
+					case errors.As(err, &pgErr) && pgErr.Code == "CI409": // issue_coupon's refusal after its writes: rolled back
+						answers = []string{pgErr.Message + " " + pgErr.Detail}
+					case err != nil:
+						t.Error(err)
+					}
+					got <- answers
+				}()
+				pgtest.WaitBlockedBy(t, l.pool, pid, 1)
+				if err := pause.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				answers := <-got
+				coupons := l.coupons(t, "RUN")
+				if broken {
+					if coupons == 0 {
+						t.Errorf("the broken variant committed nothing (%v): the test would not see it", answers)
+					}
+					return
+				}
+				for _, a := range answers {
+					if a != "CAMPAIGN_NOT_ACTIVE PAUSED" {
+						t.Errorf("answers %v after the pause committed, want CAMPAIGN_NOT_ACTIVE PAUSED", answers)
+						break
+					}
+				}
+				if coupons != 0 || l.count(t, `SELECT coalesce(sum(used_yen), 0) FROM member_monthly_usage`) != 0 ||
+					l.count(t, `SELECT count(*) FROM notification_outbox`) != 0 || l.count(t, `SELECT sum(issued_yen) FROM campaign_budgets`) != 0 {
+					t.Errorf("a refused call left rows behind: %d coupons", coupons)
 				}
 			})
 		}

@@ -201,7 +201,7 @@ var errRollback = errors.New("isolationlab: rejected")
 const sqlPreallocatedCoupon = `
 INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, issued_at)
 SELECT campaign_id, $2, $3, discount_yen, $4 FROM campaign_budgets WHERE campaign_id = $1 AND stripe = 0
-ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
+ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate AND NOT reissue_allowed DO NOTHING
 RETURNING coupon_id::text, amount_yen`
 
 // Release gives every live instance's unused slice back to campaignID's budget row, as a graceful

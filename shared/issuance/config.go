@@ -57,6 +57,14 @@ const (
 	// short statements on a fresh connection, with room for a lost session's termination.
 	ResolveTimeout = 300 * time.Millisecond
 
+	// DefaultBatchMax is how many members one coalesced call of a campaign takes at most
+	// (ISSUE_BATCH_MAX; docs/hot-campaigns.md, "Coalescing", measured there).
+	DefaultBatchMax = 32
+
+	// MaxBatchMax bounds ISSUE_BATCH_MAX: a call of more members holds its rows longer and
+	// fails more members at once.
+	MaxBatchMax = 128
+
 	// terminateStep is how long one pg_terminate_backend call of that look-up waits for the
 	// lost transaction's backend before the look-up checks again, and how long it waits before
 	// dialling again when the database cannot be reached.
@@ -96,6 +104,11 @@ type Config struct {
 	// StatementTimeout caps each attempt's statement_timeout (env ISSUE_STATEMENT_TIMEOUT).
 	// Default [DefaultStatementTimeout]; at most Budget.
 	StatementTimeout time.Duration
+	// BatchMax is how many requests for one campaign one call may take (env ISSUE_BATCH_MAX):
+	// the requests that arrive while a call for their campaign is in flight wait for it, then
+	// go together as one call of at most BatchMax members (docs/design.md, "Coalescing a hot
+	// campaign"). 1 turns coalescing off. Default [DefaultBatchMax]; at most [MaxBatchMax].
+	BatchMax int
 	// Now is the service's clock; it decides the coupon's issued_at and its month. Default
 	// time.Now. Tests inject a fixed clock.
 	Now func() time.Time
@@ -114,6 +127,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if c.BatchMax == 0 {
+		c.BatchMax = DefaultBatchMax
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -140,6 +156,9 @@ func (c Config) Validate() error {
 	if c.StatementTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("statement timeout %s: must be positive", c.StatementTimeout))
 	}
+	if c.BatchMax < 1 || c.BatchMax > MaxBatchMax {
+		errs = append(errs, fmt.Errorf("batch max %d: must be 1 (no coalescing) to %d", c.BatchMax, MaxBatchMax))
+	}
 	if c.StatementTimeout > c.Budget {
 		errs = append(errs, fmt.Errorf("statement timeout %s: must not exceed the budget %s", c.StatementTimeout, c.Budget))
 	}
@@ -159,14 +178,15 @@ func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Durati
 	return lock, statement
 }
 
-// ConfigFromEnv reads MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT and
-// ISSUE_STATEMENT_TIMEOUT (docs/api.md, "Configuration"), defaults for the unset ones, and
+// ConfigFromEnv reads MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT, ISSUE_STATEMENT_TIMEOUT
+// and ISSUE_BATCH_MAX (docs/api.md, "Configuration"), defaults for the unset ones, and
 // refuses what [Config.Validate] refuses. An explicit zero or negative value is refused, never
 // taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be PostgreSQL's "wait forever".
 func ConfigFromEnv() (Config, error) {
 	var c Config
-	var errs [4]error
+	var errs [5]error
 	c.MonthlyCapYen, errs[0] = envconf.PositiveInt("MONTHLY_CAP_YEN", DefaultMonthlyCapYen)
+	c.BatchMax, errs[4] = envconf.PositiveInt("ISSUE_BATCH_MAX", DefaultBatchMax)
 	c.Budget, errs[1] = envconf.PositiveDuration("ISSUE_BUDGET", DefaultBudget)
 	c.LockTimeout, errs[2] = envconf.PositiveDuration("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout)
 	c.StatementTimeout, errs[3] = envconf.PositiveDuration("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout)
@@ -179,6 +199,6 @@ func ConfigFromEnv() (Config, error) {
 
 // String lists the effective settings, for the start-up log line.
 func (c Config) String() string {
-	return fmt.Sprintf("monthly_cap_yen=%d budget=%s lock_timeout=%s statement_timeout=%s",
-		c.MonthlyCapYen, c.Budget, c.LockTimeout, c.StatementTimeout)
+	return fmt.Sprintf("monthly_cap_yen=%d budget=%s lock_timeout=%s statement_timeout=%s batch_max=%d",
+		c.MonthlyCapYen, c.Budget, c.LockTimeout, c.StatementTimeout, c.BatchMax)
 }

@@ -328,7 +328,8 @@ func TestColumnTypeChangedUnderPreparedStatements(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	pool := prodPool(t, dbURL, 4)
-	svc := faultService(t, pool, issuance.Config{}, "PLAN")
+	// One call per request (BatchMax 1): the test is about what each pooled session prepared.
+	svc := faultService(t, pool, issuance.Config{BatchMax: 1}, "PLAN")
 	admin := connect(t, dbURL)
 
 	// Four requests at once, all parked on the campaign row after their coupon insert, so that
@@ -553,7 +554,10 @@ func TestCallerCancelStorm(t *testing.T) {
 	// The longest lock wait an attempt can be given (the budget at its 3 s maximum): each
 	// attempt's lock_timeout is then 1.725 s (3/4 of its statement_timeout, which ends 100 ms
 	// before the attempts' 2.4 s), the time after which an orphaned session would stop by itself.
-	cfg := issuance.Config{Budget: issuance.AppTimeout, LockTimeout: 2800 * time.Millisecond, StatementTimeout: 2900 * time.Millisecond}
+	// One call per request (BatchMax 1): the test is about each pooled session's wait; callers
+	// leaving the coalescer's queue are TestCoalescedCallersLeave's.
+	cfg := issuance.Config{Budget: issuance.AppTimeout, LockTimeout: 2800 * time.Millisecond, StatementTimeout: 2900 * time.Millisecond,
+		BatchMax: 1}
 	const orphanStops = 1725 * time.Millisecond
 	svc := faultService(t, pool, cfg, "HELD")
 	admin := connect(t, dbURL)

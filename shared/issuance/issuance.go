@@ -71,6 +71,7 @@ func Month(t time.Time) string { return t.In(Tokyo).Format("2006-01") }
 type Service struct {
 	pool *pgxpool.Pool
 	cfg  Config
+	co   *coalescer // nil when Config.BatchMax is 1
 }
 
 // New returns a Service over pool, with cfg's zero fields defaulted. It refuses a cfg that
@@ -80,7 +81,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{pool: pool, cfg: cfg}, nil
+	svc := &Service{pool: pool, cfg: cfg}
+	if cfg.BatchMax > 1 {
+		svc.co = newCoalescer(cfg.BatchMax)
+	}
+	return svc, nil
 }
 
 // Issue gives member memberID one coupon of campaign campaignID, or says why not.
@@ -139,6 +144,15 @@ func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant 
 	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt), grant: grant}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
+	if grant || s.co == nil {
+		return s.alone(ctx, req, deadline, callEnd, span)
+	}
+	return s.coalesced(ctx, req, deadline, callEnd, span)
+}
+
+// alone runs r's attempts, one call each, until an answer, by deadline (the attempts' end) and
+// callEnd (the whole call's).
+func (s *Service) alone(ctx context.Context, req request, deadline, callEnd time.Time, span *issueSpan) (out Outcome, err error) {
 	contended, stalePlans := 0, 0
 	for attempt := 1; ; attempt++ {
 		left := time.Until(deadline)
@@ -373,49 +387,83 @@ func outcomeOf(r request, result string, coupon *string, amount *int, reason *st
 //
 // If the session's end cannot be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
 func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError, callEnd time.Time) (Outcome, error) {
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callEnd)
-	defer cancel()
-	unknown := func(err error) (Outcome, error) {
-		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
+	st, err := s.settle(ctx, lost, callEnd)
+	if err != nil {
+		return Outcome{}, err
 	}
+	defer st.close()
+	return st.lookup(r, lost.couponID)
+}
+
+// settlement is the connection of its own that settles lost answers: the lost call's session is
+// over (ended), or could not be seen to be.
+type settlement struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	conn   *pgx.Conn
+	ended  bool
+	lost   *answerLostError
+}
+
+// settle opens the settlement's connection, ending at callEnd, and makes sure the session of
+// lost's call is over: if it still runs, it is terminated and waited for. Errors wrap
+// [ErrOutcomeUnknown].
+func (s *Service) settle(ctx context.Context, lost *answerLostError, callEnd time.Time) (*settlement, error) {
+	st := &settlement{lost: lost}
+	st.ctx, st.cancel = context.WithDeadline(context.WithoutCancel(ctx), callEnd)
 	// A connection of its own, not one from the pool: under load every pooled connection may
 	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
 	// The network that lost the answer may be back a moment later: dial again until the call's
 	// time is up.
-	conn, err := pgx.ConnectConfig(ctx, settleConfig(s.pool))
-	for err != nil && ctx.Err() == nil {
+	conn, err := pgx.ConnectConfig(st.ctx, settleConfig(s.pool))
+	for err != nil && st.ctx.Err() == nil {
 		time.Sleep(terminateStep)
-		conn, err = pgx.ConnectConfig(ctx, settleConfig(s.pool))
+		conn, err = pgx.ConnectConfig(st.ctx, settleConfig(s.pool))
 	}
 	if err != nil {
-		return unknown(err)
+		st.cancel()
+		return nil, st.unknown(err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	st.conn = conn
 	// Terminate and wait in short steps, each re-reading whether the session still runs:
 	// pg_terminate_backend itself only looks every 100 ms.
-	var ended bool
-	deadline, _ := ctx.Deadline()
-	for !ended && time.Until(deadline) > 2*terminateStep {
-		err := conn.QueryRow(ctx, sqlSessionEnd, int64(lost.session.pid), lost.session.start, terminateStep.Milliseconds()).Scan(&ended)
+	deadline, _ := st.ctx.Deadline()
+	for !st.ended && time.Until(deadline) > 2*terminateStep {
+		err := conn.QueryRow(st.ctx, sqlSessionEnd, int64(lost.session.pid), lost.session.start, terminateStep.Milliseconds()).Scan(&st.ended)
 		if err != nil {
-			return unknown(err)
+			st.close()
+			return nil, st.unknown(err)
 		}
 	}
+	return st, nil
+}
+
+func (st *settlement) close() {
+	st.conn.Close(context.WithoutCancel(st.ctx))
+	st.cancel()
+}
+
+func (st *settlement) unknown(err error) error {
+	return fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, st.lost.err)
+}
+
+// lookup settles request r, whose call made coupon couponID: see [Service.resolve].
+func (st *settlement) lookup(r request, couponID string) (Outcome, error) {
 	var existing string
 	var amount int
 	var voided bool
 	var expires *time.Time
-	err = conn.QueryRow(ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount, &voided, &expires)
+	err := st.conn.QueryRow(st.ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount, &voided, &expires)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) && ended:
-		return Outcome{}, &connLostError{lost.err}
+	case errors.Is(err, pgx.ErrNoRows) && st.ended:
+		return Outcome{}, &connLostError{st.lost.err}
 	case errors.Is(err, pgx.ErrNoRows):
-		return unknown(fmt.Errorf("the session of backend %d still runs", lost.session.pid))
+		return Outcome{}, st.unknown(fmt.Errorf("the session of backend %d still runs", st.lost.session.pid))
 	case err != nil:
-		return unknown(err)
+		return Outcome{}, st.unknown(err)
 	case voided:
 		return Outcome{Result: ResultCouponVoided, CouponID: existing}, nil
-	case existing == lost.couponID:
+	case existing == couponID:
 		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: r.month, ExpiresAt: expires}, nil
 	}
 	return Outcome{Result: ResultAlreadyIssued, CouponID: existing, ExpiresAt: expires}, nil

@@ -19,6 +19,11 @@ const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config(
 // $6 trace_parent.
 const sqlIssue = `SELECT result, coupon, amount, reason, expires_at FROM issue_coupon($1, $2, $3, $4, $5, $6)`
 
+// sqlIssueBatch is one coalesced call: issue_coupons_batch (00013_issue_coupons_batch.sql), an
+// answer row per member. $1 campaign_id, $2 coupon ids, $3 member ids, $4 issue times, $5 R3's
+// cap in yen, $6 trace parents, one each per member.
+const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM issue_coupons_batch($1, $2, $3, $4, $5, $6)`
+
 // sqlGrant is [sqlIssue] through grant_coupon, an operator's grant (00011_after_issuance.sql).
 const sqlGrant = `SELECT result, coupon, amount, reason, expires_at FROM grant_coupon($1, $2, $3, $4, $5, $6)`
 

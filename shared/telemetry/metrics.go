@@ -24,6 +24,9 @@ const (
 	MetricIssuanceAttempts = "coupon.issuance.attempts"
 	// MetricIssuanceDuration is the histogram of one call's time, retries included (ms).
 	MetricIssuanceDuration = "coupon.issuance.duration"
+	// MetricBatchSize is the histogram of the members of each coalesced IssueCoupon call, by
+	// AttrCampaign ({member}): shared/issuance's batches of one hot campaign (ISSUE_BATCH_MAX).
+	MetricBatchSize = "coupon.issuance.batch.size"
 	// MetricRetryableErrors counts attempts that failed with a retryable SQLSTATE (40001,
 	// 40P01, 55P03), by db.response.status_code ({error}).
 	MetricRetryableErrors = "coupon.issuance.retryable_errors"
@@ -52,7 +55,7 @@ const (
 // MetricNames lists every metric above, for tests that check dashboards and alerts against
 // the code.
 func MetricNames() []string {
-	return []string{MetricIssuances, MetricIssuanceAttempts, MetricIssuanceDuration, MetricRetryableErrors,
+	return []string{MetricIssuances, MetricIssuanceAttempts, MetricIssuanceDuration, MetricBatchSize, MetricRetryableErrors,
 		MetricBudgetUtilization, MetricOutboxUnsent, MetricOutboxOldestAge, MetricOutboxParked, MetricOutboxSkipped,
 		MetricLINEPushes, MetricDriftYen, MetricDriftRows}
 }
@@ -65,6 +68,7 @@ const (
 	AttrAttempts  = attribute.Key("coupon.attempts")
 	AttrMonth     = attribute.Key("coupon.month")
 	AttrDriftKind = attribute.Key("coupon.drift.kind")
+	AttrBatchSize = attribute.Key("coupon.batch.size")
 )
 
 // Result codes of [Metrics.RecordIssuance] besides the issuance results.
@@ -78,6 +82,7 @@ const (
 var (
 	durationBucketsMs = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1500, 2000, 2500, 3000}
 	attemptBuckets    = []float64{1, 2, 3, 4, 5}
+	batchBuckets      = []float64{2, 4, 8, 16, 32, 64, 128}
 )
 
 // Metrics records coupon-api's synchronous metrics. Its methods are safe for concurrent use and
@@ -87,6 +92,7 @@ type Metrics struct {
 	issuances metric.Int64Counter
 	attempts  metric.Int64Histogram
 	duration  metric.Float64Histogram
+	batch     metric.Int64Histogram
 	retryable metric.Int64Counter
 	pushes    metric.Int64Counter
 	driftYen  metric.Int64Gauge
@@ -107,6 +113,9 @@ func NewMetrics(mp metric.MeterProvider) *Metrics {
 		duration: handled(m.Float64Histogram(MetricIssuanceDuration, metric.WithUnit("ms"),
 			metric.WithDescription("IssueCoupon issuance time, retries and waits included"),
 			metric.WithExplicitBucketBoundaries(durationBucketsMs...))),
+		batch: handled(m.Int64Histogram(MetricBatchSize, metric.WithUnit("{member}"),
+			metric.WithDescription("Members per coalesced IssueCoupon call of one campaign"),
+			metric.WithExplicitBucketBoundaries(batchBuckets...))),
 		retryable: handled(m.Int64Counter(MetricRetryableErrors, metric.WithUnit("{error}"),
 			metric.WithDescription("Issuance attempts that failed with a retryable SQLSTATE"))),
 		pushes: handled(m.Int64Counter(MetricLINEPushes, metric.WithUnit("{push}"),
@@ -147,6 +156,11 @@ func (m *Metrics) RecordIssuance(ctx context.Context, campaign, result string, a
 	m.issuances.Add(ctx, 1, set)
 	m.attempts.Record(ctx, int64(attempts), set)
 	m.duration.Record(ctx, float64(d)/float64(time.Millisecond), set)
+}
+
+// RecordBatch records one coalesced call of campaign's issuances for members members.
+func (m *Metrics) RecordBatch(ctx context.Context, campaign string, members int) {
+	m.batch.Record(ctx, int64(members), metric.WithAttributes(AttrCampaign.String(campaign)))
 }
 
 // RecordRetryableError records one attempt that failed with the retryable SQLSTATE sqlstate.

@@ -143,8 +143,10 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := proctest.FreePort(t)
+	// ISSUE_BATCH_MAX=1: one call per request, so that the 10 requests in flight are 10 sessions
+	// the test sees waiting behind the hold.
 	cmd, out := start(t, "DATABASE_URL="+dbURL, "PORT="+port, "DB_POOL_MAX_CONNS=10", "FUNCTION_TARGET=IssueCoupon",
-		"ISSUE_LOCK_TIMEOUT=2s", "ISSUE_STATEMENT_TIMEOUT=2400ms")
+		"ISSUE_LOCK_TIMEOUT=2s", "ISSUE_STATEMENT_TIMEOUT=2400ms", "ISSUE_BATCH_MAX=1")
 	base := "http://127.0.0.1:" + port + "/"
 	proctest.WaitServing(t, port, out)
 	if !strings.Contains(out.String(), "pool_max_conns=10") {

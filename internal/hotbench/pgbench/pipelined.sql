@@ -15,7 +15,7 @@ WITH c AS (
   SELECT md5('p' || CAST(:m AS text))::uuid, campaign_id, 'p' || CAST(:m AS text),
          to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), discount_yen
     FROM campaign_budgets WHERE campaign_id = :campaign AND stripe = 0
-  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
+  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate AND NOT reissue_allowed DO NOTHING
   RETURNING 1)
 SELECT 1 / count(*) FROM c;
 WITH u AS (

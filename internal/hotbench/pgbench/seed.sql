@@ -11,7 +11,7 @@ SET LOCAL statement_timeout = '3s';
 INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)
   SELECT campaign_id, 'p' || CAST(:m AS text), to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), discount_yen
     FROM campaign_budgets WHERE campaign_id = :campaign AND stripe = 0
-  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate DO NOTHING
+  ON CONFLICT (campaign_id, member_id) WHERE NOT legacy_duplicate AND NOT reissue_allowed DO NOTHING
   RETURNING coupon_id, amount_yen \gset
 INSERT INTO member_monthly_usage (member_id, month)
   VALUES ('p' || CAST(:m AS text), to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'))
