@@ -96,4 +96,3 @@ func deliverIgnoringVoids(t *testing.T, r *Relay) Result {
 	}
 	return r.deliver(ctx, &run, rows)
 }
-
