@@ -94,7 +94,7 @@ func emittedName(name string) (string, bool) {
 	}
 	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 		base := strings.TrimSuffix(name, suffix)
-		if base != name && slices.Contains([]string{telemetry.MetricIssuanceDuration, telemetry.MetricIssuanceAttempts}, base) {
+		if base != name && slices.Contains([]string{telemetry.MetricIssuanceDuration, telemetry.MetricIssuanceAttempts, telemetry.MetricBatchSize}, base) {
 			return base, true
 		}
 	}

@@ -60,7 +60,7 @@ func TestDrillPassesWithEveryFault(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "OK: every answer agrees with the tables") {
 		t.Fatalf("drill exited %d, want 0 and OK:\n%s", code, out)
 	}
-	for _, fault := range []string{"db-crash", "kill", "sigterm", "stall", "line-outage", "campaign-change", "voids"} {
+	for _, fault := range []string{"db-crash", "kill", "sigterm", "stall", "line-outage", "campaign-change", "voids", "hot-campaign"} {
 		if !regexp.MustCompile(`(?m)^  ` + fault + ` +\d`).MatchString(out) {
 			t.Errorf("no row for fault %s in the report:\n%s", fault, out)
 		}

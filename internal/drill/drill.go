@@ -249,14 +249,14 @@ func (d *drill) setUp(ctx context.Context) error {
 		return err
 	}
 	d.pool = pool
-	if err := silverweek.CreateCampaigns(ctx, pool, campaigns); err != nil {
+	if err := silverweek.CreateCampaigns(ctx, pool, append(campaigns, hotCampaign)); err != nil {
 		return fmt.Errorf("%w (the drill needs a database without its campaigns)", err)
 	}
 	d.members = max(1000, int(d.o.Duration.Seconds()*membersPerSecond))
 	if err := linkMembers(ctx, pool, d.members); err != nil {
 		return err
 	}
-	d.say("migrated; campaigns DR-A (100,000 yen: sells out), DR-B, DR-C (1,000 yen coupons); %d members linked to LINE", d.members)
+	d.say("migrated; campaigns DR-A (100,000 yen: sells out), DR-B, DR-C, and DR-H for the hot-campaign step (1,000 yen coupons); %d members linked to LINE", d.members)
 	return d.startProcesses(ctx)
 }
 
@@ -333,7 +333,7 @@ func (d *drill) runLoad(ctx context.Context) ([]event, []Fault, error) {
 	d.fault.Store("none")
 	go d.progressLines(t, r, done)
 
-	events, err := d.schedule(ctx, faults)
+	events, err := d.schedule(ctx, faults, t)
 	close(stop)
 	<-done
 	if t.wrapped {
@@ -355,9 +355,9 @@ func skippedNote(skipped []Fault) string {
 }
 
 // schedule injects faults in their slots of the drill's duration and returns when it is over.
-func (d *drill) schedule(ctx context.Context, faults []Fault) ([]event, error) {
+func (d *drill) schedule(ctx context.Context, faults []Fault, t *traffic) ([]event, error) {
 	slot := d.o.Duration / time.Duration(2*len(faults)+1)
-	in := &injector{db: d.db, pool: d.pool, svc: d.svc, stub: d.stub}
+	in := &injector{db: d.db, pool: d.pool, traffic: t, svc: d.svc, stub: d.stub}
 	if d.o.Break != "" {
 		in.holdWALWriter = breakHold
 	}

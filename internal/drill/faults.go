@@ -44,10 +44,14 @@ const (
 	// other through the slot, every other one with reissue allowed. The audit allows their
 	// earlier ISSUED answers; reconcile checks that their yen came back.
 	Voids Fault = "voids"
+	// HotCampaign is a first-come rush, not a fault: for its slot every client asks for DR-H,
+	// one budget stripe, new members each, double taps included, so that IssueCoupon coalesces
+	// them into batches; DR-H sells out. The audit covers its answers as every other.
+	HotCampaign Fault = "hot-campaign"
 )
 
 // Faults are every kind, in the default schedule's order.
-var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange, Voids}
+var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange, Voids, HotCampaign}
 
 // voidCount is how many coupons [Voids] voids.
 const voidCount = 20
@@ -97,10 +101,11 @@ type event struct {
 
 // injector injects the faults into the drill's processes.
 type injector struct {
-	db   *localpg.Server // nil when the drill does not own the database
-	pool *pgxpool.Pool   // the drill's own connections, for [CampaignChange]
-	svc  *service
-	stub *linestub.Stub
+	db      *localpg.Server // nil when the drill does not own the database
+	pool    *pgxpool.Pool   // the drill's own connections, for [CampaignChange], [Voids], [HotCampaign]
+	traffic *traffic        // the load, for [HotCampaign]
+	svc     *service
+	stub    *linestub.Stub
 	// holdWALWriter, when positive, is how long [DBCrash] holds the WAL writer stopped before
 	// the crash ([BreakSyncCommitOff]).
 	holdWALWriter time.Duration
@@ -129,6 +134,8 @@ func (in *injector) inject(ctx context.Context, f Fault, hold time.Duration) (ev
 		err = in.changeCampaigns(ctx, hold, &ev)
 	case Voids:
 		err = in.voidCoupons(ctx, hold, &ev)
+	case HotCampaign:
+		err = in.rush(ctx, hold, &ev)
 	}
 	ev.end = time.Now()
 	return ev, err
@@ -279,6 +286,19 @@ func (in *injector) voidCoupons(ctx context.Context, hold time.Duration, ev *eve
 	ev.note = fmt.Sprintf("%d coupons voided (every other one with reissue allowed); pushes: %d already sent, %d not sent (never will be), %d in flight",
 		len(ids), pushes["sent"], pushes["not sent"], pushes["in flight"])
 	return nil
+}
+
+// rush is [HotCampaign]: every client on DR-H for hold.
+func (in *injector) rush(ctx context.Context, hold time.Duration, ev *event) error {
+	in.traffic.setHot(hotCampaign.ID)
+	err := sleep(ctx, hold)
+	in.traffic.setHot("")
+	coupons := 0
+	if qerr := in.pool.QueryRow(ctx, sqlCoupons, hotCampaign.ID).Scan(&coupons); err == nil {
+		err = qerr
+	}
+	ev.note = fmt.Sprintf("every client on %s (one stripe, %d coupons): %d issued", hotCampaign.ID, hotCampaign.BudgetYen/hotCampaign.DiscountYen, coupons)
+	return err
 }
 
 // sqlCoupons counts a campaign's coupons.

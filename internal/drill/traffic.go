@@ -27,6 +27,11 @@ var campaigns = []silverweek.Campaign{
 	{ID: "DR-C", DiscountYen: 1000, BudgetYen: 1_000_000_000},
 }
 
+// hotCampaign is the drill's first-come campaign of one budget stripe that only the
+// [HotCampaign] step asks for: every client at once, so that IssueCoupon coalesces its requests
+// into batches; its 500 coupons sell out during the step.
+var hotCampaign = silverweek.Campaign{ID: "DR-H", DiscountYen: 1000, BudgetYen: 500_000}
+
 // clientTimeout is how long a drill client waits for an answer: past the app's 3 s
 // ([issuance.AppTimeout]) so that a late answer is recorded with its real latency, which the
 // audit then reports as late, rather than as a timeout.
@@ -63,6 +68,15 @@ type traffic struct {
 	wrapped bool
 	counts  map[string]int // answers by progress class (see classOf)
 	err     error          // the first failure to record an answer
+	hot     string         // while set, every member asks for this campaign alone (HotCampaign)
+}
+
+// setHot makes every new member ask for campaign alone, twice (a double tap), until called with "".
+func (t *traffic) setHot(campaign string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.hot = campaign
+	t.burst = nil
 }
 
 func newTraffic(url string, clients, members int, log *answerlog.Writer, seed uint64) *traffic {
@@ -110,11 +124,15 @@ func (t *traffic) take() silverweek.Request {
 		if t.next++; t.next > t.members {
 			t.wrapped = true
 		}
-		for _, c := range campaigns {
+		asks := []string{campaigns[0].ID, campaigns[1].ID, campaigns[2].ID}
+		if t.hot != "" {
+			asks = []string{t.hot}
+		}
+		for _, c := range asks {
 			second := time.Duration(t.rng.Int64N(int64(t.tapGap)))
 			t.burst = append(t.burst,
-				silverweek.Request{MemberID: member, CampaignID: c.ID},
-				silverweek.Request{MemberID: member, CampaignID: c.ID, Delay: second})
+				silverweek.Request{MemberID: member, CampaignID: c},
+				silverweek.Request{MemberID: member, CampaignID: c, Delay: second})
 		}
 		t.rng.Shuffle(len(t.burst), func(i, j int) { t.burst[i], t.burst[j] = t.burst[j], t.burst[i] })
 	}

@@ -537,7 +537,8 @@ func TestReconcileRepairAndRollback(t *testing.T) {
 		WHERE campaign_id = (SELECT campaign_id FROM campaign_budgets WHERE campaign_id LIKE 'L%'
 		                      AND issued_yen BETWEEN 3000 AND budget_yen ORDER BY campaign_id LIMIT 1)
 		RETURNING campaign_id`)
-	exec(t, pool, `UPDATE campaign_budgets SET issued_yen = 0 WHERE campaign_id = 'SW-B' AND stripe = 2`)
+	exec(t, pool, `UPDATE campaign_budgets SET issued_yen = 0 WHERE campaign_id = 'SW-B' AND stripe =
+		(SELECT stripe FROM campaign_budgets WHERE campaign_id = 'SW-B' ORDER BY issued_yen DESC LIMIT 1)`)
 	exec(t, pool, `UPDATE member_monthly_usage SET used_yen = used_yen + 1000 WHERE member_id = 'm0007'`)
 	rc, err := reconcile.Check(context.Background(), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
 	if err != nil {

@@ -381,4 +381,3 @@ func TestOneMembersRaceFailsOnlyIt(t *testing.T) {
 		})
 	}
 }
-
