@@ -155,7 +155,7 @@ local PostgreSQL when it is unset.`,
 
 // wrapVerbs makes every verb under c (and c) say the same way what it cannot do: its argument
 // checks' refusals become [usageError]s, and its failures to log in to the database are
-// explained by what the server refused ([db.ExplainLogin]), whichever path connected (the pool's
+// explained by what the server refused ([explainLogin]), whichever path connected (the pool's
 // start-up check, goose, a verb's own connection).
 func wrapVerbs(c *cobra.Command) {
 	args := c.Args
@@ -169,7 +169,7 @@ func wrapVerbs(c *cobra.Command) {
 		return nil
 	}
 	if runE := c.RunE; runE != nil {
-		c.RunE = func(cmd *cobra.Command, a []string) error { return db.ExplainLogin(runE(cmd, a)) }
+		c.RunE = func(cmd *cobra.Command, a []string) error { return explainLogin(runE(cmd, a)) }
 	}
 	for _, sub := range c.Commands() {
 		wrapVerbs(sub)
