@@ -412,7 +412,7 @@ func TestAdminRole(t *testing.T) {
 	if st, err := outboxadmin.ReadStatus(ctx, db.as, 10); err != nil || st.Parked != 1 || st.Sent != 1 {
 		t.Fatalf("outbox status: %+v, %v; want 1 parked, 1 sent", st, err)
 	}
-	if rq, err := outboxadmin.Requeue(ctx, db.as, true, nil, false); err != nil || len(rq.Requeued) != 1 || rq.Requeued[0] != coupons["m1"] {
+	if rq, err := outboxadmin.Requeue(ctx, db.as, outboxadmin.RequeueRequest{All: true}); err != nil || len(rq.Requeued) != 1 || rq.Requeued[0] != coupons["m1"] {
 		t.Fatalf("outbox requeue --all: %+v, %v; want m1's row", rq, err)
 	}
 	if n, err := outbox.Prune(ctx, db.as, outbox.DefaultRetention, outbox.PruneBatch); err != nil || n != 1 {

@@ -91,7 +91,7 @@ as a new push.`,
 				return err
 			}
 			defer closePool()
-			res, err := outboxadmin.Requeue(cmd.Context(), pool, all, args, force)
+			res, err := outboxadmin.Requeue(cmd.Context(), pool, outboxadmin.RequeueRequest{All: all, CouponIDs: args, Force: force})
 			if err != nil {
 				return err
 			}
