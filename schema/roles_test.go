@@ -24,7 +24,6 @@ import (
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // The roles tests (00008_roles.sql, docs/roles.md) log in as a user of each group role, as the
@@ -118,7 +117,7 @@ func issueWork(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	return collectGauges(ctx, pool, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
-		_, err := telemetry.RegisterBudgetGauge(mp, p)
+		_, err := issuance.RegisterBudgetGauge(mp, p)
 		return err
 	})
 }
@@ -303,7 +302,7 @@ func TestRelayRole(t *testing.T) {
 		t.Errorf("outbox rows after the run: %q, want %q", states, want)
 	}
 	if err := collectGauges(ctx, db.as, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
-		_, err := telemetry.RegisterOutboxGauges(mp, p)
+		_, err := outbox.RegisterGauges(mp, p)
 		return err
 	}); err != nil {
 		t.Errorf("outbox gauges: %v", err)

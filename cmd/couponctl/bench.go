@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/hotbench"
 	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/internal/latencyproxy"
@@ -161,10 +162,12 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		logs.finish(errOut, "")
 	}()
 	top := slices.Max(cfg.Clients)
-	baseURL, err := serveFunctions(ctx, proxied, top) // one connection per client, as pgbench has
+	srv, err := serveBenchedIssueCoupon(ctx, proxied, top) // one connection per client, as pgbench has
 	if err != nil {
 		return err
 	}
+	defer srv.close()
+	baseURL := srv.url
 	cells := len(cfg.RTTs) * len(cfg.Clients) * len(hotbench.Variants)
 	if cfg.SoldOut != nil {
 		cells += len(cfg.RTTs) * len(cfg.Clients)
@@ -185,6 +188,17 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	return hotbench.WriteTable(out, format, rep)
+}
+
+// serveBenchedIssueCoupon serves IssueCoupon in this process as the demo does (see
+// [serveLocal]), its pool of poolSize connections on dbURL.
+func serveBenchedIssueCoupon(ctx context.Context, dbURL string, poolSize int) (*localServer, error) {
+	poolURL, err := withPoolSize(dbURL, poolSize)
+	if err != nil {
+		return nil, err
+	}
+	os.Setenv("DATABASE_URL", poolURL)
+	return serveLocal(ctx, nil, issue.Function)
 }
 
 // latencyProxyVerb is the hidden verb that runs bench's latency proxy in a process of its own

@@ -1,12 +1,13 @@
 // Package issue is the IssueCoupon Cloud Run function: the app gateway's "クーポンを受け取る"
 // call. It decodes and validates the request, runs one issuance (shared/issuance) and answers
 // with the result codes of docs/api.md (docs/openapi.yaml). It registers itself with the
-// functions framework in init.
+// functions framework in init ([Function]).
 package issue
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -16,49 +17,59 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/lifecycle"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-func init() {
-	functions.HTTP("IssueCoupon", Instrument(lazy.Handler(instance, "IssueCoupon", func(w http.ResponseWriter, _ *http.Request) {
-		writeInternalError(w)
-	})).ServeHTTP)
-}
+// Function is IssueCoupon as the functions framework serves it, built once per instance by
+// [Open].
+var Function = lifecycle.NewFunction("IssueCoupon", Open, refuse)
 
-// Start starts IssueCoupon, wherever it is served: by the functions framework (init's
-// registration, on the first request), by the deployable main (functions/issue/cmd) and by
-// couponctl serve. It reads and validates the settings from the environment, then gets the
-// pool from open ([lifecycle.OpenDB], or the one pool couponctl serve opened that way for every
-// function it serves), builds the handler and registers the budget gauge. It returns the
-// handler, to be wrapped in [Instrument], and its effective settings.
-func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (*Handler, string, error) {
+func init() { functions.HTTP(Function.Name(), Function.ServeHTTP) }
+
+// Open builds IssueCoupon from the environment: its settings ([issuance.ConfigFromEnv]), then
+// the database ([lifecycle.OpenDB]: reachable and migrated), then [New]. It closes the pool
+// when New fails.
+func Open(ctx context.Context) (*lifecycle.Instance, error) {
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	d, err := open(ctx)
+	d, err := lifecycle.OpenDB(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	h, err := NewHandler(d.Pool, cfg)
+	h, err := New(cfg, d.Pool)
 	if err != nil {
-		return nil, "", err
+		return nil, errors.Join(err, d.Close())
 	}
-	// The campaign budget gauge, read through the pool once per metric export.
-	if _, err := telemetry.RegisterBudgetGauge(otel.GetMeterProvider(), d.Pool); err != nil {
-		return nil, "", err
-	}
-	return h, cfg.String(), nil
+	return &lifecycle.Instance{Handler: h, Settings: []any{"issuance", cfg.String(), "db", d.Settings},
+		Closers: []lifecycle.Closer{d.Closer}}, nil
 }
 
-// instance is the handler the functions framework serves, started by the first request and
-// kept for the instance's life.
-var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
-	h, _, err := Start(ctx, lifecycle.OpenDB)
-	return h, err
-})
+// New returns IssueCoupon's handler issuing on pool with cfg, instrumented (see instrument),
+// after registering the campaign budget gauge on the global meter provider
+// ([issuance.RegisterBudgetGauge]). Errors: [issuance.New]'s and the gauge's.
+func New(cfg issuance.Config, pool *pgxpool.Pool) (http.Handler, error) {
+	h, err := newHandler(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := issuance.RegisterBudgetGauge(otel.GetMeterProvider(), pool); err != nil {
+		return nil, err
+	}
+	return instrument(h), nil
+}
+
+// refuse answers what the instance cannot serve: 503 RETRY_EXHAUSTED with Retry-After while it
+// shuts down (nothing was written: safe to re-send), 500 INTERNAL_ERROR when it could not start.
+func refuse(w http.ResponseWriter, status int) {
+	if status != http.StatusServiceUnavailable {
+		writeInternalError(w)
+		return
+	}
+	w.Header().Set("Retry-After", retryAfterSeconds)
+	writeJSON(w, status, response{Result: string(issuance.ResultRetryExhausted)})
+}
 
 // Handler serves IssueCoupon over one issuance service.
 type Handler struct {
@@ -66,8 +77,8 @@ type Handler struct {
 	log *slog.Logger
 }
 
-// NewHandler returns a Handler issuing on pool with cfg (see [issuance.New] for its errors).
-func NewHandler(pool *pgxpool.Pool, cfg issuance.Config) (*Handler, error) {
+// newHandler returns a Handler issuing on pool with cfg (see [issuance.New] for its errors).
+func newHandler(pool *pgxpool.Pool, cfg issuance.Config) (*Handler, error) {
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
 		return nil, err
