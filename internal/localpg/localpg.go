@@ -81,6 +81,9 @@ func (s *Server) URL() string {
 // Port is the loopback TCP port the server listens on.
 func (s *Server) Port() int { return s.port }
 
+// SocketDir is the directory of the server's Unix socket, .s.PGSQL.<Port>.
+func (s *Server) SocketDir() string { return s.dir }
+
 // BinDir is the directory of the initdb and postgres the server was started from.
 func (s *Server) BinDir() string { return s.bin }
 

@@ -2,9 +2,10 @@
 // a template by pgtestdb (github.com/peterldowns/pgtestdb).
 //
 // Call [Main] from a package's TestMain. With TEST_DATABASE_URL set, the tests use that server
-// (its user must be allowed to create roles and databases); without it, Main starts a throwaway
-// server with [localpg] for the test binary and removes it afterwards, so `go test ./...` needs
-// nothing else than the PostgreSQL binaries.
+// (its user must be allowed to create roles and databases; a Unix-socket URL such as the
+// README's postgres:///coupons?host=/var/run/postgresql is taken too, see [overTCP]); without
+// it, Main starts a throwaway server with [localpg] for the test binary and removes it
+// afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries.
 //
 // Lock tests share one kit (wait.go): [HoldCampaign], a session holding a campaign's budget rows
 // until released, [Hold.WaitBlocked] and [WaitBlockedBy], which wait until exactly n sessions
@@ -56,6 +57,13 @@ func run(m *testing.M, after []func()) int {
 		defer f()
 	}
 	serverURL = os.Getenv("TEST_DATABASE_URL")
+	if serverURL != "" {
+		var err error
+		if serverURL, err = overTCP(context.Background(), serverURL); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: TEST_DATABASE_URL: %v\n", err)
+			return 1
+		}
+	}
 	if serverURL == "" {
 		srv, err := localpg.Start(context.Background(), localpg.Options{})
 		if err != nil {
@@ -170,3 +178,45 @@ func LoginAs(t testing.TB, databaseURL, group string) string {
 	u.User = url.UserPassword(user, loginPassword)
 	return u.String()
 }
+
+// socketAdmin is the role [overTCP] makes for the tests of a server reached over its Unix
+// socket: a password login, so that it and the tests' own roles may connect over TCP.
+const socketAdmin = "coupon_test_admin"
+
+// overTCP returns serverURL, or for a URL that reaches the server over its Unix socket (a host
+// that is a directory), a URL of the same server over TCP on 127.0.0.1 at the socket's port.
+// The tests log in as roles of their own with passwords (pgtestdb's template owner, [LoginAs]'s
+// users), which a socket's peer authentication refuses (it lets an OS user in only as the
+// database user of the same name). So overTCP logs in once over the socket, as the URL says
+// (a superuser, as the README makes the OS user), creates or updates the role socketAdmin
+// (LOGIN CREATEDB CREATEROLE, a new random password each run), and returns a URL for it over
+// TCP, where the server must listen (Debian's default: listen_addresses = 'localhost', with
+// password authentication).
+func overTCP(ctx context.Context, serverURL string) (string, error) {
+	cc, err := pgx.ParseConfig(serverURL)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(cc.Host, "/") {
+		return serverURL, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return "", fmt.Errorf("over the socket %s: %w", cc.Host, err)
+	}
+	defer conn.Close(ctx)
+	password := strings.ReplaceAll(uuid.NewString(), "-", "")
+	role := pgx.Identifier{socketAdmin}.Sanitize()
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %[1]s) THEN CREATE ROLE %[2]s; END IF;
+END $$;
+ALTER ROLE %[2]s LOGIN CREATEDB CREATEROLE PASSWORD '%[3]s'`, quoteLiteral(socketAdmin), role, password)); err != nil {
+		return "", fmt.Errorf("creating %s (the socket's user must be a superuser): %w", socketAdmin, err)
+	}
+	u := &url.URL{Scheme: "postgres", User: url.UserPassword(socketAdmin, password),
+		Host: fmt.Sprintf("127.0.0.1:%d", cc.Port), Path: "/" + cc.Database, RawQuery: "sslmode=disable"}
+	return u.String(), nil
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
