@@ -113,7 +113,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // retryAfterSeconds is the Retry-After of RETRY_EXHAUSTED, in seconds: contention on one
-// campaign row clears within a second at the measured 32-client p99 (docs/hot-row.md).
+// campaign row clears within a second (docs/hot-row.md).
 const retryAfterSeconds = "1"
 
 // resultInvalidRequest and resultInternalError are the answers that no issuance produced.

@@ -26,8 +26,8 @@ import (
 // DefaultBinDir is where Debian's postgresql-15 package installs the server binaries.
 const DefaultBinDir = "/usr/lib/postgresql/15/bin"
 
-// startTimeout bounds how long Start waits for the server to accept connections (wall time);
-// a healthy initdb + start takes about two seconds on the 2-core build machine.
+// startTimeout bounds how long Start waits for the server to accept connections (wall time),
+// far above a healthy initdb and start.
 const startTimeout = 60 * time.Second
 
 // dirPrefix names the temporary directories of this package's servers.

@@ -334,7 +334,7 @@ func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError,
 		return Outcome{}, fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, lost.err)
 	}
 	// A connection of its own, not one from the pool: under load every pooled connection may
-	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
+	// be busy, and the look-up must not queue.
 	// The network that lost the answer may be back a moment later: dial again until the call's
 	// time is up.
 	conn, err := pgx.ConnectConfig(ctx, settleConfig(s.pool))
