@@ -82,19 +82,19 @@ decides the figures; compare them only within one table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(hotbench.Formats, format) {
-				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
+				return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
 			}
 			if len(clients) == 0 || slices.Min(clients) < 1 {
-				return fmt.Errorf("--clients: give one or more client counts, each at least 1")
+				return flagError("--clients: give one or more client counts, each at least 1")
 			}
 			if len(rtts) == 0 {
-				return fmt.Errorf("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
+				return flagError("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
 			}
 			if err := hotbench.CheckRTTs(rtts); err != nil {
-				return fmt.Errorf("--rtt: %w", err)
+				return flagError("--rtt: %w", err)
 			}
 			if duration < time.Second {
-				return fmt.Errorf("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
+				return flagError("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
 			}
 			if err := hotbench.CheckPgbench(pgbench); err != nil {
 				return err

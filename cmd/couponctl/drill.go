@@ -91,13 +91,13 @@ the setup, the drain and the audit.`,
 func runDrill(cmd *cobra.Command, o drillOptions) error {
 	faults, err := drill.ParseFaults(o.faults)
 	if err != nil {
-		return fmt.Errorf("--faults: %w", err)
+		return flagError("--faults: %w", err)
 	}
 	ctx := cmd.Context()
 	dbURL := os.Getenv("DATABASE_URL")
 	if dbURL != "" {
 		if !o.yes {
-			return fmt.Errorf("DATABASE_URL is set (%s): the drill would migrate that database, write its campaigns, coupons "+
+			return flagError("DATABASE_URL is set (%s): the drill would migrate that database, write its campaigns, coupons "+
 				"and outbox rows into it and link its members to LINE. Run again with --yes to allow it, or unset DATABASE_URL "+
 				"to use a throwaway server", redactURL(dbURL))
 		}

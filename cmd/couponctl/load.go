@@ -146,7 +146,7 @@ func validHeaderName(name string) bool {
 
 func runLoad(cmd *cobra.Command, o loadOptions) error {
 	if err := o.validate(); err != nil {
-		return err
+		return usageError{err}
 	}
 	header, _ := parseHeaders(o.headers) // validate refused a bad one
 	capYen, err := audit.CapYenFromEnv()

@@ -75,9 +75,12 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
-// Exit codes besides 0 and 1 (an error, or a rule broken).
+// flagError is a flag value or argument couponctl refuses: a [usageError].
+func flagError(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Exit codes besides 0 and 1 (a failure, or a finding: a rule broken, drift).
 const (
-	exitUsage = 2 // a command line couponctl does not understand
+	exitUsage = 2 // a command line couponctl does not understand, or a flag value it refuses
 )
 
 // run runs the command line args and returns the process's exit code. An error is printed once
@@ -154,7 +157,7 @@ local PostgreSQL when it is unset.`,
 }
 
 // wrapVerbs makes every verb under c (and c) say the same way what it cannot do: its argument
-// checks' refusals become [usageError]s, and its failures to log in to the database are
+// checks' and required flags' refusals become [usageError]s, and its failures to log in to the database are
 // explained by what the server refused ([explainLogin]), whichever path connected (the pool's
 // start-up check, goose, a verb's own connection).
 func wrapVerbs(c *cobra.Command) {
@@ -164,6 +167,11 @@ func wrapVerbs(c *cobra.Command) {
 	}
 	c.Args = func(cmd *cobra.Command, a []string) error {
 		if err := args(cmd, a); err != nil {
+			return usageError{err}
+		}
+		// Cobra checks the required flags right after the arguments, with an error of no type
+		// of its own: checked here first, a missing one is a usage error too.
+		if err := cmd.ValidateRequiredFlags(); err != nil {
 			return usageError{err}
 		}
 		return nil

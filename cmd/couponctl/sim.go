@@ -76,10 +76,10 @@ PostgreSQL when unset. Progress goes to stderr.`,
 				return runBlackFriday(cmd, strategies, workers, load.Members, discountYen, load.CapYen, runs, load.Seed, format, friday)
 			case "silver-week":
 			default:
-				return fmt.Errorf("--scenario %q: want one of %s", scenario, strings.Join(scenarios, ", "))
+				return flagError("--scenario %q: want one of %s", scenario, strings.Join(scenarios, ", "))
 			}
 			if !slices.Contains(isolationlab.Formats, format) {
-				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
+				return flagError("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
 			}
 			plan := isolationlab.Plan{Workers: workers, Runs: runs, Load: load, Progress: cmd.ErrOrStderr()}
 			for _, name := range strategies {
@@ -93,7 +93,7 @@ PostgreSQL when unset. Progress goes to stderr.`,
 				return err
 			}
 			if plan.Load.Members < 1 || runs < 1 || len(workers) == 0 || slices.Min(workers) < 1 {
-				return fmt.Errorf("--members, --runs and every --workers must be at least 1")
+				return flagError("--members, --runs and every --workers must be at least 1")
 			}
 			// The chart's path is checked before the runs, which take minutes: its extension
 			// names a known format and its directory takes a new file.
@@ -101,7 +101,7 @@ PostgreSQL when unset. Progress goes to stderr.`,
 			if chart != "" {
 				var err error
 				if chartFormat, err = isolationlab.ChartFormat(chart); err != nil {
-					return fmt.Errorf("--chart: %w", err)
+					return flagError("--chart: %w", err)
 				}
 				if err := checkWritableDir(filepath.Dir(chart)); err != nil {
 					return fmt.Errorf("--chart %s: %w", chart, err)
@@ -184,10 +184,10 @@ func writeSimTable(w io.Writer, format string, ms []isolationlab.Measurement) er
 func completeLoad(load *isolationlab.Load, n, discountYen int, budgets []int) error {
 	ids, err := isolationlab.CampaignLetters(n)
 	if err != nil {
-		return fmt.Errorf("--campaigns: %w", err)
+		return flagError("--campaigns: %w", err)
 	}
 	if len(budgets) == 0 {
-		return fmt.Errorf("--budgets: give at least one budget in yen")
+		return flagError("--budgets: give at least one budget in yen")
 	}
 	load.Campaigns = make([]silverweek.Campaign, n)
 	for i, id := range ids {
