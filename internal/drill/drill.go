@@ -234,6 +234,7 @@ func (d *drill) setUp(ctx context.Context) error {
 		if d.o.Break != "" {
 			settings = breakSettings
 		}
+		d.say("starting a throwaway PostgreSQL (initdb, then the server)...")
 		srv, err := localpg.Start(ctx, localpg.Options{Durable: true, Settings: settings})
 		if err != nil {
 			return err
