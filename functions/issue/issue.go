@@ -7,7 +7,6 @@ package issue
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -39,11 +38,7 @@ func Open(ctx context.Context) (*lifecycle.Instance, error) {
 		return nil, err
 	}
 	h, err := New(cfg, d.Pool)
-	if err != nil {
-		return nil, errors.Join(err, d.Close())
-	}
-	return &lifecycle.Instance{Handler: h, Settings: []any{"issuance", cfg.String(), "db", d.Settings},
-		Closers: []lifecycle.Closer{d.Closer}}, nil
+	return d.Serving(h, err, "issuance", cfg.String())
 }
 
 // New returns IssueCoupon's handler issuing on pool with cfg, instrumented (see instrument),

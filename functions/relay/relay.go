@@ -41,11 +41,7 @@ func Open(ctx context.Context) (*lifecycle.Instance, error) {
 		return nil, err
 	}
 	h, err := New(cfg, d.Pool)
-	if err != nil {
-		return nil, errors.Join(err, d.Close())
-	}
-	return &lifecycle.Instance{Handler: h, Settings: []any{"relay", cfg.String(), "db", d.Settings},
-		Closers: []lifecycle.Closer{d.Closer}}, nil
+	return d.Serving(h, err, "relay", cfg.String())
 }
 
 // New returns RelayOutbox's handler relaying from pool with cfg, instrumented (see

@@ -7,7 +7,9 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -90,12 +92,16 @@ func OpenDB(ctx context.Context) (*DB, error) {
 	return &DB{Pool: pool, Closer: closer, Settings: c.Describe(pool)}, nil
 }
 
-// Close runs d's closer with [CloseTimeout]: what a function's constructor calls when it fails
-// after opening d.
-func (d *DB) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
-	defer cancel()
-	return d.Closer.Close(ctx)
+// Serving is the last step of a function's constructor: the [Instance] serving h on d, with
+// settings and d's own for the start-up line and d's closer; or, when building h failed (err),
+// that error, d closed.
+func (d *DB) Serving(h http.Handler, err error, settings ...any) (*Instance, error) {
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+		defer cancel()
+		return nil, errors.Join(err, d.Closer.Close(ctx))
+	}
+	return &Instance{Handler: h, Settings: append(settings, "db", d.Settings), Closers: []Closer{d.Closer}}, nil
 }
 
 // Port is $PORT, where Cloud Run and the functions framework say to listen, or 8080.
