@@ -112,19 +112,32 @@ func runSim(cmd *cobra.Command, sf *simFlags) error {
 	if err != nil {
 		return err
 	}
-	serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+	fresh, stop, err := labServer(cmd)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if plan.Fresh, err = isolationlab.OnServer(serverURL); err != nil {
-		return err
-	}
+	plan.Fresh = fresh
 	ms, err := isolationlab.Run(cmd.Context(), plan)
 	if err != nil {
 		return err
 	}
 	return sf.write(cmd, ms, chartFormat)
+}
+
+// labServer is where the lab makes its fresh databases: DATABASE_URL's server or a throwaway one,
+// which stop removes.
+func labServer(cmd *cobra.Command) (isolationlab.FreshDB, func(), error) {
+	serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	fresh, err := isolationlab.OnServer(serverURL)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return fresh, stop, nil
 }
 
 // plan turns the flags into the lab's plan, and checks the chart's path ([simFlags.checkChart]);

@@ -84,14 +84,12 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 		}
 		plan.Strategies = append(plan.Strategies, s)
 	}
-	serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+	fresh, stop, err := labServer(cmd)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if plan.Fresh, err = isolationlab.OnServer(serverURL); err != nil {
-		return err
-	}
+	plan.Fresh = fresh
 	ms, err := isolationlab.RunFirstComePlan(cmd.Context(), plan)
 	if err != nil {
 		return err
