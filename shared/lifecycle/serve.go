@@ -155,8 +155,10 @@ func waitAll(runs []*run, bound time.Duration) bool {
 }
 
 // Main is the body of a deployable main for f: it names f as the function the framework
-// serves, sets up telemetry from the OTEL_* environment, and [Serve]s f on $PORT until SIGTERM.
-// On any failure before serving it logs the reason and exits 1.
+// serves, sets up telemetry from the OTEL_* environment, and [Serve]s f on $PORT until SIGTERM:
+// the start-up check and f's effective settings logged once, then the drain. It exits 0 after a
+// clean shutdown; on any failure it logs the reason and exits 1 (before serving, a revision that
+// cannot start never takes traffic).
 func Main(f *Function) {
 	if err := runMain(context.Background(), f); err != nil {
 		slog.Error(f.Name() + ": " + err.Error())

@@ -1,8 +1,6 @@
 // Command issue is IssueCoupon's deployable main, as Cloud Run runs it (built by the Go
-// buildpack with GOOGLE_BUILDABLE=./functions/issue/cmd): it starts the functions framework,
-// which serves the function registered by functions/issue, at "/" on $PORT (default 8080).
-// shared/lifecycle's Main does the rest: the start-up check, the effective settings logged
-// once, exit 1 with the reason on failure, and the drain on SIGTERM.
+// buildpack with GOOGLE_BUILDABLE=./functions/issue/cmd): [lifecycle.Main] starts the functions
+// framework on the function functions/issue registers, at "/" on $PORT.
 package main
 
 import (
