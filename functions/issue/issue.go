@@ -23,7 +23,7 @@ import (
 // [Open].
 var Function = lifecycle.NewFunction("IssueCoupon", Open, refuse)
 
-func init() { functions.HTTP(Function.Name(), Function.ServeHTTP) }
+func init() { functions.HTTP("IssueCoupon", Function.ServeHTTP) }
 
 // Open builds IssueCoupon from the environment: its settings ([issuance.ConfigFromEnv]), then
 // the database ([lifecycle.OpenDB]: reachable and migrated), then [New]. It closes the pool

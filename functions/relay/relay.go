@@ -26,7 +26,7 @@ import (
 // [Open].
 var Function = lifecycle.NewFunction("RelayOutbox", Open, refuse)
 
-func init() { functions.HTTP(Function.Name(), Function.ServeHTTP) }
+func init() { functions.HTTP("RelayOutbox", Function.ServeHTTP) }
 
 // Open builds RelayOutbox from the environment: its settings ([outbox.ConfigFromEnv]), then
 // the database ([lifecycle.OpenDB]: reachable and migrated), then [New]. It closes the pool
