@@ -127,6 +127,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !rn.enter() {
 		w.Header().Set("Connection", "close")
 		f.refuse(w, http.StatusServiceUnavailable)
+		_ = http.NewResponseController(w).Flush()
 		return
 	}
 	defer rn.leave()
@@ -134,6 +135,9 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	defer context.AfterFunc(rn.stop, cancel)()
 	rn.inst.Handler.ServeHTTP(w, r.WithContext(ctx))
+	// The answer goes on the wire before the request is counted out: once the drain finds no
+	// request in flight, the process may exit at once, before the server would flush it.
+	_ = http.NewResponseController(w).Flush()
 }
 
 // InFlight is how many requests the function is serving now.
