@@ -138,8 +138,10 @@ var registerNotFound = sync.OnceFunc(func() {
 func notFound(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(http.StatusNotFound)
-	_ = json.NewEncoder(w).Encode(map[string]string{"result": "INVALID_REQUEST",
-		"message": fmt.Sprintf("no function at %s: %s", r.URL.Path, paths(servable))})
+	_ = json.NewEncoder(w).Encode(struct {
+		Result  string `json:"result"`
+		Message string `json:"message"`
+	}{"INVALID_REQUEST", fmt.Sprintf("no function at %s: %s", r.URL.Path, paths(servable))})
 }
 
 // localServer is the functions served in this process by [serveLocal].
