@@ -109,10 +109,14 @@ func runDrill(cmd *cobra.Command, o drillOptions) error {
 	if err != nil {
 		return fmt.Errorf("drill: this binary's path, to serve the functions from it: %w", err)
 	}
-	outcome, err := drill.Run(ctx, drill.Options{
+	opts := drill.Options{
 		Duration: o.duration, Clients: o.clients, Faults: faults, Record: o.record, DatabaseURL: dbURL,
 		Break: o.brk, Serve: []string{exe, "serve"}, Seed: o.seed, Out: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr(),
-	})
+	}
+	if err := opts.Validate(); err != nil {
+		return usageError{err}
+	}
+	outcome, err := drill.Run(ctx, opts)
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: main says so; the drill removed its temporary files, and kept the
 		// answer log it was told to write, which is named here.

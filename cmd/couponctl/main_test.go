@@ -267,6 +267,7 @@ func TestExitCodes(t *testing.T) {
 		{nil, []string{"bench", "--rtt", "-1ms"}, 2},
 		{nil, []string{"sim", "--format", "xml"}, 2},
 		{nil, []string{"drill", "--faults", "flood"}, 2},
+		{nil, []string{"drill", "--duration", "0s"}, 2},
 		{nil, []string{"reconcile", "--format", "xml"}, 2},
 		{nil, []string{"serve", "--listen", ""}, 2},
 		{nil, []string{"legacy", "rollback"}, 2},
