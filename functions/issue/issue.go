@@ -6,10 +6,8 @@ package issue
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -143,20 +141,8 @@ func writeInternalError(w http.ResponseWriter) {
 	writeJSON(w, http.StatusInternalServerError, response{Result: resultInternalError, Message: "internal error"})
 }
 
-// writeJSON answers v with status, its length given, so that the answer is whole on the wire
-// once lifecycle.Function has flushed it.
 func writeJSON(w http.ResponseWriter, status int, v response) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		slog.Error("IssueCoupon: encode response", "err", err)
-		w.WriteHeader(http.StatusInternalServerError)
-		return
-	}
-	b = append(b, '\n')
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	if _, err := w.Write(b); err != nil {
+	if err := lifecycle.WriteJSON(w, status, v); err != nil {
 		slog.Warn("IssueCoupon: write response", "err", err)
 	}
 }

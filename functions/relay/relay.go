@@ -7,12 +7,10 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -162,20 +160,8 @@ type stoppedBody struct {
 	Message string `json:"message"`
 }
 
-// writeJSON answers v with status, its length given, so that the answer is whole on the wire
-// once lifecycle.Function has flushed it.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		slog.Error("RelayOutbox: encode response", "err", err)
-		w.WriteHeader(http.StatusInternalServerError)
-		return
-	}
-	b = append(b, '\n')
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	if _, err := w.Write(b); err != nil {
+	if err := lifecycle.WriteJSON(w, status, v); err != nil {
 		slog.Warn("RelayOutbox: write response", "err", err)
 	}
 }

@@ -2,9 +2,11 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -188,4 +190,21 @@ func (r *run) wait(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// WriteJSON answers v as JSON with status and its Content-Length, so that the answer is whole
+// on the wire once [Function.ServeHTTP] has flushed it (with no length, the server would still
+// owe the answer's last chunk after the flush). Errors: the encoding's or the write's.
+func WriteJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		return err
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, err = w.Write(b)
+	return err
 }
