@@ -238,7 +238,8 @@ func dropRole(cc *pgx.ConnConfig, role string) {
 		return
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = $1`, role); err == nil {
+	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = $1`, role)
+	if err == nil {
 		_, err = conn.Exec(ctx, `DROP ROLE `+pgx.Identifier{role}.Sanitize())
 	}
 	if err != nil {
