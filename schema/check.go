@@ -9,11 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
-
-	"github.com/mops/coupon-api/shared/db"
 )
 
 // CheckTimeout bounds the start-up check, in seconds: a Cloud SQL dial with a fresh certificate
@@ -51,7 +50,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	defer cancel()
 	cc := pool.Config().ConnConfig
 	if err := pool.Ping(ctx); err != nil {
-		return explainConnect(err, cc.Database)
+		return explainConnect(err, cc)
 	}
 	want, err := Newest()
 	if err != nil {
@@ -78,18 +77,21 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// loginHint is what a refused login of a deployed function usually needs: the runtime user of
+// the deploy scripts, its IAM grant and its group role.
+const loginHint = "with DB_IAM_AUTH=true, DB_USER is the service account's email without \".gserviceaccount.com\", " +
+	"an IAM user of the instance granted roles/cloudsql.instanceUser and a coupon_* group role (docs/roles.md, docs/deploy.md)"
+
 // explainConnect turns a failed first connection into what an operator can act on.
-func explainConnect(err error, database string) error {
+func explainConnect(err error, cc *pgx.ConnConfig) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code):
-			// What the server refused (peer or ident, a password, Cloud SQL IAM, a missing or
-			// NOLOGIN role, pg_hba.conf), from its message: db.LoginHint.
-			return db.ExplainLogin(err)
+			return fmt.Errorf("database refused to log in user %q: %s: %w", cc.User, loginHint, err)
 		case pgErr.Code == pgerrcode.InvalidCatalogName:
 			return fmt.Errorf("database %q does not exist (DB_NAME, or DATABASE_URL): create it, "+
-				"then run `couponctl migrate`: %w", database, err)
+				"then run `couponctl migrate`: %w", cc.Database, err)
 		}
 		return fmt.Errorf("database refused the connection: %w", err)
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // The roles tests (00008_roles.sql, docs/roles.md) log in as a user of each group role, as the
@@ -123,7 +122,7 @@ func issueWork(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	return collectGauges(ctx, pool, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
-		_, err := telemetry.RegisterBudgetGauge(mp, p)
+		_, err := issuance.RegisterBudgetGauge(mp, p)
 		return err
 	})
 }
@@ -317,7 +316,7 @@ func TestRelayRole(t *testing.T) {
 		t.Errorf("outbox rows after the run: %q, want %q", states, want)
 	}
 	if err := collectGauges(ctx, db.as, func(mp *sdkmetric.MeterProvider, p *pgxpool.Pool) error {
-		_, err := telemetry.RegisterOutboxGauges(mp, p)
+		_, err := outbox.RegisterGauges(mp, p)
 		return err
 	}); err != nil {
 		t.Errorf("outbox gauges: %v", err)
@@ -455,7 +454,7 @@ func TestAdminRole(t *testing.T) {
 	if st, err := outboxadmin.ReadStatus(ctx, db.as, 10); err != nil || st.Parked != 1 || st.Sent != 1 {
 		t.Fatalf("outbox status: %+v, %v; want 1 parked, 1 sent", st, err)
 	}
-	if rq, err := outboxadmin.Requeue(ctx, db.as, true, nil, false); err != nil || len(rq.Requeued) != 1 || rq.Requeued[0] != coupons["m1"] {
+	if rq, err := outboxadmin.Requeue(ctx, db.as, outboxadmin.RequeueRequest{All: true}); err != nil || len(rq.Requeued) != 1 || rq.Requeued[0] != coupons["m1"] {
 		t.Fatalf("outbox requeue --all: %+v, %v; want m1's row", rq, err)
 	}
 	if n, err := outbox.Prune(ctx, db.as, outbox.DefaultRetention, outbox.PruneBatch); err != nil || n != 1 {

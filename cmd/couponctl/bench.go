@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/hotbench"
 	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/internal/latencyproxy"
@@ -91,19 +92,19 @@ decides the figures; compare them only within one table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(hotbench.Formats, format) {
-				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
+				return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
 			}
 			if len(clients) == 0 || slices.Min(clients) < 1 {
-				return fmt.Errorf("--clients: give one or more client counts, each at least 1")
+				return flagError("--clients: give one or more client counts, each at least 1")
 			}
 			if len(rtts) == 0 {
-				return fmt.Errorf("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
+				return flagError("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
 			}
 			if err := hotbench.CheckRTTs(rtts); err != nil {
-				return fmt.Errorf("--rtt: %w", err)
+				return flagError("--rtt: %w", err)
 			}
 			if duration < time.Second {
-				return fmt.Errorf("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
+				return flagError("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
 			}
 			if err := hotbench.CheckPgbench(pgbench); err != nil {
 				return err
@@ -176,10 +177,12 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		logs.finish(errOut, "")
 	}()
 	top := slices.Max(cfg.Clients)
-	baseURL, err := serveFunctions(ctx, proxied, top) // one connection per client, as pgbench has
+	srv, err := serveBenchedIssueCoupon(ctx, proxied, top) // one connection per client, as pgbench has
 	if err != nil {
 		return err
 	}
+	defer srv.close()
+	baseURL := srv.url
 	cells := len(cfg.RTTs) * len(cfg.Clients) * len(hotbench.Variants)
 	if cfg.SoldOut != nil {
 		cells += len(cfg.RTTs) * len(cfg.Clients)
@@ -203,6 +206,17 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	return hotbench.WriteTable(out, format, rep)
+}
+
+// serveBenchedIssueCoupon serves IssueCoupon in this process as the demo does (see
+// [serveLocal]), its pool of poolSize connections on dbURL.
+func serveBenchedIssueCoupon(ctx context.Context, dbURL string, poolSize int) (*localServer, error) {
+	poolURL, err := withPoolSize(dbURL, poolSize)
+	if err != nil {
+		return nil, err
+	}
+	os.Setenv("DATABASE_URL", poolURL)
+	return serveLocal(ctx, nil, issue.Function)
 }
 
 // latencyProxyVerb is the hidden verb that runs bench's latency proxy in a process of its own

@@ -56,16 +56,16 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			}
 			switch {
 			case expectedRPS < 0:
-				return fmt.Errorf("--expected-rps %d: must not be negative", expectedRPS)
+				return flagError("--expected-rps %d: must not be negative", expectedRPS)
 			case expectedRPS > 0 && cmd.Flags().Changed("stripes"):
-				return fmt.Errorf("give --stripes or --expected-rps, not both")
+				return flagError("give --stripes or --expected-rps, not both")
 			case expectedRPS > 0:
 				def.Stripes = campaign.StripesFor(expectedRPS)
 			case cmd.Flags().Changed("stripes") && def.Stripes < 1:
-				return fmt.Errorf("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
+				return flagError("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
 			}
 			if err := def.Validate(); err != nil {
-				return err
+				return usageError{err}
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -109,7 +109,7 @@ func parseTime(flag, v string) (*time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: want RFC 3339 such as 2026-09-19T00:00:00+09:00", flag, v)
+		return nil, flagError("%s %q: want RFC 3339 such as 2026-09-19T00:00:00+09:00", flag, v)
 	}
 	return &t, nil
 }

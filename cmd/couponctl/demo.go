@@ -2,25 +2,20 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
@@ -92,18 +87,74 @@ coupons and outbox rows into that database, so it asks for --yes first.`,
 	return c
 }
 
-func runDemo(cmd *cobra.Command, o demoOptions) error {
+// validate refuses flags the demo cannot run with, before it starts anything.
+func (o demoOptions) validate() error {
+	var errs []error
 	if o.members < 1 || o.workers < 1 {
-		return errors.New("--members and --workers must be at least 1")
+		errs = append(errs, errors.New("--members and --workers must be at least 1"))
 	}
 	if o.tapGap < 0 {
-		return fmt.Errorf("--tap-gap %s: must not be negative", o.tapGap)
+		errs = append(errs, fmt.Errorf("--tap-gap %s: must not be negative", o.tapGap))
+	}
+	if err := checkDemoTelemetryMode(o.telemetry); err != nil {
+		errs = append(errs, err)
 	}
 	if u := os.Getenv("DATABASE_URL"); u != "" && !o.yes {
-		return fmt.Errorf("DATABASE_URL is set (%s): the demo would migrate that database and write the Silver Week "+
+		errs = append(errs, fmt.Errorf("DATABASE_URL is set (%s): the demo would migrate that database and write the Silver Week "+
 			"campaigns, coupons and outbox rows into it. Run again with --yes to allow it, or unset DATABASE_URL "+
-			"to use a throwaway server", redactURL(u))
+			"to use a throwaway server", redactURL(u)))
 	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// demo is one run's state; close releases what setUp made, in reverse.
+type demo struct {
+	o           demoOptions
+	cmd         *cobra.Command
+	out, errOut io.Writer // taken before the functions' log lines go to a file
+	pool        *pgxpool.Pool
+	logs        *functionLogs
+	tel         *demoTelemetry
+	line        *lineStandIn
+	srv         *localServer
+	cleanups    []func()
+}
+
+func runDemo(cmd *cobra.Command, o demoOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	d := &demo{o: o, cmd: cmd, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr()}
+	defer d.close()
+	ctx := cmd.Context()
+	if err := d.setUp(ctx); err != nil {
+		return err
+	}
+	stats, err := d.replay(ctx)
+	if err != nil {
+		return err
+	}
+	failures, err := d.check(ctx, stats)
+	if err != nil {
+		return err
+	}
+	relayed, err := demoRelay(ctx, d.out, d.pool, d.line, d.srv.url)
+	if err != nil {
+		return err
+	}
+	if !relayed {
+		failures = append(failures, "relay: not every linked member's coupon was pushed to LINE exactly once, an app-only one was not skipped, or rows were lost or parked")
+	}
+	return d.report(ctx, failures)
+}
+
+// setUp checks the functions' settings, then starts or opens the database, migrates it,
+// creates the Silver Week campaigns, starts the LINE stand-in and the telemetry, and serves
+// both functions through the functions framework on loopback.
+func (d *demo) setUp(ctx context.Context) error {
 	// The functions' settings come from the environment: refuse bad ones before starting
 	// anything, as the deployable mains and serve do.
 	if _, err := issuance.ConfigFromEnv(); err != nil {
@@ -114,108 +165,138 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 			return err
 		}
 	}
-	ctx := cmd.Context()
-	if err := checkDemoTelemetry(ctx, o.telemetry); err != nil {
+	if err := checkDemoTelemetry(ctx, d.o.telemetry); err != nil {
 		return err
 	}
-	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	dbURL, cleanup, err := databaseOrThrowaway(ctx, cmd)
+	dbURL, err := d.openDatabase(ctx)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	if d.line, err = startLineStandIn(); err != nil {
+		return err
+	}
+	d.cleanups = append(d.cleanups, d.line.close)
+	if err := d.startTelemetry(); err != nil {
+		return err
+	}
+	poolSize := min(d.o.workers, demoPoolMax)
+	if d.srv, err = serveDemoFunctions(ctx, dbURL, poolSize, d.line); err != nil {
+		return err
+	}
+	fmt.Fprintf(d.errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox), a pool of %d connections each\n",
+		d.srv.url, poolSize)
+	return nil
+}
 
+// openDatabase starts a throwaway server or takes DATABASE_URL (refused if it holds coupons or
+// outbox rows), migrates it, and creates the campaigns. It returns the database's URL.
+func (d *demo) openDatabase(ctx context.Context) (string, error) {
+	dbURL, cleanup, err := databaseOrThrowaway(ctx, d.cmd)
+	if err != nil {
+		return "", err
+	}
+	d.cleanups = append(d.cleanups, cleanup)
 	if os.Getenv("DATABASE_URL") != "" {
 		if err := refuseDataInUse(ctx, dbURL, demoConsequence); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if _, err := schema.MigrateURL(ctx, dbURL); err != nil {
-		return err
+		return "", err
 	}
-	poolCfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return err
+	if d.pool, err = pgxpool.New(ctx, dbURL); err != nil {
+		return "", err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return err
+	d.cleanups = append(d.cleanups, d.pool.Close)
+	if err := silverweek.CreateCampaigns(ctx, d.pool, silverweek.Campaigns); err != nil {
+		return "", fmt.Errorf("%w (the demo needs a database without the Silver Week campaigns)", err)
 	}
-	defer pool.Close()
-	if err := silverweek.CreateCampaigns(ctx, pool, silverweek.Campaigns); err != nil {
-		return fmt.Errorf("%w (the demo needs a database without the Silver Week campaigns)", err)
-	}
-	fmt.Fprintln(errOut, "migrated; created SW-A (100,000 yen), SW-B and SW-C (300,000 yen each), 1,000 yen coupons")
+	fmt.Fprintln(d.errOut, "migrated; created SW-A (100,000 yen), SW-B and SW-C (300,000 yen each), 1,000 yen coupons")
+	return dbURL, nil
+}
 
-	logs, err := captureLogs()
-	if err != nil {
+// startTelemetry points the process's standard streams at the log file and sets up telemetry
+// as --telemetry says.
+func (d *demo) startTelemetry() error {
+	var err error
+	if d.logs, err = captureLogs(); err != nil {
 		return err
 	}
-	tel, err := startDemoTelemetry(cmd, o.telemetry, logs.f)
-	if err != nil {
-		logs.discard()
-		return err
+	if d.tel, err = startDemoTelemetry(d.cmd, d.o.telemetry, d.logs.f); err != nil {
+		d.logs.discard()
+		d.logs = nil
 	}
-	defer func() {
-		logs.restore() // first, so that a telemetry flush error reaches the terminal
-		tel.close(cmd)
-		if ctx.Err() != nil { // interrupted: main says so; nothing is left behind
-			logs.discard()
-			return
-		}
-		logs.finish(out, "; the relay's lines about the injected failures are expected")
-	}()
-	baseURL, err := serveFunctions(ctx, dbURL, min(o.workers, demoPoolMax))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox), a pool of %d connections each\n",
-		baseURL, min(o.workers, demoPoolMax))
+	return err
+}
 
-	reqs := silverweek.Requests(o.members, silverweek.Campaigns, o.tapGap, o.seed)
-	fmt.Fprintf(errOut, "replaying %d requests (%d members x %d campaigns x 2 taps) with %d clients\n",
-		len(reqs), o.members, len(silverweek.Campaigns), o.workers)
-	step, endProgress := newProgress(errOut, len(reqs), "IssueCoupon")
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers}, Timeout: issuance.AppTimeout}
-	stats := silverweek.Run(ctx, reqs, o.workers, httpIssuer(client, baseURL+"/IssueCoupon"),
-		step)
+// replay sends the Silver Week traffic to IssueCoupon over HTTP, with a progress line.
+func (d *demo) replay(ctx context.Context) (silverweek.Stats, error) {
+	reqs := silverweek.Requests(d.o.members, silverweek.Campaigns, d.o.tapGap, d.o.seed)
+	fmt.Fprintf(d.errOut, "replaying %d requests (%d members x %d campaigns x 2 taps) with %d clients\n",
+		len(reqs), d.o.members, len(silverweek.Campaigns), d.o.workers)
+	step, endProgress := newProgress(d.errOut, len(reqs), "IssueCoupon")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: d.o.workers}, Timeout: issuance.AppTimeout}
+	stats := silverweek.Run(ctx, reqs, d.o.workers, httpIssuer(client, d.srv.url+"/IssueCoupon"), step)
 	endProgress(ctx.Err() == nil)
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("interrupted after %d of %d requests: %w", len(stats.Latencies), len(reqs), err)
+		return stats, fmt.Errorf("interrupted after %d of %d requests: %w", len(stats.Latencies), len(reqs), err)
 	}
+	writeOutcomes(d.out, stats)
+	return stats, nil
+}
 
-	writeOutcomes(out, stats)
-	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+// check counts the rules from the tables and prints the invariant report; it returns what
+// broke, the scenario's own expectations included.
+func (d *demo) check(ctx context.Context, stats silverweek.Stats) ([]string, error) {
+	rep, err := reconcile.Check(ctx, d.pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintln(out, "\nInvariant report (SQL on the tables):")
-	rep.Write(out)
+	fmt.Fprintln(d.out, "\nInvariant report (SQL on the tables):")
+	rep.Write(d.out)
 	failures := rep.Violations()
 	if stats.Errors > 0 {
 		failures = append(failures, fmt.Sprintf("%d requests got no result (first: %v)", stats.Errors, stats.FirstErr))
 	}
-	failures = append(failures, scenarioExpectations(ctx, pool, o.members, rep)...)
+	return append(failures, scenarioExpectations(ctx, d.pool, d.o.members, rep)...), nil
+}
 
-	// The relay stage.
-	if err := demoRelay(ctx, out, pool, baseURL); errors.Is(err, errViolations) {
-		failures = append(failures, "relay: not every linked member's coupon was pushed to LINE exactly once, an app-only one was not skipped, or rows were lost or parked")
-	} else if err != nil {
-		return err
-	}
-
-	if err := tel.report(ctx, out); err != nil {
+// report prints the telemetry and the verdict: errViolations if anything failed.
+func (d *demo) report(ctx context.Context, failures []string) error {
+	if err := d.tel.report(ctx, d.out); err != nil {
 		return err
 	}
 	if len(failures) > 0 {
-		fmt.Fprintf(out, "\nFAILED (%d):\n", len(failures))
+		fmt.Fprintf(d.out, "\nFAILED (%d):\n", len(failures))
 		for _, f := range failures {
-			fmt.Fprintln(out, "  "+f)
+			fmt.Fprintln(d.out, "  "+f)
 		}
 		return errViolations
 	}
-	fmt.Fprintln(out, "\nOK: every rule held.")
+	fmt.Fprintln(d.out, "\nOK: every rule held.")
 	return nil
+}
+
+// close flushes the telemetry while the functions' pools still serve its gauges, stops the
+// functions, names the log file (or removes it, when interrupted), and releases the rest.
+func (d *demo) close() {
+	d.tel.close(d.cmd)
+	if d.srv != nil {
+		if err := d.srv.close(); err != nil {
+			fmt.Fprintf(d.errOut, "stopping the functions: %v\n", err)
+		}
+	}
+	if d.logs != nil {
+		d.logs.restore()
+		if d.cmd.Context().Err() != nil { // interrupted: main says so; nothing is left behind
+			d.logs.discard()
+		} else {
+			d.logs.finish(d.out, "; the relay's lines about the injected failures are expected")
+		}
+	}
+	for i := len(d.cleanups) - 1; i >= 0; i-- {
+		d.cleanups[i]()
+	}
 }
 
 // newProgress reports progress through total steps: a bar on a terminal, a plain line per 10%
@@ -244,40 +325,19 @@ func newProgress(w io.Writer, total int, what string) (step func(done int), end 
 	}, func(bool) {}
 }
 
-// serveFunctions serves every registered function through the functions framework on a free
-// loopback port, configured through the environment as Cloud Run configures it, each with a
-// pool of poolSize connections, and returns its base URL once it accepts connections. The
-// server lives as long as the process.
-func serveFunctions(ctx context.Context, dbURL string, poolSize int) (string, error) {
+// serveDemoFunctions serves both functions in this process (see [serveLocal]), configured
+// through the environment as Cloud Run configures them: DATABASE_URL with a pool of poolSize
+// connections each, and RelayOutbox pushing to the LINE stand-in, retrying on its next run.
+func serveDemoFunctions(ctx context.Context, dbURL string, poolSize int, line *lineStandIn) (*localServer, error) {
 	poolURL, err := withPoolSize(dbURL, poolSize)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	os.Setenv("DATABASE_URL", poolURL)
-	os.Unsetenv("FUNCTION_TARGET")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	served := make(chan error, 1)
-	go func() { served <- funcframework.StartHostPort("127.0.0.1", port) }()
-	addr := "127.0.0.1:" + port
-	for range 100 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return "http://" + addr, nil
-		}
-		select {
-		case err := <-served:
-			return "", fmt.Errorf("functions framework: %w", err)
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return "", fmt.Errorf("functions framework not listening on %s", addr)
+	os.Setenv("LINE_API_BASE_URL", line.url)
+	os.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "demo-channel-access-token")
+	os.Setenv("RELAY_RETRY_BASE", "0s")
+	return serveLocal(ctx, nil, servable...)
 }
 
 // demoPoolMax caps each served function's pool, in connections. The pool is sized for the
@@ -384,115 +444,6 @@ func redactURL(u string) string {
 		return p.Redacted()
 	}
 	return "a keyword/value connection string"
-}
-
-// functionLogs holds the process's standard output and error while the demo's functions run:
-// their log lines and the functions framework's "Serving function" lines go to a file instead of
-// between the report's lines.
-type functionLogs struct {
-	f              *os.File
-	stdout, stderr *os.File
-	logOutput      io.Writer
-}
-
-// captureLogs points os.Stdout, os.Stderr and the log package at a new temporary file. The
-// report's writers, taken before, still reach the terminal.
-func captureLogs() (*functionLogs, error) {
-	f, err := os.CreateTemp("", "couponctl-functions-*.log")
-	if err != nil {
-		return nil, fmt.Errorf("log file: %w", err)
-	}
-	l := &functionLogs{f: f, stdout: os.Stdout, stderr: os.Stderr, logOutput: log.Writer()}
-	log.SetOutput(f)
-	os.Stdout, os.Stderr = f, f
-	return l, nil
-}
-
-// restore gives the process its standard streams back; writers that took the file keep it until
-// finish.
-func (l *functionLogs) restore() {
-	os.Stdout, os.Stderr = l.stdout, l.stderr
-	log.SetOutput(l.logOutput)
-}
-
-// discard gives the process its standard streams back and removes the log file: nothing ran.
-func (l *functionLogs) discard() {
-	l.restore()
-	_ = l.f.Close()
-	_ = os.Remove(l.f.Name())
-}
-
-// finish closes the log file and tells w where it is, with its lines by level, counted by
-// [logLevel] from the lines the file holds, and note on what to expect in them.
-func (l *functionLogs) finish(w io.Writer, note string) {
-	_ = l.f.Close()
-	b, err := os.ReadFile(l.f.Name())
-	if err != nil {
-		return
-	}
-	var lines []string
-	if len(b) > 0 {
-		lines = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	}
-	fmt.Fprintf(w, "\nFunction logs: %s (%d lines: %s%s)\n", l.f.Name(), len(lines), countLevels(lines), note)
-}
-
-// countLevels counts lines by [logLevel]: ERROR, WARN and INFO always, DEBUG and the lines
-// without a level when there are any, so that the counts add up to the lines.
-func countLevels(lines []string) string {
-	levels := map[string]int{}
-	for _, line := range lines {
-		levels[logLevel(line)]++
-	}
-	s := fmt.Sprintf("%d ERROR, %d WARN, %d INFO", levels["ERROR"], levels["WARN"], levels["INFO"])
-	if n := levels["DEBUG"]; n > 0 {
-		s += fmt.Sprintf(", %d DEBUG", n)
-	}
-	if n := levels[""]; n > 0 {
-		s += fmt.Sprintf(", %d without a level", n)
-	}
-	return s
-}
-
-// slogDefaultLine is a line of slog's default logger, which writes through the log package:
-// "2026/09/21 10:00:00 WARN msg key=value" (log's date and time flags; a level such as INFO+2
-// is printed with its offset).
-var slogDefaultLine = regexp.MustCompile(`^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? (DEBUG|INFO|WARN|ERROR)(?:[+-]\d+)? `)
-
-// slogTextLevel is the level of a line of slog's TextHandler: "time=... level=WARN msg=...".
-var slogTextLevel = regexp.MustCompile(`(?:^| )level=(DEBUG|INFO|WARN|ERROR)(?:[+-]\d+)?(?: |$)`)
-
-// logLevel is the level of one line of the demo's log file, ERROR, WARN, INFO or DEBUG, or ""
-// for a line without one (the functions framework's "Serving function" lines). The file holds
-// the functions' lines in the shape telemetry gives them: JSON with Cloud Logging's "severity"
-// (or slog's "level") when telemetry is set up, slog's default text lines through the log
-// package when it is off (--telemetry=off), and the log package's own lines.
-func logLevel(line string) string {
-	var v struct {
-		Level    string `json:"level"`
-		Severity string `json:"severity"`
-	}
-	var level string
-	if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &v) == nil {
-		level = strings.ToUpper(cmp.Or(v.Severity, v.Level))
-		level, _, _ = strings.Cut(level, "+") // slog's ERROR+2
-		level, _, _ = strings.Cut(level, "-")
-	} else if m := slogDefaultLine.FindStringSubmatch(line); m != nil {
-		level = m[1]
-	} else if m := slogTextLevel.FindStringSubmatch(line); m != nil {
-		level = m[1]
-	}
-	switch level {
-	case "WARNING":
-		return "WARN"
-	case "CRITICAL", "ALERT", "EMERGENCY": // Cloud Logging's severities above ERROR
-		return "ERROR"
-	case "NOTICE":
-		return "INFO"
-	case "DEFAULT":
-		return ""
-	}
-	return level
 }
 
 // countIfExists counts the rows of table, or returns 0 when the table does not exist (an

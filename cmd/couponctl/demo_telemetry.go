@@ -38,22 +38,27 @@ const (
 	telemetryOff    = "off"    // none: the baseline of the overhead measurement
 )
 
-// checkDemoTelemetry refuses an unknown --telemetry mode and, unless it is off, what
-// telemetry.Setup would refuse in the OTEL_* environment: before the demo writes anything.
-func checkDemoTelemetry(ctx context.Context, mode string) error {
+// checkDemoTelemetryMode refuses an unknown --telemetry mode.
+func checkDemoTelemetryMode(mode string) error {
 	switch mode {
-	case telemetryOff:
+	case telemetryOff, telemetryShow, telemetryExport:
 		return nil
-	case telemetryShow, telemetryExport:
-		return telemetry.CheckEnv(ctx)
 	}
 	return fmt.Errorf("--telemetry %q: want %s, %s or %s", mode, telemetryShow, telemetryExport, telemetryOff)
 }
 
+// checkDemoTelemetry refuses, unless mode is off, what telemetry.Setup would refuse in the
+// OTEL_* environment: before the demo writes anything.
+func checkDemoTelemetry(ctx context.Context, mode string) error {
+	if mode == telemetryOff {
+		return nil
+	}
+	return telemetry.CheckEnv(ctx)
+}
+
 // startDemoTelemetry sets up telemetry for the demo's process as mode says (checked by
-// [checkDemoTelemetry]), the functions' log
-// lines going to logs (the demo's log file: one line per request would drown the report); nil
-// for off.
+// [checkDemoTelemetry]), the functions' log lines going to logs (the demo's log file: one line
+// per request would drown the report); nil for off.
 func startDemoTelemetry(cmd *cobra.Command, mode string, logs io.Writer) (*demoTelemetry, error) {
 	opts := []telemetry.Option{telemetry.WithLogWriter(logs)}
 	t := &demoTelemetry{}

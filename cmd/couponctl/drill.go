@@ -102,13 +102,13 @@ the setup, the drain and the audit.`,
 func runDrill(cmd *cobra.Command, o drillOptions) error {
 	faults, err := drill.ParseFaults(o.faults)
 	if err != nil {
-		return fmt.Errorf("--faults: %w", err)
+		return flagError("--faults: %w", err)
 	}
 	ctx := cmd.Context()
 	dbURL := os.Getenv("DATABASE_URL")
 	if dbURL != "" {
 		if !o.yes {
-			return fmt.Errorf("DATABASE_URL is set (%s): the drill would migrate that database, write its campaigns, coupons "+
+			return flagError("DATABASE_URL is set (%s): the drill would migrate that database, write its campaigns, coupons "+
 				"and outbox rows into it and link its members to LINE. Run again with --yes to allow it, or unset DATABASE_URL "+
 				"to use a throwaway server", redactURL(dbURL))
 		}
@@ -120,10 +120,14 @@ func runDrill(cmd *cobra.Command, o drillOptions) error {
 	if err != nil {
 		return fmt.Errorf("drill: this binary's path, to serve the functions from it: %w", err)
 	}
-	outcome, err := drill.Run(ctx, drill.Options{
+	opts := drill.Options{
 		Duration: o.duration, Clients: o.clients, Faults: faults, Record: o.record, DatabaseURL: dbURL,
 		Break: o.brk, Serve: []string{exe, "serve"}, Seed: o.seed, Out: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr(),
-	})
+	}
+	if err := opts.Validate(); err != nil {
+		return usageError{err}
+	}
+	outcome, err := drill.Run(ctx, opts)
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: main says so; the drill removed its temporary files, and kept the
 		// answer log it was told to write, which is named here.

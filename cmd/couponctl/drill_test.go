@@ -158,17 +158,17 @@ func TestDrillInterruptedLeavesNoTemporaryFiles(t *testing.T) {
 			defer cmd.Process.Kill()
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
-			deadline := time.Now().Add(drillTimeout)
-			for !strings.Contains(stderr.String(), "  load: ") {
+			pgtest.Eventually(t, drillTimeout, func() error {
 				select {
 				case err := <-exited:
 					t.Fatalf("the drill exited (%v) before its load:\n%s", err, stderr.String())
-				case <-time.After(50 * time.Millisecond):
+				default:
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the drill's load did not start within %s:\n%s", drillTimeout, stderr.String())
+				if !strings.Contains(stderr.String(), "  load: ") {
+					return fmt.Errorf("the drill's load has not started:\n%s", stderr.String())
 				}
-			}
+				return nil
+			})
 			time.Sleep(time.Second) // into the load, answers recorded
 			if err := cmd.Process.Signal(os.Interrupt); err != nil {
 				t.Fatal(err)

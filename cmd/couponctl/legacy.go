@@ -31,7 +31,7 @@ monthly cap (MONTHLY_CAP_YEN). It only reads.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "text" && format != "json" {
-				return fmt.Errorf("--format %q: want text or json", format)
+				return flagError("--format %q: want text or json", format)
 			}
 			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
 			if err != nil {
@@ -71,7 +71,7 @@ unique index and the NOT VALID budget CHECK stay, and are harmless to it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !yes {
-				return fmt.Errorf("legacy rollback writes campaigns.issued_yen for every campaign: stop the new functions first, then run it with --yes")
+				return flagError("legacy rollback writes campaigns.issued_yen for every campaign: stop the new functions first, then run it with --yes")
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {

@@ -26,10 +26,10 @@ member stay skipped until "couponctl outbox requeue" reopens them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := ids.Member(member); err != nil {
-				return err
+				return usageError{err}
 			}
 			if err := outboxadmin.CheckLINEUserID(lineUser); err != nil {
-				return err
+				return usageError{err}
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {

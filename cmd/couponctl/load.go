@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,131 +148,179 @@ func validHeaderName(name string) bool {
 
 func runLoad(cmd *cobra.Command, o loadOptions) error {
 	if err := o.validate(); err != nil {
+		return usageError{err}
+	}
+	ld := &load{o: o, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), answers: map[string]int{}, claimed: map[string]struct{}{}}
+	defer ld.close()
+	ctx := cmd.Context()
+	if err := ld.setUp(ctx); err != nil {
 		return err
 	}
-	header, _ := parseHeaders(o.headers) // validate refused a bad one
-	capYen, err := audit.CapYenFromEnv()
-	if err != nil {
+	if err := ld.run(); err != nil {
+		return err
+	}
+	return ld.report(context.WithoutCancel(ctx))
+}
+
+// load is one run of couponctl load: what it set up and what the answers said.
+type load struct {
+	o           loadOptions
+	out, errOut io.Writer
+	header      http.Header
+	capYen      int
+	pool        *pgxpool.Pool
+	closePool   func()
+	record      *answerlog.Writer
+	campaigns   []string
+
+	metrics  vegeta.Metrics
+	answers  map[string]int      // answers by "status result"
+	outside  int                 // answers outside the contract
+	examples []string            // the first few of them
+	claimed  map[string]struct{} // the coupon ids answered ISSUED or ALREADY_ISSUED
+}
+
+// setUp checks what the load needs before it sends anything: the service's cap, that --url
+// answers as IssueCoupon, the database (migrated), then the answer log, then the campaigns.
+func (ld *load) setUp(ctx context.Context) error {
+	ld.header, _ = parseHeaders(ld.o.headers) // validate refused a bad one
+	var err error
+	if ld.capYen, err = audit.CapYenFromEnv(); err != nil {
 		return fmt.Errorf("load checks R3 at the service's cap: %w", err)
 	}
-	ctx := cmd.Context()
-	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	if err := probeIssueCoupon(ctx, o.url, header); err != nil {
+	if err := probeIssueCoupon(ctx, ld.o.url, ld.header); err != nil {
 		return err
 	}
 	// The database first, then the answer log: a load that cannot check its rules writes nothing.
-	pool, closePool, err := openMigrated(ctx)
-	if err != nil {
+	if ld.pool, ld.closePool, err = openMigrated(ctx); err != nil {
 		return fmt.Errorf("load checks the rules on the service's database: %w", err)
 	}
-	defer closePool()
-	var record *answerlog.Writer
-	if o.record != "" {
-		if record, err = answerlog.Create(o.record); err != nil {
+	if ld.o.record != "" {
+		if ld.record, err = answerlog.Create(ld.o.record); err != nil {
 			return err
 		}
 	}
-	campaigns := make([]string, o.campaigns)
-	for i := range campaigns {
-		campaigns[i] = fmt.Sprintf("LOAD-%04d", i+1)
-		err := campaign.Create(ctx, pool, campaign.Campaign{ID: campaigns[i], DiscountYen: 1000, BudgetYen: o.budget})
+	ld.campaigns = make([]string, ld.o.campaigns)
+	for i := range ld.campaigns {
+		ld.campaigns[i] = fmt.Sprintf("LOAD-%04d", i+1)
+		err := campaign.Create(ctx, ld.pool, campaign.Campaign{ID: ld.campaigns[i], DiscountYen: 1000, BudgetYen: ld.o.budget})
 		if err != nil && !errors.Is(err, campaign.ErrExists) {
 			return err
 		}
 	}
-	fmt.Fprintf(errOut, "load: %d clients for %s on %s, %d campaigns, %d members (seed %d)\n",
-		o.clients, o.duration, o.url, o.campaigns, o.members, o.seed)
+	fmt.Fprintf(ld.errOut, "load: %d clients for %s on %s, %d campaigns, %d members (seed %d)\n",
+		ld.o.clients, ld.o.duration, ld.o.url, ld.o.campaigns, ld.o.members, ld.o.seed)
+	return nil
+}
 
+// run sends the load with vegeta and tallies every answer, recording it when asked.
+func (ld *load) run() error {
+	attacker := vegeta.NewAttacker(vegeta.Workers(uint64(ld.o.clients)), vegeta.MaxWorkers(uint64(ld.o.clients)),
+		vegeta.Connections(ld.o.clients), vegeta.Timeout(issuance.AppTimeout))
+	for res := range attacker.Attack(ld.targeter(), vegeta.ConstantPacer{}, ld.o.duration, "load") {
+		ld.tally(res)
+		if ld.record != nil {
+			_ = ld.record.Write(recordedAnswer(res)) // a failed write is Close's error
+		}
+	}
+	ld.metrics.Close()
+	if ld.record == nil {
+		return nil
+	}
+	if err := ld.record.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(ld.errOut, "load: %d answers recorded in %s (couponctl audit %s checks them against the tables)\n",
+		ld.record.Count(), ld.record.Name(), ld.record.Name())
+	ld.record = nil
+	return nil
+}
+
+// targeter draws each request's member and campaign from the run's seed.
+func (ld *load) targeter() vegeta.Targeter {
 	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(o.seed, 0))
-	run := strconv.FormatUint(o.seed, 36)
-	targeter := func(t *vegeta.Target) error {
+	rng := rand.New(rand.NewPCG(ld.o.seed, 0))
+	run := strconv.FormatUint(ld.o.seed, 36)
+	return func(t *vegeta.Target) error {
 		mu.Lock()
-		m, c := rng.IntN(o.members), rng.IntN(len(campaigns))
+		m, c := rng.IntN(ld.o.members), rng.IntN(len(ld.campaigns))
 		mu.Unlock()
 		member := fmt.Sprintf("ld%s-%d", run, m)
 		// The URL's fragment names the request's member and campaign for the answer log: vegeta
 		// gives a result its target's URL, and a fragment is never sent.
-		t.Method, t.Header = http.MethodPost, header
-		t.URL = o.url + "#" + url.Values{"m": {member}, "c": {campaigns[c]}}.Encode()
-		t.Body = fmt.Appendf(nil, `{"member_id":"%s","campaign_id":"%s"}`, member, campaigns[c])
+		t.Method, t.Header = http.MethodPost, ld.header
+		t.URL = ld.o.url + "#" + url.Values{"m": {member}, "c": {ld.campaigns[c]}}.Encode()
+		t.Body = fmt.Appendf(nil, `{"member_id":"%s","campaign_id":"%s"}`, member, ld.campaigns[c])
 		return nil
 	}
-	attacker := vegeta.NewAttacker(vegeta.Workers(uint64(o.clients)), vegeta.MaxWorkers(uint64(o.clients)),
-		vegeta.Connections(o.clients), vegeta.Timeout(issuance.AppTimeout))
-	var metrics vegeta.Metrics
-	answers := map[string]int{}
-	outside := 0
-	var examples []string
-	claimed := map[string]struct{}{} // the coupon ids answered ISSUED or ALREADY_ISSUED
-	for res := range attacker.Attack(targeter, vegeta.ConstantPacer{}, o.duration, "load") {
-		metrics.Add(res)
-		result := loadResultOf(res)
-		label := fmt.Sprintf("%d %s", res.Code, result)
-		if res.Code == 0 {
-			label = "transport error"
-		}
-		answers[label]++
-		if class := audit.Classify(int(res.Code), result); class == audit.Determinate &&
-			(result == string(issuance.ResultIssued) || result == string(issuance.ResultAlreadyIssued)) {
-			claimed[loadCouponOf(res)] = struct{}{}
-		} else if class != audit.Determinate {
-			if outside++; len(examples) < 5 {
-				examples = append(examples, strings.TrimSpace(label+" "+res.Error))
-			}
-		}
-		if record != nil {
-			_ = record.Write(recordedAnswer(res)) // a failed write is Close's error
-		}
-	}
-	metrics.Close()
-	if record != nil {
-		if err := record.Close(); err != nil {
-			return err
-		}
-		fmt.Fprintf(errOut, "load: %d answers recorded in %s (couponctl audit %s checks them against the tables)\n",
-			record.Count(), record.Name(), record.Name())
-	}
+}
 
+// tally counts one answer: by status and result, the coupon it claims, or outside the contract.
+func (ld *load) tally(res *vegeta.Result) {
+	ld.metrics.Add(res)
+	result := loadResultOf(res)
+	label := fmt.Sprintf("%d %s", res.Code, result)
+	if res.Code == 0 {
+		label = "transport error"
+	}
+	ld.answers[label]++
+	switch class := audit.Classify(int(res.Code), result); {
+	case class != audit.Determinate:
+		if ld.outside++; len(ld.examples) < 5 {
+			ld.examples = append(ld.examples, strings.TrimSpace(label+" "+res.Error))
+		}
+	case result == string(issuance.ResultIssued) || result == string(issuance.ResultAlreadyIssued):
+		ld.claimed[loadCouponOf(res)] = struct{}{}
+	}
+}
+
+// report prints throughput, latency and the answers, then checks them against the tables: the
+// claimed coupons exist, and the rules hold. It returns errViolations if anything failed.
+func (ld *load) report(ctx context.Context) error {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	fmt.Fprintf(out, "requests %d in %s: %.0f req/s\n", metrics.Requests, metrics.Duration.Round(time.Millisecond), metrics.Rate)
-	fmt.Fprintf(out, "latency ms: p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n",
-		ms(metrics.Latencies.P50), ms(metrics.Latencies.P95), ms(metrics.Latencies.P99), ms(metrics.Latencies.Max))
-	labels := make([]string, 0, len(answers))
-	for label := range answers {
-		labels = append(labels, label)
-	}
-	sort.Strings(labels)
+	m := ld.metrics
+	fmt.Fprintf(ld.out, "requests %d in %s: %.0f req/s\n", m.Requests, m.Duration.Round(time.Millisecond), m.Rate)
+	fmt.Fprintf(ld.out, "latency ms: p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n",
+		ms(m.Latencies.P50), ms(m.Latencies.P95), ms(m.Latencies.P99), ms(m.Latencies.Max))
+	labels := slices.Sorted(maps.Keys(ld.answers))
 	for _, label := range labels {
-		fmt.Fprintf(out, "  %-26s %8d\n", label, answers[label])
+		fmt.Fprintf(ld.out, "  %-26s %8d\n", label, ld.answers[label])
 	}
-
 	var failures []string
-	if outside > 0 {
-		failures = append(failures, fmt.Sprintf("%d answers outside the contract, such as %q", outside, examples))
+	if ld.outside > 0 {
+		failures = append(failures, fmt.Sprintf("%d answers outside the contract, such as %q", ld.outside, ld.examples))
 	}
-	missing, err := missingCoupons(context.WithoutCancel(ctx), pool, claimed)
+	missing, err := missingCoupons(ctx, ld.pool, ld.claimed)
 	if err != nil {
 		return err
 	}
 	if missing > 0 {
 		failures = append(failures, fmt.Sprintf("%d of the %d coupons answered ISSUED or ALREADY_ISSUED are not in issued_coupons of "+
-			"DATABASE_URL's database: is DATABASE_URL the service's database?", missing, len(claimed)))
+			"DATABASE_URL's database: is DATABASE_URL the service's database?", missing, len(ld.claimed)))
 	}
-	rep, err := reconcile.Check(context.WithoutCancel(ctx), pool, reconcile.Config{CapYen: capYen})
+	rep, err := reconcile.Check(ctx, ld.pool, reconcile.Config{CapYen: ld.capYen})
 	if err != nil {
 		return err
 	}
-	rep.Write(out)
-	failures = append(failures, rep.Violations()...)
-	if len(failures) > 0 {
+	rep.Write(ld.out)
+	if failures = append(failures, rep.Violations()...); len(failures) > 0 {
 		for _, f := range failures {
-			fmt.Fprintln(out, "FAILED:", f)
+			fmt.Fprintln(ld.out, "FAILED:", f)
 		}
 		return errViolations
 	}
-	fmt.Fprintln(out, "OK: every answer in the contract; every rule held.")
+	fmt.Fprintln(ld.out, "OK: every answer in the contract; every rule held.")
 	return nil
+}
+
+// close releases what setUp opened: an answer log left open by a failure, and the pool.
+func (ld *load) close() {
+	if ld.record != nil {
+		_ = ld.record.Close()
+	}
+	if ld.closePool != nil {
+		ld.closePool()
+	}
 }
 
 // loadResultOf is the result code of a load answer's JSON body, or "".

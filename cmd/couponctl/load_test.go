@@ -48,7 +48,7 @@ func TestLoadRecordThenAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	h, err := issue.NewHandler(pool, issuance.Config{})
+	h, err := issue.New(issuance.Config{}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func serveIssueCoupon(t *testing.T, databaseURL string, cfg issuance.Config, wra
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	h, err := issue.NewHandler(pool, cfg)
+	h, err := issue.New(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/localpg"
 	"github.com/mops/coupon-api/internal/opsverbs"
-	"github.com/mops/coupon-api/shared/db"
 )
 
 // errViolations makes couponctl exit 1 after it has printed which rules broke; the operator
@@ -75,9 +74,12 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
-// Exit codes besides 0 and 1 (an error, or a rule broken).
+// flagError is a flag value or argument couponctl refuses: a [usageError].
+func flagError(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Exit codes besides 0 and 1 (a failure, or a finding: a rule broken, drift).
 const (
-	exitUsage = 2 // a command line couponctl does not understand
+	exitUsage = 2 // a command line couponctl does not understand, or a flag value it refuses
 )
 
 // run runs the command line args and returns the process's exit code. An error is printed once
@@ -102,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return sig.exitCode()
 	case err == nil:
 		return 0
-	case errors.As(err, &usage):
+	case errors.As(err, &usage), errors.As(err, new(opsverbs.UsageError)):
 		fmt.Fprintf(stderr, "couponctl: %v\n\n%s", err, cmd.UsageString())
 		return exitUsage
 	case errors.Is(err, errViolations):
@@ -154,8 +156,8 @@ local PostgreSQL when it is unset.`,
 }
 
 // wrapVerbs makes every verb under c (and c) say the same way what it cannot do: its argument
-// checks' refusals become [usageError]s, and its failures to log in to the database are
-// explained by what the server refused ([db.ExplainLogin]), whichever path connected (the pool's
+// checks' and required flags' refusals become [usageError]s, and its failures to log in to the database are
+// explained by what the server refused ([explainLogin]), whichever path connected (the pool's
 // start-up check, goose, a verb's own connection).
 func wrapVerbs(c *cobra.Command) {
 	args := c.Args
@@ -166,10 +168,15 @@ func wrapVerbs(c *cobra.Command) {
 		if err := args(cmd, a); err != nil {
 			return usageError{err}
 		}
+		// Cobra checks the required flags right after the arguments, with an error of no type
+		// of its own: checked here first, a missing one is a usage error too.
+		if err := cmd.ValidateRequiredFlags(); err != nil {
+			return usageError{err}
+		}
 		return nil
 	}
 	if runE := c.RunE; runE != nil {
-		c.RunE = func(cmd *cobra.Command, a []string) error { return db.ExplainLogin(runE(cmd, a)) }
+		c.RunE = func(cmd *cobra.Command, a []string) error { return explainLogin(runE(cmd, a)) }
 	}
 	for _, sub := range c.Commands() {
 		wrapVerbs(sub)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"net/url"
@@ -12,8 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/proctest"
 )
 
@@ -213,5 +217,71 @@ func TestUnknownVerbPrintsUsage(t *testing.T) {
 	code, stdout, _ := couponctlBin(t, nil)
 	if code != 0 || !strings.Contains(stdout, "Available Commands:") {
 		t.Errorf("no arguments: exit %d, stdout %q; want the help and 0", code, stdout)
+	}
+}
+
+// TestExitCodes: every verb exits 0 when it did its work, 1 when it failed (one "couponctl: "
+// line on stderr) or found something wrong (its report says what), and 2 when its command line
+// is not understood or a flag value is refused (one "couponctl: " line and the verb's usage).
+func TestExitCodes(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := campaign.Create(context.Background(), conn, campaign.Campaign{ID: "DRIFT", DiscountYen: 1000, BudgetYen: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), `UPDATE campaign_budgets SET issued_yen = 3000 WHERE campaign_id = 'DRIFT'`); err != nil {
+		t.Fatal(err)
+	}
+	db := []string{"DATABASE_URL=" + dbURL}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		code int
+	}{
+		{nil, []string{"--help"}, 0},
+		{nil, []string{"outbox", "requeue", "--help"}, 0},
+		{db, []string{"campaign", "list"}, 0},
+		{db, []string{"reconcile"}, 1},                                 // a finding: the drifted counter, in the report
+		{[]string{"DATABASE_URL="}, []string{"migrate"}, 1},            // a failure: no database named
+		{db, []string{"audit", filepath.Join(t.TempDir(), "none")}, 1}, // a failure: no such log
+		{db, []string{"campaign", "show", "NOPE"}, 1},
+		{nil, []string{"nonsense"}, 2},
+		{nil, []string{"demo", "--bogus"}, 2},
+		{nil, []string{"demo", "--members", "0"}, 2},
+		{db, []string{"demo"}, 2}, // DATABASE_URL without --yes
+		{nil, []string{"campaign", "create"}, 2},
+		{nil, []string{"campaign", "create", "--id", "X", "--discount-yen", "0", "--budget-yen", "10"}, 2},
+		{nil, []string{"campaign", "create", "--id", "X", "--discount-yen", "100", "--budget-yen", "1000", "--starts", "tomorrow"}, 2},
+		{nil, []string{"campaign", "show"}, 2},
+		{nil, []string{"outbox", "requeue"}, 2},
+		{nil, []string{"outbox", "requeue", "not-a-uuid"}, 2},
+		{nil, []string{"outbox", "prune", "--older-than", "-1h"}, 2},
+		{nil, []string{"line", "link", "--member", "m1", "--line-user", "U1"}, 2},
+		{nil, []string{"line", "unlink"}, 2},
+		{nil, []string{"load"}, 2},
+		{nil, []string{"audit"}, 2},
+		{nil, []string{"bench", "--rtt", "-1ms"}, 2},
+		{nil, []string{"sim", "--format", "xml"}, 2},
+		{nil, []string{"drill", "--faults", "flood"}, 2},
+		{nil, []string{"drill", "--duration", "0s"}, 2},
+		{nil, []string{"reconcile", "--format", "xml"}, 2},
+		{nil, []string{"serve", "--listen", ""}, 2},
+		{nil, []string{"legacy", "rollback"}, 2},
+	} {
+		code, _, stderr := couponctlBin(t, c.env, c.args...)
+		if code != c.code {
+			t.Errorf("%q: exit %d, want %d\n%s", c.args, code, c.code, stderr)
+		}
+		finding := c.args[0] == "reconcile" && len(c.args) == 1
+		if c.code != 0 && !finding && strings.Count(stderr, "couponctl: ") != 1 {
+			t.Errorf("%q: want one couponctl: line on stderr:\n%s", c.args, stderr)
+		}
+		if c.code == 2 && !strings.Contains(stderr, "Usage:") {
+			t.Errorf("%q: exit 2 without the verb's usage:\n%s", c.args, stderr)
+		}
 	}
 }

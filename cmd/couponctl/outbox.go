@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -28,7 +27,7 @@ func outboxStatusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 {
-				return fmt.Errorf("--limit %d: list at least 1 parked row", limit)
+				return flagError("--limit %d: list at least 1 parked row", limit)
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -79,11 +78,11 @@ delivered it already, and a re-send could reach the member twice. --force requeu
 as a new push.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
-				return errors.New("give either --all or one or more coupon ids")
+				return flagError("give either --all or one or more coupon ids")
 			}
 			for _, id := range args {
 				if _, err := uuid.Parse(id); err != nil {
-					return fmt.Errorf("coupon id %q: not a UUID", id)
+					return flagError("coupon id %q: not a UUID", id)
 				}
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
@@ -91,7 +90,7 @@ as a new push.`,
 				return err
 			}
 			defer closePool()
-			res, err := outboxadmin.Requeue(cmd.Context(), pool, all, args, force)
+			res, err := outboxadmin.Requeue(cmd.Context(), pool, outboxadmin.RequeueRequest{All: all, CouponIDs: args, Force: force})
 			if err != nil {
 				return err
 			}

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"sort"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/functions/issue"
@@ -18,29 +21,8 @@ import (
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// servable are the functions couponctl serve serves, by FUNCTION_TARGET: each starts on the
-// pool serve opened and says what it runs with.
-var servable = map[string]func(context.Context, *lifecycle.DB) (http.Handler, string, error){
-	"IssueCoupon": func(ctx context.Context, d *lifecycle.DB) (http.Handler, string, error) {
-		h, settings, err := issue.Start(ctx, opened(d))
-		if err != nil {
-			return nil, "", err
-		}
-		return issue.Instrument(h), settings, nil
-	},
-	"RelayOutbox": func(ctx context.Context, d *lifecycle.DB) (http.Handler, string, error) {
-		h, err := relay.Start(ctx, opened(d))
-		if err != nil {
-			return nil, "", err
-		}
-		return relay.Instrument(h), "", nil
-	},
-}
-
-// opened is the open function of a function's Start that hands it d, already open.
-func opened(d *lifecycle.DB) func(context.Context) (*lifecycle.DB, error) {
-	return func(context.Context) (*lifecycle.DB, error) { return d, nil }
-}
+// servable are the functions couponctl serves, in the order it starts them.
+var servable = []*lifecycle.Function{issue.Function, relay.Function}
 
 // defaultListen is the address serve binds unless --listen says otherwise: loopback only, since
 // it checks no caller (deployed, Cloud Run IAM does that before the function runs).
@@ -50,11 +32,13 @@ func serveCmd() *cobra.Command {
 	var listen string
 	c := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve FUNCTION_TARGET on PORT, as deployed",
-		Long: `Serve a function as its deployable main does on Cloud Run.
+		Short: "Serve FUNCTION_TARGET on PORT through the functions framework, as deployed",
+		Long: `Serve the functions through the functions framework, as their deployable mains do on
+Cloud Run (shared/lifecycle): the same start-up check, the same drain on SIGTERM.
 
-FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox); unset, every function is
-served at /<Name>. PORT defaults to 8080.
+FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox), served at /; unset, both
+are served, at /IssueCoupon and /RelayOutbox, and any other path answers 404 with a JSON
+INVALID_REQUEST. PORT defaults to 8080.
 
 serve has no authentication: deployed, Cloud Run lets in only callers with a Google-signed ID
 token of an account holding roles/run.invoker, but serve checks no token, and anyone who can
@@ -62,15 +46,16 @@ reach its port can issue coupons and run the relay. So it listens on 127.0.0.1 (
 only) unless --listen names another address: --listen 0.0.0.0 (or ::) serves every interface,
 as the deployed mains do inside Cloud Run; do that only where the network is yours.
 
-Before serving, each function reads and validates its
-configuration (MONTHLY_CAP_YEN, ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN, RELAY_RETRY_BASE, ...),
-the database is checked (reachable with DATABASE_URL's credentials, migrated: otherwise run
-couponctl migrate), the effective settings are printed once, and serve exits 1 with the
-reason if anything is wrong. DB_POOL_MAX_CONNS sizes the one pool the functions share.
+Before serving, each function reads and validates its configuration (MONTHLY_CAP_YEN,
+ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN, RELAY_RETRY_BASE, ...) and opens its own pool of
+DB_POOL_MAX_CONNS connections, the database is checked (reachable with DATABASE_URL's
+credentials, migrated: otherwise run couponctl migrate), the effective settings are printed
+once, and serve exits 1 with the reason if anything is wrong.
 
 Telemetry follows the OTEL_* environment (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...;
-nothing is exported when neither is set). Ctrl-C or SIGTERM stops it as Cloud Run does: no new
-requests, those in flight get 5 s to finish, then telemetry is flushed and the pool closed.`,
+nothing is exported when neither is set). Ctrl-C or SIGTERM stops it as Cloud Run does: new
+requests are refused with 503, those in flight get 5 s to finish (a request body gets 3 s to
+arrive), then telemetry is flushed, the pools are closed, and serve exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd, listen) },
 	}
@@ -83,9 +68,9 @@ requests, those in flight get 5 s to finish, then telemetry is flushed and the p
 // context ends or SIGTERM.
 func serve(cmd *cobra.Command, listen string) error {
 	if listen == "" {
-		return fmt.Errorf("--listen: give an address: %s (this machine only), or 0.0.0.0 or :: (every interface)", defaultListen)
+		return usageError{fmt.Errorf("--listen: give an address: %s (this machine only), or 0.0.0.0 or :: (every interface)", defaultListen)}
 	}
-	targets, err := serveTargets(os.Getenv("FUNCTION_TARGET"))
+	fns, err := serveTargets(os.Getenv("FUNCTION_TARGET"))
 	if err != nil {
 		return err
 	}
@@ -94,41 +79,26 @@ func serve(cmd *cobra.Command, listen string) error {
 	if err != nil {
 		return err
 	}
-	d, err := lifecycle.OpenDB(ctx)
-	if err != nil {
-		return err
+	if len(fns) > 1 {
+		registerNotFound()
 	}
-	mux, err := serveMux(cmd, d, targets)
-	if err != nil {
-		_ = d.Closer.Close(ctx)
-		return err
-	}
-	addr := net.JoinHostPort(listen, lifecycle.Port())
-	fmt.Fprintf(cmd.ErrOrStderr(), "db: %s\nserving %s on %s (%s; Ctrl-C stops)\n",
-		d.Settings, strings.Join(targets, ", "), addr, reach(listen))
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	return lifecycle.Serve(ctx, lifecycle.Server{Addr: addr, Handler: mux,
-		Closers: []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry), d.Closer}, Log: log})
+	fmt.Fprintf(cmd.ErrOrStderr(), "couponctl serve: %s on %s once started (%s; Ctrl-C stops)\n",
+		paths(fns), net.JoinHostPort(listen, lifecycle.Port()), reach(listen))
+	return lifecycle.Serve(ctx, lifecycle.Server{Host: listen, Port: lifecycle.Port(), Functions: fns,
+		Closers: []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry)},
+		Log:     slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
 }
 
-// serveMux starts targets on d: one at /, or each at /<Name>. It prints each one's settings.
-func serveMux(cmd *cobra.Command, d *lifecycle.DB, targets []string) (*http.ServeMux, error) {
-	mux := http.NewServeMux()
-	for _, name := range targets {
-		h, settings, err := servable[name](cmd.Context(), d)
-		if err != nil {
-			return nil, fmt.Errorf("%s refuses its configuration: %w", name, err)
-		}
-		path := "/" + name
-		if len(targets) == 1 {
-			path = "/"
-		}
-		mux.Handle(path, h)
-		if settings != "" {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", name, settings)
-		}
+// paths says where each of fns is served: at / when it is the only one, else at /<Name>.
+func paths(fns []*lifecycle.Function) string {
+	if len(fns) == 1 {
+		return fns[0].Name() + " at /"
 	}
-	return mux, nil
+	var s []string
+	for _, f := range fns {
+		s = append(s, f.Name()+" at /"+f.Name())
+	}
+	return strings.Join(s, ", ")
 }
 
 // reach says who can call serve listening on listen.
@@ -142,17 +112,79 @@ func reach(listen string) string {
 }
 
 // serveTargets is the function FUNCTION_TARGET names, or every servable one when it is empty.
-func serveTargets(target string) ([]string, error) {
-	if target != "" {
-		if _, ok := servable[target]; !ok {
-			return nil, fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon or RelayOutbox", target)
+func serveTargets(target string) ([]*lifecycle.Function, error) {
+	if target == "" {
+		return servable, nil
+	}
+	for _, f := range servable {
+		if f.Name() == target {
+			return []*lifecycle.Function{f}, nil
 		}
-		return []string{target}, nil
 	}
-	var all []string
-	for name := range servable {
-		all = append(all, name)
+	return nil, fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon or RelayOutbox, or unset for both", target)
+}
+
+// registerNotFound registers, once per process, the framework's function at "/": with
+// FUNCTION_TARGET unset the framework serves each function at its own path and this one at
+// every other, so that an unknown path answers in the functions' JSON rather than Go's plain
+// "404 page not found". With FUNCTION_TARGET set the named function is served at "/" instead.
+var registerNotFound = sync.OnceFunc(func() {
+	if err := funcframework.RegisterHTTPFunctionContext(context.Background(), "/", notFound); err != nil {
+		panic(err) // only an empty path is refused
 	}
-	sort.Strings(all)
-	return all, nil
+})
+
+// notFound answers a path that names no function: 404 INVALID_REQUEST, saying where they are.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(struct {
+		Result  string `json:"result"`
+		Message string `json:"message"`
+	}{"INVALID_REQUEST", fmt.Sprintf("no function at %s: %s", r.URL.Path, paths(servable))})
+}
+
+// localServer is the functions served in this process by [serveLocal].
+type localServer struct {
+	url  string // http://127.0.0.1:PORT
+	stop context.CancelFunc
+	done chan error
+}
+
+// serveLocal serves fns (of [servable]) in this process on a free loopback port as serve does
+// with FUNCTION_TARGET unset, each function configured by the environment, and returns once it
+// accepts connections. Close it to drain the functions and close their pools.
+func serveLocal(ctx context.Context, log *slog.Logger, fns ...*lifecycle.Function) (*localServer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	os.Unsetenv("FUNCTION_TARGET")
+	registerNotFound()
+	sctx, stop := context.WithCancel(ctx)
+	s := &localServer{url: "http://" + addr, stop: stop, done: make(chan error, 1)}
+	go func() {
+		s.done <- lifecycle.Serve(sctx, lifecycle.Server{Host: "127.0.0.1", Port: port, Functions: fns, Log: log})
+	}()
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return s, nil
+		}
+		select {
+		case err := <-s.done:
+			stop()
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// close drains the functions and closes their pools.
+func (s *localServer) close() error {
+	s.stop()
+	return <-s.done
 }

@@ -1,14 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/internal/syncbuf"
 	"github.com/mops/coupon-api/schema"
@@ -82,9 +91,115 @@ func TestServeChecksThenServesThenStops(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Errorf("serve after its context ended: %v, want nil", err)
 	}
-	for _, want := range []string{"pool_max_conns=6", "budget=2.5s", "serving IssueCoupon", "shut down cleanly"} {
+	for _, want := range []string{"pool_max_conns=6", "budget=2.5s", "IssueCoupon: serving", "shut down cleanly"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output does not say %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestServeBothAnswersJSONEverywhere: with FUNCTION_TARGET unset, serve serves both functions
+// at /IssueCoupon and /RelayOutbox, and any other path answers 404 in the functions' JSON
+// (INVALID_REQUEST, saying where they are), not Go's plain text.
+func TestServeBothAnswersJSONEverywhere(t *testing.T) {
+	port := serveBoth(t)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		result       string
+	}{
+		{http.MethodPost, "/IssueCoupon", http.StatusBadRequest, "INVALID_REQUEST"}, // an empty object
+		{http.MethodGet, "/", http.StatusNotFound, "INVALID_REQUEST"},
+		{http.MethodPost, "/issuecoupon", http.StatusNotFound, "INVALID_REQUEST"},
+		{http.MethodPost, "/IssueCoupon/x", http.StatusNotFound, "INVALID_REQUEST"},
+	} {
+		req, _ := http.NewRequest(c.method, "http://127.0.0.1:"+port+c.path, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Result, Message string }
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != c.status || body.Result != c.result || body.Message == "" {
+			t.Errorf("%s %s: %s %+v (%v), want %d %s in JSON with a message", c.method, c.path, resp.Status, body, err, c.status, c.result)
+		}
+		if c.status == http.StatusNotFound && !strings.Contains(body.Message, "/IssueCoupon") {
+			t.Errorf("%s %s: %q does not say where the functions are", c.method, c.path, body.Message)
+		}
+	}
+}
+
+// TestStuckClientDoesNotHoldTheShutdown: a client sends IssueCoupon its headers and part of its
+// body, then nothing. Serve is stopped while that request is in flight: the body's read timeout
+// ends it inside the drain (the client gets 400 saying so), and serve returns nil, as a clean
+// SIGTERM exits 0.
+func TestStuckClientDoesNotHoldTheShutdown(t *testing.T) {
+	port, stop := serveBothStoppable(t)
+	c, err := net.Dial("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /IssueCoupon HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 100\r\n\r\n{\"member_id\": "); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if n := issue.Function.InFlight(); n != 1 {
+			return fmt.Errorf("IssueCoupon serves %d requests, want the stuck one", n)
+		}
+		return nil
+	})
+	if err := stop(); err != nil {
+		t.Errorf("serve, stopped with a stuck client: %v, want nil", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(pgtest.PollTimeout)) // no answer fails the test, never hangs it
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the stuck client got no answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "did not arrive") {
+		t.Errorf("the stuck client got %s %s, want 400 saying the body did not arrive", resp.Status, b)
+	}
+}
+
+// serveBoth runs serve for the test with FUNCTION_TARGET unset, on a migrated database, and
+// returns its port once it accepts connections; it is stopped when the test ends.
+func serveBoth(t *testing.T) string {
+	t.Helper()
+	port, stop := serveBothStoppable(t)
+	t.Cleanup(func() { _ = stop() })
+	return port
+}
+
+// serveBothStoppable is serveBoth with the function that stops serve and returns its error.
+func serveBothStoppable(t *testing.T) (string, func() error) {
+	t.Helper()
+	t.Setenv("DATABASE_URL", pgtest.URL(t))
+	t.Setenv("FUNCTION_TARGET", "")
+	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "test-token")
+	t.Setenv("LINE_API_BASE_URL", "http://127.0.0.1:9")
+	port := proctest.FreePort(t)
+	t.Setenv("PORT", port)
+	var out syncbuf.Buffer
+	cmd := rootCmd()
+	cmd.SetArgs([]string{"serve"})
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- cmd.ExecuteContext(ctx) }()
+	proctest.WaitServing(t, port, &out)
+	var once sync.Once
+	var err error
+	return port, func() error {
+		once.Do(func() {
+			cancel()
+			err = <-served
+		})
+		return err
 	}
 }

@@ -17,20 +17,23 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
+// simFlags are couponctl sim's flags.
+type simFlags struct {
+	load        isolationlab.Load
+	campaigns   int
+	discountYen int
+	budgets     []int
+	strategies  []string
+	workers     []int
+	runs        int
+	format      string
+	chart       string
+	scenario    string
+	friday      blackFridayFlags
+}
+
 func simCmd() *cobra.Command {
-	var (
-		load        = isolationlab.SilverWeek()
-		campaigns   int
-		discountYen int
-		budgets     []int
-		strategies  []string
-		workers     []int
-		runs        int
-		format      string
-		chart       string
-		scenario    string
-		friday      blackFridayFlags
-	)
+	sf := &simFlags{load: isolationlab.SilverWeek()}
 	names := make([]string, len(isolationlab.Strategies))
 	for i, s := range isolationlab.Strategies {
 		names[i] = s.Name
@@ -70,104 +73,144 @@ PostgreSQL when unset. Progress goes to stderr.`,
   couponctl sim --format markdown --chart docs/isolation-lab.png
   couponctl sim --strategies repeatable-read,good --members 1 --campaigns 10 --budgets 100000 --workers 20`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch scenario {
-			case "black-friday":
-				return runBlackFriday(cmd, strategies, workers, load.Members, discountYen, load.CapYen, runs, load.Seed, format, friday)
-			case "silver-week":
-			default:
-				return fmt.Errorf("--scenario %q: want one of %s", scenario, strings.Join(scenarios, ", "))
-			}
-			if !slices.Contains(isolationlab.Formats, format) {
-				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
-			}
-			plan := isolationlab.Plan{Workers: workers, Runs: runs, Load: load, Progress: cmd.ErrOrStderr()}
-			for _, name := range strategies {
-				s, err := isolationlab.StrategyNamed(name)
-				if err != nil {
-					return err
-				}
-				plan.Strategies = append(plan.Strategies, s)
-			}
-			if err := completeLoad(&plan.Load, campaigns, discountYen, budgets); err != nil {
-				return err
-			}
-			if plan.Load.Members < 1 || runs < 1 || len(workers) == 0 || slices.Min(workers) < 1 {
-				return fmt.Errorf("--members, --runs and every --workers must be at least 1")
-			}
-			// The chart's path is checked before the runs, which take minutes: its extension
-			// names a known format and its directory takes a new file.
-			var chartFormat string
-			if chart != "" {
-				var err error
-				if chartFormat, err = isolationlab.ChartFormat(chart); err != nil {
-					return fmt.Errorf("--chart: %w", err)
-				}
-				if err := checkWritableDir(filepath.Dir(chart)); err != nil {
-					return fmt.Errorf("--chart %s: %w", chart, err)
-				}
-			}
-			var err error
-			if plan.Load.CapYen == 0 {
-				if plan.Load.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
-					return err
-				}
-			}
-			serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			if plan.Fresh, err = isolationlab.OnServer(serverURL); err != nil {
-				return err
-			}
-			ms, err := isolationlab.Run(cmd.Context(), plan)
-			if err != nil {
-				return err
-			}
-			if err := writeSimTable(cmd.OutOrStdout(), format, ms); err != nil {
-				return err
-			}
-			// The verdict is prose: after a text or markdown table on stdout; beside JSON or
-			// CSV, on stderr, so that stdout stays machine-readable.
-			verdictOut := cmd.OutOrStdout()
-			if format == "json" || format == "csv" {
-				verdictOut = cmd.ErrOrStderr()
-			}
-			if err := isolationlab.WriteVerdict(verdictOut, ms); err != nil {
-				return err
-			}
-			if chart == "" {
-				return nil
-			}
-			if err := writeFileAtomic(chart, func(w io.Writer) error {
-				return isolationlab.WriteChart(w, ms, 30*vg.Centimeter, 32*vg.Centimeter, chartFormat)
-			}); err != nil {
-				return fmt.Errorf("--chart: %w", err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "chart (%s) written to %s\n", chartFormat, chart)
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, sf) },
 	}
 	f := c.Flags()
-	f.StringSliceVar(&strategies, "strategies", names, "strategies to run, in order")
-	f.IntSliceVar(&workers, "workers", []int{8, 32}, "concurrent workers (and pool connections) per run")
-	f.IntVar(&runs, "runs", 3, "repetitions of each strategy x workers, each on a fresh database")
-	f.IntVar(&load.Members, "members", load.Members, "members; each asks for every campaign twice")
-	f.IntVar(&campaigns, "campaigns", len(load.Campaigns), "campaigns, named SW-A, SW-B, ... (at most 26)")
-	f.IntVar(&discountYen, "discount-yen", silverweek.Campaigns[0].DiscountYen, "face value of every coupon in yen")
-	f.IntSliceVar(&budgets, "budgets", []int{100_000, 300_000, 300_000},
+	f.StringSliceVar(&sf.strategies, "strategies", names, "strategies to run, in order")
+	f.IntSliceVar(&sf.workers, "workers", []int{8, 32}, "concurrent workers (and pool connections) per run")
+	f.IntVar(&sf.runs, "runs", 3, "repetitions of each strategy x workers, each on a fresh database")
+	f.IntVar(&sf.load.Members, "members", sf.load.Members, "members; each asks for every campaign twice")
+	f.IntVar(&sf.campaigns, "campaigns", len(sf.load.Campaigns), "campaigns, named SW-A, SW-B, ... (at most 26)")
+	f.IntVar(&sf.discountYen, "discount-yen", silverweek.Campaigns[0].DiscountYen, "face value of every coupon in yen")
+	f.IntSliceVar(&sf.budgets, "budgets", []int{100_000, 300_000, 300_000},
 		"budget approval of each campaign in yen, in order; campaigns past the list take its last value")
-	f.IntVar(&load.CapYen, "cap-yen", 0, "R3 monthly cap in yen (default MONTHLY_CAP_YEN, else 2000)")
-	f.DurationVar(&load.TapGap, "tap-gap", load.TapGap, "the second tap comes up to this long after the first")
-	f.Uint64Var(&load.Seed, "seed", load.Seed, "shuffle seed; each run adds its workers and run number")
-	f.StringVar(&format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", ")+
+	f.IntVar(&sf.load.CapYen, "cap-yen", 0, "R3 monthly cap in yen (default MONTHLY_CAP_YEN, else 2000)")
+	f.DurationVar(&sf.load.TapGap, "tap-gap", sf.load.TapGap, "the second tap comes up to this long after the first")
+	f.Uint64Var(&sf.load.Seed, "seed", sf.load.Seed, "shuffle seed; each run adds its workers and run number")
+	f.StringVar(&sf.format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", ")+
 		" (text: for a terminal, two tables in about 100 columns with a key; the others one row per run)")
-	f.StringVar(&chart, "chart", "", "also write a chart of violations and retries to this file (each bar the mean of the --runs), in the format its extension names ("+
+	f.StringVar(&sf.chart, "chart", "", "also write a chart of violations and retries to this file (each bar the mean of the --runs), in the format its extension names ("+
 		strings.Join(isolationlab.ChartFormats, ", ")+")")
-	f.StringVar(&scenario, "scenario", "silver-week", "load: silver-week, or black-friday (one first-come campaign: good, stripes-16, preallocated, serializable; docs/hot-campaigns.md)")
-	friday.register(f)
+	f.StringVar(&sf.scenario, "scenario", "silver-week", "load: silver-week, or black-friday (one first-come campaign: good, stripes-16, preallocated, serializable; docs/hot-campaigns.md)")
+	sf.friday.register(f)
 	return c
+}
+
+// runSim runs the lab: it checks the flags and the chart's path (before the runs, which take
+// minutes), runs every strategy on DATABASE_URL's server or a throwaway one, and writes the
+// table, the verdict and the chart.
+func runSim(cmd *cobra.Command, sf *simFlags) error {
+	switch sf.scenario {
+	case "black-friday":
+		return runBlackFriday(cmd, sf.strategies, sf.workers, sf.load.Members, sf.discountYen, sf.load.CapYen, sf.runs,
+			sf.load.Seed, sf.format, sf.friday)
+	case "silver-week":
+	default:
+		return flagError("--scenario %q: want one of %s", sf.scenario, strings.Join(scenarios, ", "))
+	}
+	plan, chartFormat, err := sf.plan(cmd)
+	if err != nil {
+		return err
+	}
+	fresh, stop, err := labServer(cmd)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	plan.Fresh = fresh
+	ms, err := isolationlab.Run(cmd.Context(), plan)
+	if err != nil {
+		return err
+	}
+	return sf.write(cmd, ms, chartFormat)
+}
+
+// labServer is where the lab makes its fresh databases: DATABASE_URL's server or a throwaway one,
+// which stop removes.
+func labServer(cmd *cobra.Command) (isolationlab.FreshDB, func(), error) {
+	serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	fresh, err := isolationlab.OnServer(serverURL)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return fresh, stop, nil
+}
+
+// plan turns the flags into the lab's plan, and checks the chart's path ([simFlags.checkChart]);
+// it returns the chart's format.
+func (sf *simFlags) plan(cmd *cobra.Command) (isolationlab.Plan, string, error) {
+	plan := isolationlab.Plan{Workers: sf.workers, Runs: sf.runs, Load: sf.load, Progress: cmd.ErrOrStderr()}
+	if !slices.Contains(isolationlab.Formats, sf.format) {
+		return plan, "", flagError("--format %q: want one of %s", sf.format, strings.Join(isolationlab.Formats, ", "))
+	}
+	for _, name := range sf.strategies {
+		s, err := isolationlab.StrategyNamed(name)
+		if err != nil {
+			return plan, "", usageError{err}
+		}
+		plan.Strategies = append(plan.Strategies, s)
+	}
+	if err := completeLoad(&plan.Load, sf.campaigns, sf.discountYen, sf.budgets); err != nil {
+		return plan, "", err
+	}
+	if plan.Load.Members < 1 || sf.runs < 1 || len(sf.workers) == 0 || slices.Min(sf.workers) < 1 {
+		return plan, "", flagError("--members, --runs and every --workers must be at least 1")
+	}
+	chartFormat, err := sf.checkChart()
+	if err != nil {
+		return plan, "", err
+	}
+	if plan.Load.CapYen == 0 {
+		if plan.Load.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+			return plan, "", err
+		}
+	}
+	return plan, chartFormat, nil
+}
+
+// checkChart returns the format --chart's extension names, after checking that its directory
+// takes a new file; "" without --chart.
+func (sf *simFlags) checkChart() (string, error) {
+	if sf.chart == "" {
+		return "", nil
+	}
+	chartFormat, err := isolationlab.ChartFormat(sf.chart)
+	if err != nil {
+		return "", flagError("--chart: %w", err)
+	}
+	if err := checkWritableDir(filepath.Dir(sf.chart)); err != nil {
+		return "", fmt.Errorf("--chart %s: %w", sf.chart, err)
+	}
+	return chartFormat, nil
+}
+
+// write writes the table to stdout, the verdict after it (on stderr beside JSON or CSV, so that
+// stdout stays machine-readable), and the chart if asked.
+func (sf *simFlags) write(cmd *cobra.Command, ms []isolationlab.Measurement, chartFormat string) error {
+	if err := writeSimTable(cmd.OutOrStdout(), sf.format, ms); err != nil {
+		return err
+	}
+	verdictOut := cmd.OutOrStdout()
+	if sf.format == "json" || sf.format == "csv" {
+		verdictOut = cmd.ErrOrStderr()
+	}
+	if err := isolationlab.WriteVerdict(verdictOut, ms); err != nil {
+		return err
+	}
+	if sf.chart == "" {
+		return nil
+	}
+	if err := writeFileAtomic(sf.chart, func(w io.Writer) error {
+		return isolationlab.WriteChart(w, ms, 30*vg.Centimeter, 32*vg.Centimeter, chartFormat)
+	}); err != nil {
+		return fmt.Errorf("--chart: %w", err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "chart (%s) written to %s\n", chartFormat, sf.chart)
+	return nil
 }
 
 // writeSimTable writes the lab's table in format: for "text", the terminal's, wrapped to about
@@ -184,10 +227,10 @@ func writeSimTable(w io.Writer, format string, ms []isolationlab.Measurement) er
 func completeLoad(load *isolationlab.Load, n, discountYen int, budgets []int) error {
 	ids, err := isolationlab.CampaignLetters(n)
 	if err != nil {
-		return fmt.Errorf("--campaigns: %w", err)
+		return flagError("--campaigns: %w", err)
 	}
 	if len(budgets) == 0 {
-		return fmt.Errorf("--budgets: give at least one budget in yen")
+		return flagError("--budgets: give at least one budget in yen")
 	}
 	load.Campaigns = make([]silverweek.Campaign, n)
 	for i, id := range ids {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -39,7 +38,7 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 	flags := cmd.Flags()
 	for _, name := range []string{"campaigns", "budgets", "tap-gap", "chart"} {
 		if flags.Changed(name) {
-			return fmt.Errorf("--%s: the black-friday scenario has one campaign, one tap per member and no chart (use --bf-coupons)", name)
+			return flagError("--%s: the black-friday scenario has one campaign, one tap per member and no chart (use --bf-coupons)", name)
 		}
 	}
 	load := b.load
@@ -69,10 +68,10 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 	}
 	load.CapYen = capYen
 	if !slices.Contains(isolationlab.Formats, format) {
-		return fmt.Errorf("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
+		return flagError("--format %q: want one of %s", format, strings.Join(isolationlab.Formats, ", "))
 	}
 	if runs < 1 || len(workers) == 0 || slices.Min(workers) < 1 {
-		return fmt.Errorf("--runs and every --workers must be at least 1")
+		return flagError("--runs and every --workers must be at least 1")
 	}
 	if err := load.Validate(); err != nil {
 		return err
@@ -85,14 +84,12 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 		}
 		plan.Strategies = append(plan.Strategies, s)
 	}
-	serverURL, stop, err := databaseOrThrowaway(cmd.Context(), cmd)
+	fresh, stop, err := labServer(cmd)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if plan.Fresh, err = isolationlab.OnServer(serverURL); err != nil {
-		return err
-	}
+	plan.Fresh = fresh
 	ms, err := isolationlab.RunFirstComePlan(cmd.Context(), plan)
 	if err != nil {
 		return err

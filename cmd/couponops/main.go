@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, opsverbs.ErrViolations):
 		return 1
-	case errors.As(err, &usage):
+	case errors.As(err, &usage), errors.As(err, new(opsverbs.UsageError)):
 		fmt.Fprintf(stderr, "couponops: %v\n\n%s", err, cmd.UsageString())
 		return 2
 	}

@@ -30,7 +30,7 @@ func faultHandler(t testing.TB, pool *pgxpool.Pool, cfg issuance.Config) *Handle
 		t.Fatal(err)
 	}
 	cfg.Now = func() time.Time { return time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo) }
-	h, err := NewHandler(pool, cfg)
+	h, err := newHandler(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,11 @@
 // Package issue is the IssueCoupon Cloud Run function: the app gateway's "クーポンを受け取る"
 // call. It decodes and validates the request, runs one issuance (shared/issuance) and answers
 // with the result codes of docs/api.md (docs/openapi.yaml). It registers itself with the
-// functions framework in init.
+// functions framework in init ([Function]).
 package issue
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"time"
@@ -16,49 +15,55 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/mops/coupon-api/shared/issuance"
-	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/lifecycle"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-func init() {
-	functions.HTTP("IssueCoupon", Instrument(lazy.Handler(instance, "IssueCoupon", func(w http.ResponseWriter, _ *http.Request) {
-		writeInternalError(w)
-	})).ServeHTTP)
-}
+// Function is IssueCoupon as the functions framework serves it, built once per instance by
+// [Open].
+var Function = lifecycle.NewFunction("IssueCoupon", Open, refuse)
 
-// Start starts IssueCoupon, wherever it is served: by the functions framework (init's
-// registration, on the first request), by the deployable main (functions/issue/cmd) and by
-// couponctl serve. It reads and validates the settings from the environment, then gets the
-// pool from open ([lifecycle.OpenDB], or the one pool couponctl serve opened that way for every
-// function it serves), builds the handler and registers the budget gauge. It returns the
-// handler, to be wrapped in [Instrument], and its effective settings.
-func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (*Handler, string, error) {
+func init() { functions.HTTP("IssueCoupon", Function.ServeHTTP) }
+
+// Open builds IssueCoupon from the environment: its settings ([issuance.ConfigFromEnv]), then
+// the database ([lifecycle.OpenDB]: reachable and migrated), then [New]. It closes the pool
+// when New fails.
+func Open(ctx context.Context) (*lifecycle.Instance, error) {
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	d, err := open(ctx)
+	d, err := lifecycle.OpenDB(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	h, err := NewHandler(d.Pool, cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	// The campaign budget gauge, read through the pool once per metric export.
-	if _, err := telemetry.RegisterBudgetGauge(otel.GetMeterProvider(), d.Pool); err != nil {
-		return nil, "", err
-	}
-	return h, cfg.String(), nil
+	h, err := New(cfg, d.Pool)
+	return d.Serving(h, err, "issuance", cfg.String())
 }
 
-// instance is the handler the functions framework serves, started by the first request and
-// kept for the instance's life.
-var instance = lazy.New(func(ctx context.Context) (*Handler, error) {
-	h, _, err := Start(ctx, lifecycle.OpenDB)
-	return h, err
-})
+// New returns IssueCoupon's handler issuing on pool with cfg, instrumented (see instrument),
+// after registering the campaign budget gauge on the global meter provider
+// ([issuance.RegisterBudgetGauge]). Errors: [issuance.New]'s and the gauge's.
+func New(cfg issuance.Config, pool *pgxpool.Pool) (http.Handler, error) {
+	h, err := newHandler(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := issuance.RegisterBudgetGauge(otel.GetMeterProvider(), pool); err != nil {
+		return nil, err
+	}
+	return instrument(h), nil
+}
+
+// refuse answers what the instance cannot serve: 503 RETRY_EXHAUSTED with Retry-After while it
+// shuts down (nothing was written: safe to re-send), 500 INTERNAL_ERROR when it could not start.
+func refuse(w http.ResponseWriter, status int) {
+	if status != http.StatusServiceUnavailable {
+		writeInternalError(w)
+		return
+	}
+	w.Header().Set("Retry-After", retryAfterSeconds)
+	writeJSON(w, status, response{Result: string(issuance.ResultRetryExhausted)})
+}
 
 // Handler serves IssueCoupon over one issuance service.
 type Handler struct {
@@ -66,8 +71,8 @@ type Handler struct {
 	log *slog.Logger
 }
 
-// NewHandler returns a Handler issuing on pool with cfg (see [issuance.New] for its errors).
-func NewHandler(pool *pgxpool.Pool, cfg issuance.Config) (*Handler, error) {
+// newHandler returns a Handler issuing on pool with cfg (see [issuance.New] for its errors).
+func newHandler(pool *pgxpool.Pool, cfg issuance.Config) (*Handler, error) {
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
 		return nil, err
@@ -105,7 +110,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // retryAfterSeconds is the Retry-After of RETRY_EXHAUSTED, in seconds: contention on one
-// campaign row clears within a second at the measured 32-client p99 (docs/hot-row.md).
+// campaign row clears within a second (docs/hot-row.md).
 const retryAfterSeconds = "1"
 
 // resultInvalidRequest and resultInternalError are the answers that no issuance produced.
@@ -145,9 +150,7 @@ func writeInternalError(w http.ResponseWriter) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v response) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	if err := lifecycle.WriteJSON(w, status, v); err != nil {
 		slog.Warn("IssueCoupon: write response", "err", err)
 	}
 }

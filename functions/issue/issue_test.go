@@ -38,7 +38,7 @@ func newTestHandler(t *testing.T, cfg issuance.Config) (*Handler, *pgxpool.Pool)
 		}
 	}
 	cfg.Now = func() time.Time { return now }
-	h, err := NewHandler(pool, cfg)
+	h, err := newHandler(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

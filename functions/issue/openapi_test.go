@@ -57,7 +57,7 @@ func TestOpenAPI(t *testing.T) {
 	if _, err := coupon.Void(ctx, pool, gone.CouponID, "TestOpenAPI", false); err != nil {
 		t.Fatal(err)
 	}
-	h, err := issue.NewHandler(pool, issuance.Config{})
+	h, err := issue.New(issuance.Config{}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +119,8 @@ func TestOpenAPI(t *testing.T) {
 	}
 
 	// RETRY_EXHAUSTED: another session holds the campaign's budget row past a short budget.
-	short, err := issue.NewHandler(pool, issuance.Config{Budget: 900 * time.Millisecond,
-		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond})
+	short, err := issue.New(issuance.Config{Budget: 900 * time.Millisecond,
+		LockTimeout: 100 * time.Millisecond, StatementTimeout: 300 * time.Millisecond}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

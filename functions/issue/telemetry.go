@@ -12,10 +12,10 @@ import (
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// Instrument wraps h with the IssueCoupon server span, which continues the caller's trace
+// instrument wraps h with the IssueCoupon server span, which continues the caller's trace
 // (W3C traceparent, or Cloud Run's X-Cloud-Trace-Context; see [telemetry.Propagator]), and
 // the HTTP server metrics of otelhttp.
-func Instrument(h http.Handler) http.Handler {
+func instrument(h http.Handler) http.Handler {
 	return otelhttp.NewHandler(h, "IssueCoupon", otelhttp.WithPropagators(telemetry.Propagator()))
 }
 

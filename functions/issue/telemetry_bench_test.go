@@ -78,14 +78,14 @@ func BenchmarkIssueCouponTelemetry(b *testing.B) {
 			if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "BENCH", DiscountYen: 1, BudgetYen: 1 << 30}); err != nil {
 				b.Fatal(err)
 			}
-			h, err := NewHandler(pool, issuance.Config{Now: func() time.Time { return now }})
+			h, err := newHandler(pool, issuance.Config{Now: func() time.Time { return now }})
 			if err != nil {
 				b.Fatal(err)
 			}
 			h.log = telemetry.NewLogger(io.Discard, "")
 			var served http.Handler = h
 			if traced {
-				served = Instrument(h)
+				served = instrument(h)
 			}
 			cpu0 := processCPU(b)
 			b.ResetTimer()

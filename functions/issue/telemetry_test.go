@@ -81,12 +81,12 @@ func newTraced(t *testing.T, cfg issuance.Config) *traced {
 		t.Fatal(err)
 	}
 	cfg.Now = func() time.Time { return now }
-	h, err := NewHandler(tr.pool, cfg)
+	h, err := newHandler(tr.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.log = telemetry.NewLogger(tr.logs, testProject)
-	tr.h = Instrument(h)
+	tr.h = instrument(h)
 	return tr
 }
 
@@ -381,11 +381,11 @@ func TestUnreachableCollectorNeverFailsARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	h, err := NewHandler(pool, issuance.Config{Now: func() time.Time { return now }})
+	h, err := newHandler(pool, issuance.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := Instrument(h)
+	served := instrument(h)
 
 	const requests = 8 // within OPEN's budget of 10 coupons
 	for i := range requests {

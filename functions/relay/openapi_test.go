@@ -18,16 +18,18 @@ import (
 	"github.com/mops/coupon-api/internal/apispec"
 	"github.com/mops/coupon-api/internal/linestub"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
 // TestOpenAPI drives the real RelayOutbox handler on a real PostgreSQL and a LINE stand-in
 // through every answer docs/openapi.yaml documents (200 with each count non-zero, 400, 405, 413,
-// 415, 500),
-// validates each against the document with kin-openapi, and fails on a documented answer it
-// never produced.
+// 415, 500, 502, and 503 from the function served as deployed once it shuts down), validates
+// each against the document with kin-openapi, and fails on a documented answer it never
+// produced. Not parallel: the served function reads the environment.
 func TestOpenAPI(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, 4)
 	stub := linestub.New()
@@ -65,7 +67,7 @@ SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil
 
 	cfg := outbox.Config{ChannelAccessToken: "test-token", BaseURL: srv.URL,
 		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}
-	h, err := relay.NewHandler(pool, cfg)
+	h, err := relay.New(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +137,8 @@ INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_
 	refusing.Default(linestub.Response{Status: http.StatusUnauthorized, Message: "invalid token"})
 	refusingSrv := httptest.NewServer(refusing)
 	t.Cleanup(refusingSrv.Close)
-	stopped, err := relay.NewHandler(pool, outbox.Config{ChannelAccessToken: "expired", BaseURL: refusingSrv.URL,
-		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	stopped, err := relay.New(outbox.Config{ChannelAccessToken: "expired", BaseURL: refusingSrv.URL,
+		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,12 +149,34 @@ INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_
 	// 500: the database is gone (here: the handler's pool is closed).
 	closed := pgtest.Pool(t, 1)
 	closed.Close()
-	broken, err := relay.NewHandler(closed, cfg)
+	broken, err := relay.New(cfg, closed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if status, got := call(broken, "POST", ""); status != 500 {
 		t.Errorf("closed pool: %d %v, want 500", status, got)
+	}
+
+	// 503: the function, served as deployed (lifecycle.Serve), has begun to shut down, as after
+	// SIGTERM, and refuses a new request.
+	t.Setenv("DATABASE_URL", pool.Config().ConnConfig.ConnString())
+	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "test-token")
+	t.Setenv("LINE_API_BASE_URL", srv.URL)
+	t.Setenv("FUNCTION_TARGET", "")
+	port := proctest.FreePort(t)
+	serveCtx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() {
+		served <- lifecycle.Serve(serveCtx, lifecycle.Server{Host: "127.0.0.1", Port: port,
+			Functions: []*lifecycle.Function{relay.Function}, Log: slog.New(slog.DiscardHandler)})
+	}()
+	proctest.WaitServing(t, port, &syncbuf.Buffer{})
+	stop()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if status, got := call(relay.Function, "POST", ""); status != 503 || got["message"] == "" {
+		t.Errorf("shutting down: %d %v, want 503 with a message", status, got)
 	}
 
 	if unseen := spec.Unseen(); len(unseen) > 0 {

@@ -2,12 +2,11 @@
 // (and an operator may call it by hand) to deliver the transactional outbox to LINE. It decodes
 // the request, runs one relay pass (shared/outbox) and answers how many rows were sent, sent
 // back for a retry, parked, and skipped (docs/api.md, "RelayOutbox"). It registers itself with the
-// functions framework in init.
+// functions framework in init ([Function]).
 package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,65 +16,61 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 
-	"github.com/mops/coupon-api/shared/lazy"
 	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/reqbody"
-	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-func init() {
-	functions.HTTP("RelayOutbox", Instrument(lazy.Handler(instance, "RelayOutbox", internalError)).ServeHTTP)
-}
+// Function is RelayOutbox as the functions framework serves it, built once per instance by
+// [Open].
+var Function = lifecycle.NewFunction("RelayOutbox", Open, refuse)
 
-// Start starts RelayOutbox, wherever it is served: by the functions framework (init's
-// registration, on the first request), by the deployable main (functions/relay/cmd) and by
-// couponctl serve. It reads and validates the settings from the environment, then gets the
-// pool from open ([lifecycle.OpenDB], or the one pool couponctl serve opened that way for every
-// function it serves), builds the handler and registers the outbox gauges. It returns the
-// handler, to be wrapped in [Instrument].
-func Start(ctx context.Context, open func(context.Context) (*lifecycle.DB, error)) (*Handler, error) {
+func init() { functions.HTTP("RelayOutbox", Function.ServeHTTP) }
+
+// Open builds RelayOutbox from the environment: its settings ([outbox.ConfigFromEnv]), then
+// the database ([lifecycle.OpenDB]: reachable and migrated), then [New]. It closes the pool
+// when New fails.
+func Open(ctx context.Context) (*lifecycle.Instance, error) {
 	cfg, err := outbox.ConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	d, err := open(ctx)
+	d, err := lifecycle.OpenDB(ctx)
 	if err != nil {
 		return nil, err
 	}
-	h, err := NewHandler(d.Pool, cfg)
-	if err != nil {
-		return nil, err
-	}
-	// The outbox gauges, read through the pool once per metric export.
-	if _, err := telemetry.RegisterOutboxGauges(otel.GetMeterProvider(), d.Pool); err != nil {
-		return nil, err
-	}
-	return h, nil
+	h, err := New(cfg, d.Pool)
+	return d.Serving(h, err, "relay", cfg.String())
 }
 
-// instance is the handler the functions framework serves, started by the first request and
-// kept for the instance's life.
-var instance = lazy.New(func(ctx context.Context) (*Handler, error) { return Start(ctx, lifecycle.OpenDB) })
-
-// internalError answers 500 with a generic body; the detail is in the log.
-func internalError(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusInternalServerError, errorBody{Message: "internal error"})
-}
-
-// Handler serves RelayOutbox over one relay.
-type Handler struct {
-	relay *outbox.Relay
-	log   *slog.Logger
-}
-
-// NewHandler returns a Handler relaying from pool with cfg (see [outbox.New] for its errors).
-func NewHandler(pool *pgxpool.Pool, cfg outbox.Config) (*Handler, error) {
+// New returns RelayOutbox's handler relaying from pool with cfg, instrumented (see
+// instrument), after registering the outbox gauges on the global meter provider
+// ([outbox.RegisterGauges]). Errors: [outbox.New]'s and the gauges'.
+func New(cfg outbox.Config, pool *pgxpool.Pool) (http.Handler, error) {
 	r, err := outbox.New(pool, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{relay: r, log: slog.Default()}, nil
+	if _, err := outbox.RegisterGauges(otel.GetMeterProvider(), pool); err != nil {
+		return nil, err
+	}
+	return instrument(&handler{relay: r, log: slog.Default()}), nil
+}
+
+// refuse answers what the instance cannot serve, with a message: 503 while it shuts down (the
+// next scheduled run takes the rows), 500 when it could not start (the detail is in the log).
+func refuse(w http.ResponseWriter, status int) {
+	msg := "internal error"
+	if status == http.StatusServiceUnavailable {
+		msg = "shutting down: the next run relays the rows"
+	}
+	writeJSON(w, status, errorBody{Message: msg})
+}
+
+// handler serves RelayOutbox over one relay.
+type handler struct {
+	relay *outbox.Relay
+	log   *slog.Logger
 }
 
 // MaxBodyBytes is the largest request body accepted, in bytes: 4 KiB, as IssueCoupon's.
@@ -92,7 +87,7 @@ const MaxRowsLimit = 200_000
 // ([outbox.ErrTokenRefused]) or kept failing ([outbox.ErrLINEUnavailable]), so that Cloud
 // Scheduler records the run as failed; 405 for a method other than POST, and 415, 413 or 400
 // for a request [decodeRequest] refuses; and 500 (detail logged) when the database fails.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	maxRows, status, err := decodeRequest(w, r)
 	if err != nil {
 		h.log.InfoContext(r.Context(), "RelayOutbox: request refused", "status", status, "reason", err.Error())
@@ -166,9 +161,7 @@ type stoppedBody struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	if err := lifecycle.WriteJSON(w, status, v); err != nil {
 		slog.Warn("RelayOutbox: write response", "err", err)
 	}
 }

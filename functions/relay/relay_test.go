@@ -59,10 +59,10 @@ RETURNING coupon_id::text`)
 		stub.Always(id, linestub.Response{Status: http.StatusInternalServerError})
 	}
 
-	h, err := relay.NewHandler(pool, outbox.Config{
+	h, err := relay.New(outbox.Config{
 		ChannelAccessToken: "test-token", BaseURL: srv.URL, BatchSize: 7,
 		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
-	})
+	}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
 // (every rule and its words: TestRequestRules).
 func TestRejectsBadRequests(t *testing.T) {
 	t.Parallel()
-	h, err := relay.NewHandler(nil, outbox.Config{ChannelAccessToken: "t"})
+	h, err := relay.New(outbox.Config{ChannelAccessToken: "t"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func TestRequestContentType(t *testing.T) {
 func TestRequestWordsAsIssueCoupon(t *testing.T) {
 	t.Parallel()
 	rh := requestHandler(t)
-	ih, err := issue.NewHandler(nil, issuance.Config{})
+	ih, err := issue.New(issuance.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +168,12 @@ func TestRequestWordsAsIssueCoupon(t *testing.T) {
 }
 
 // requestHandler is a RelayOutbox handler on a test database that pushes to a LINE stand-in.
-func requestHandler(t *testing.T) *relay.Handler {
+func requestHandler(t *testing.T) http.Handler {
 	t.Helper()
 	srv := httptest.NewServer(linestub.New())
 	t.Cleanup(srv.Close)
-	h, err := relay.NewHandler(pgtest.Pool(t, 2), outbox.Config{ChannelAccessToken: "t", BaseURL: srv.URL,
-		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	h, err := relay.New(outbox.Config{ChannelAccessToken: "t", BaseURL: srv.URL,
+		PushTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, pgtest.Pool(t, 2))
 	if err != nil {
 		t.Fatal(err)
 	}

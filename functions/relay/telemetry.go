@@ -8,8 +8,8 @@ import (
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// Instrument wraps h with the run's server span, which continues Cloud Scheduler's or the
+// instrument wraps h with the run's server span, which continues Cloud Scheduler's or the
 // operator's trace (see [telemetry.Propagator]); each push is a child span of it.
-func Instrument(h http.Handler) http.Handler {
+func instrument(h http.Handler) http.Handler {
 	return otelhttp.NewHandler(h, "RelayOutbox", otelhttp.WithPropagators(telemetry.Propagator()))
 }

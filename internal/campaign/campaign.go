@@ -49,9 +49,9 @@ const MaxValidDays = 3650
 const MaxStripes = 64
 
 // StripeRateTPS is the issuance rate one budget stripe row is sized for, in coupons per second:
-// about half of what one hot campaign row carried through IssueCoupon over HTTP at 32 clients with
-// a 1 ms round trip to PostgreSQL on the 2-core build machine (1,003/s, `couponctl bench --rtt`,
-// docs/performance.md), leaving headroom for a slower or busier database.
+// about half of what one hot campaign row carried through IssueCoupon over HTTP with a 1 ms
+// round trip to PostgreSQL (`couponctl bench --rtt`, docs/performance.md), leaving headroom for a
+// slower or busier database.
 const StripeRateTPS = 500
 
 // StripesFor returns the stripes for a campaign expected to take expectedRPS issuance requests

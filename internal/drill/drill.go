@@ -93,7 +93,9 @@ type Options struct {
 	Out, Progress io.Writer
 }
 
-func (o Options) validate() error {
+// Validate refuses options [Run] cannot run with, every problem at once, naming the flag of
+// couponctl drill that sets each.
+func (o Options) Validate() error {
 	var errs []error
 	if o.Duration <= 0 {
 		errs = append(errs, fmt.Errorf("--duration %s: must be positive", o.Duration))
@@ -150,7 +152,7 @@ type drill struct {
 // Its error means the drill could not run (a process that did not start or come back, a
 // database error); what it found wrong is in the [Outcome].
 func Run(ctx context.Context, o Options) (Outcome, error) {
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return Outcome{}, err
 	}
 	capYen, err := audit.CapYenFromEnv()
@@ -234,6 +236,7 @@ func (d *drill) setUp(ctx context.Context) error {
 		if d.o.Break != "" {
 			settings = breakSettings
 		}
+		d.say("starting a throwaway PostgreSQL (initdb, then the server)...")
 		srv, err := localpg.Start(ctx, localpg.Options{Durable: true, Settings: settings})
 		if err != nil {
 			return err

@@ -25,7 +25,7 @@ func TestParseFaults(t *testing.T) {
 // server's settings) and without db-crash (it loses coupons only in a crash).
 func TestBreakNeedsItsOwnServerAndACrash(t *testing.T) {
 	ok := Options{Duration: time.Second, Clients: 1, Faults: []Fault{DBCrash}, Break: BreakSyncCommitOff, Serve: []string{"couponctl", "serve"}}
-	if err := ok.validate(); err != nil {
+	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid options refused: %v", err)
 	}
 	for _, tc := range []struct {
@@ -38,7 +38,7 @@ func TestBreakNeedsItsOwnServerAndACrash(t *testing.T) {
 	} {
 		o := ok
 		tc.edit(&o)
-		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want a refusal saying %q", o, err, tc.want)
 		}
 	}

@@ -35,7 +35,7 @@ const drainTimeout = 60 * time.Second
 // with the lease, as the relay requires (batch + mark < lease, batch + 2 x mark < run budget).
 // The relay pushes at LINE's own limit (RELAY_RATE_LIMIT=2000, outbox.LINEPushRateLimit) rather
 // than a quarter of it: the drill has one relay, and at 500 pushes/s the rows that the failed
-// runs left behind took the drain over 10 s on the 2-core build machine.
+// runs left behind make the drain long.
 var relayEnv = []string{
 	"RELAY_RETRY_BASE=0s", "RELAY_LEASE=5s", "RELAY_PUSH_TIMEOUT=2s", "RELAY_BATCH_TIMEOUT=3s",
 	"RELAY_MARK_TIMEOUT=1s", "RELAY_RUN_BUDGET=10s", "RELAY_RATE_LIMIT=2000",

@@ -43,9 +43,9 @@ const clientTimeout = issuance.AppTimeout + 2*time.Second
 const pauseAfterTransportError = 200 * time.Millisecond
 
 // membersPerSecond sizes the members the drill links to LINE up front, per second of load: 500
-// members are 3,000 requests a second, twice what the 2-core build machine serves (the demo's
-// 1,450 requests/s, docs/operations.md). A faster machine wraps around to the first members,
-// whose requests are then re-sends.
+// members are 3,000 requests a second, above what the demo's machine serves
+// (docs/operations.md). A faster machine wraps around to the first members, whose requests are
+// then re-sends.
 const membersPerSecond = 500
 
 // memberID names the drill's member i.

@@ -3,25 +3,31 @@ package hotbench_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/hotbench"
 	"github.com/mops/coupon-api/internal/latencyproxy"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/syncbuf"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/lifecycle"
 )
 
 // TestRunChecksEveryCell runs the whole bench for one second a cell at 2 clients and round trips
-// of 0 and 1 ms, with a small sold-out cell, the product called in-process instead of over HTTP
-// but through the latency proxy: every pgbench script runs on the schema, every cell does work,
-// and the rules and the coupon counts hold after each one; the sold-out cell sells its campaign
-// out, and its statistics hold at least the rows of its coupons (they were flushed). A request
-// answered other than ISSUED is counted as failed. Speeds are logged, never asserted.
+// of 0 and 1 ms, with a small sold-out cell, IssueCoupon served through the functions framework
+// in this process as couponctl bench serves it, its pool through the latency proxy: every
+// pgbench script runs on the schema, every cell does work, and the rules and the coupon counts
+// hold after each one; the sold-out cell sells its campaign out, and its statistics hold at
+// least the rows of its coupons (they were flushed). A request answered other than ISSUED is
+// counted as failed. Speeds are logged, never asserted.
 func TestRunChecksEveryCell(t *testing.T) {
 	if _, err := exec.LookPath(hotbench.DefaultPgbench); err != nil {
 		t.Skipf("no pgbench: %v", err)
@@ -35,24 +41,13 @@ func TestRunChecksEveryCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	pool, err := pgxpool.New(ctx, proxied)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	svc, err := issuance.New(pool, issuance.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	issueCoupon := serveIssueCoupon(t, proxied)
 	soldOut := hotbench.SoldOut{Coupons: 20, Stripes: 4, Requests: 200}
 	var progress bytes.Buffer
 	rep, err := hotbench.Run(ctx, hotbench.Config{
 		DBURL: url, Proxy: proxy, RTTs: []time.Duration{0, time.Millisecond}, Clients: []int{2},
 		Duration: time.Second, CapYen: issuance.DefaultMonthlyCapYen, SoldOut: &soldOut, Progress: &progress,
-		Issue: func(ctx context.Context, memberID, campaignID string) (string, error) {
-			out, err := svc.Issue(ctx, memberID, campaignID)
-			return string(out.Result), err
-		},
+		Issue: issueCoupon,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -96,5 +91,44 @@ func TestPgbenchMissing(t *testing.T) {
 	_, err := hotbench.Run(context.Background(), hotbench.Config{Pgbench: "/nonexistent/pgbench", Clients: []int{1}, Duration: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "pgbench not found") {
 		t.Errorf("err %v, want it to say pgbench was not found", err)
+	}
+}
+
+// serveIssueCoupon serves IssueCoupon through the functions framework in this process at "/"
+// of a free port, on dbURL, until the test ends, and returns a client of it.
+func serveIssueCoupon(t *testing.T, dbURL string) hotbench.IssueFunc {
+	t.Helper()
+	t.Setenv("DATABASE_URL", dbURL)
+	t.Setenv("FUNCTION_TARGET", issue.Function.Name())
+	port := proctest.FreePort(t)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- lifecycle.Serve(ctx, lifecycle.Server{Host: "127.0.0.1", Port: port,
+			Functions: []*lifecycle.Function{issue.Function}, Log: slog.New(slog.DiscardHandler)})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("serving IssueCoupon: %v", err)
+		}
+	})
+	proctest.WaitServing(t, port, &syncbuf.Buffer{})
+	url := "http://127.0.0.1:" + port + "/"
+	return func(ctx context.Context, memberID, campaignID string) (string, error) {
+		body, _ := json.Marshal(map[string]string{"member_id": memberID, "campaign_id": campaignID})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var answer struct{ Result string }
+		err = json.NewDecoder(resp.Body).Decode(&answer)
+		return answer.Result, err
 	}
 }

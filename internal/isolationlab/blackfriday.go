@@ -391,10 +391,7 @@ func measureFirstCome(ctx context.Context, pool *pgxpool.Pool, capYen int, lease
 // WriteFirstComeTable writes ms to w in format (see [Formats]): "text", "markdown", "csv" or
 // "json" (an array of [FirstComeMeasurement]). Amounts are yen, latencies ms.
 func WriteFirstComeTable(w io.Writer, format string, ms []FirstComeMeasurement) error {
-	cols := []struct {
-		header, csv string
-		cell        func(m FirstComeMeasurement) string
-	}{
+	cols := []column[FirstComeMeasurement]{
 		{"strategy", "strategy", func(m FirstComeMeasurement) string { return m.Strategy }},
 		{"workers", "workers", func(m FirstComeMeasurement) string { return strconv.Itoa(m.Workers) }},
 		{"run", "run", func(m FirstComeMeasurement) string { return strconv.Itoa(m.Run) }},
@@ -417,20 +414,5 @@ func WriteFirstComeTable(w io.Writer, format string, ms []FirstComeMeasurement) 
 		{"p50 ms", "p50_ms", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.P50Ms, 'f', 1, 64) }},
 		{"p99 ms", "p99_ms", func(m FirstComeMeasurement) string { return strconv.FormatFloat(m.P99Ms, 'f', 1, 64) }},
 	}
-	rows := [][]string{make([]string, len(cols))}
-	for i, c := range cols {
-		rows[0][i] = c.header
-	}
-	for _, m := range ms {
-		row := make([]string, len(cols))
-		for i, c := range cols {
-			row[i] = c.cell(m)
-		}
-		rows = append(rows, row)
-	}
-	csvHeader := make([]string, len(cols))
-	for i, c := range cols {
-		csvHeader[i] = c.csv
-	}
-	return writeRows(w, format, rows, csvHeader, ms)
+	return writeColumns(w, format, cols, ms)
 }

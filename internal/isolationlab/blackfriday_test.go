@@ -66,13 +66,16 @@ func TestBlackFridayPreallocatedStrandsTheDeadSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := runFriday(t, s, 32)
+	// 8 workers: when instance 0 dies, after 5 issued of its first slice of 20, at most 7 more
+	// of its slots are in flight (and may still issue), so at least 8 coupons of it are stranded
+	// however the requests are scheduled. With 32 workers a slow start could hand out the whole
+	// slice before the fifth issue.
+	m := runFriday(t, s, 8)
 	if m.OvershootYen != 0 || m.Violations != 0 {
 		t.Errorf("overshoot %d yen, %d violations; want none", m.OvershootYen, m.Violations)
 	}
-	// Instance 0 died after 5 of its first 20; those it had in flight may still have issued.
-	if m.StrandedYen <= 0 || m.StrandedYen%1000 != 0 {
-		t.Errorf("stranded %d yen, want the dead instance's unused slice in whole coupons", m.StrandedYen)
+	if m.StrandedYen < 8*1000 || m.StrandedYen%1000 != 0 {
+		t.Errorf("stranded %d yen, want the dead instance's unused slice, at least 8 whole coupons", m.StrandedYen)
 	}
 	if m.RefusedBeforeLaterIssue > m.FalseRejections {
 		t.Errorf("%d refused before a later issue > %d refused below the budget", m.RefusedBeforeLaterIssue, m.FalseRejections)

@@ -14,21 +14,39 @@ import (
 // Formats are the table formats [WriteTable] knows.
 var Formats = []string{"text", "markdown", "json", "csv"}
 
-// column is one column of the table: its header and how a measurement fills it.
-type column struct {
+// column is one column of a table of measurements M: its header, its CSV name, and how a
+// measurement fills it.
+type column[M any] struct {
 	header, csv string
-	cell        func(m Measurement) string
+	cell        func(m M) string
 }
 
-func columns(campaignIDs []string) []column {
-	cols := []column{
+// writeColumns writes ms in format, one row per measurement, through cols (see [writeRows]).
+func writeColumns[M any](w io.Writer, format string, cols []column[M], ms []M) error {
+	header, csvHeader := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		header[i], csvHeader[i] = c.header, c.csv
+	}
+	rows := [][]string{header}
+	for _, m := range ms {
+		row := make([]string, len(cols))
+		for i, c := range cols {
+			row[i] = c.cell(m)
+		}
+		rows = append(rows, row)
+	}
+	return writeRows(w, format, rows, csvHeader, ms)
+}
+
+func columns(campaignIDs []string) []column[Measurement] {
+	cols := []column[Measurement]{
 		{"strategy", "strategy", func(m Measurement) string { return m.Strategy }},
 		{"workers", "workers", func(m Measurement) string { return strconv.Itoa(m.Workers) }},
 		{"run", "run", func(m Measurement) string { return strconv.Itoa(m.Run) }},
 		{"coupons", "coupons", func(m Measurement) string { return strconv.FormatInt(m.Coupons, 10) }},
 	}
 	for i, id := range campaignIDs {
-		cols = append(cols, column{"R1 over " + id + " (yen)", "r1_overshoot_yen_" + id, func(m Measurement) string {
+		cols = append(cols, column[Measurement]{"R1 over " + id + " (yen)", "r1_overshoot_yen_" + id, func(m Measurement) string {
 			if i >= len(m.Campaigns) {
 				return ""
 			}
@@ -36,16 +54,16 @@ func columns(campaignIDs []string) []column {
 		}})
 	}
 	return append(cols,
-		column{"R1 drift (yen)", "r1_counter_drift_yen", func(m Measurement) string { return strconv.FormatInt(m.CounterDriftYen, 10) }},
-		column{"R2 dup pairs", "r2_duplicate_pairs", func(m Measurement) string { return strconv.FormatInt(m.DuplicatePairs, 10) }},
-		column{"R3 over cap", "r3_members_over_cap", func(m Measurement) string { return strconv.FormatInt(m.MembersOverCap, 10) }},
-		column{"pushes w/o coupon", "pushes_without_coupon", func(m Measurement) string { return strconv.FormatInt(m.PushesWithoutCoupon, 10) }},
-		column{"retried %", "retried_pct", func(m Measurement) string { return strconv.FormatFloat(m.RetriedPct(), 'f', 1, 64) }},
-		column{"RETRY_EXHAUSTED", "retry_exhausted", func(m Measurement) string { return strconv.Itoa(m.Exhausted) }},
-		column{"errors", "errors", func(m Measurement) string { return strconv.Itoa(m.Errors) }},
-		column{"req/s", "throughput_rps", func(m Measurement) string { return strconv.FormatFloat(m.Throughput, 'f', 0, 64) }},
-		column{"p50 ms", "p50_ms", func(m Measurement) string { return strconv.FormatFloat(m.P50Ms, 'f', 1, 64) }},
-		column{"p99 ms", "p99_ms", func(m Measurement) string { return strconv.FormatFloat(m.P99Ms, 'f', 1, 64) }},
+		column[Measurement]{"R1 drift (yen)", "r1_counter_drift_yen", func(m Measurement) string { return strconv.FormatInt(m.CounterDriftYen, 10) }},
+		column[Measurement]{"R2 dup pairs", "r2_duplicate_pairs", func(m Measurement) string { return strconv.FormatInt(m.DuplicatePairs, 10) }},
+		column[Measurement]{"R3 over cap", "r3_members_over_cap", func(m Measurement) string { return strconv.FormatInt(m.MembersOverCap, 10) }},
+		column[Measurement]{"pushes w/o coupon", "pushes_without_coupon", func(m Measurement) string { return strconv.FormatInt(m.PushesWithoutCoupon, 10) }},
+		column[Measurement]{"retried %", "retried_pct", func(m Measurement) string { return strconv.FormatFloat(m.RetriedPct(), 'f', 1, 64) }},
+		column[Measurement]{"RETRY_EXHAUSTED", "retry_exhausted", func(m Measurement) string { return strconv.Itoa(m.Exhausted) }},
+		column[Measurement]{"errors", "errors", func(m Measurement) string { return strconv.Itoa(m.Errors) }},
+		column[Measurement]{"req/s", "throughput_rps", func(m Measurement) string { return strconv.FormatFloat(m.Throughput, 'f', 0, 64) }},
+		column[Measurement]{"p50 ms", "p50_ms", func(m Measurement) string { return strconv.FormatFloat(m.P50Ms, 'f', 1, 64) }},
+		column[Measurement]{"p99 ms", "p99_ms", func(m Measurement) string { return strconv.FormatFloat(m.P99Ms, 'f', 1, 64) }},
 	)
 }
 
@@ -56,25 +74,7 @@ func columns(campaignIDs []string) []column {
 // [Measurement]). RETRY_EXHAUSTED counts the Before code's SYSTEM_ERROR too; retried % is the
 // transactions started beyond each request's first, per 100 requests.
 func WriteTable(w io.Writer, format string, ms []Measurement) error {
-	cols := columns(CampaignIDs(ms))
-	rows := make([][]string, 0, len(ms)+1)
-	header := make([]string, len(cols))
-	for i, c := range cols {
-		header[i] = c.header
-	}
-	rows = append(rows, header)
-	for _, m := range ms {
-		row := make([]string, len(cols))
-		for i, c := range cols {
-			row[i] = c.cell(m)
-		}
-		rows = append(rows, row)
-	}
-	csvHeader := make([]string, len(cols))
-	for i, c := range cols {
-		csvHeader[i] = c.csv
-	}
-	return writeRows(w, format, rows, csvHeader, ms)
+	return writeColumns(w, format, columns(CampaignIDs(ms)), ms)
 }
 
 // terminalColumn is one column of [WriteTerminalTable]: a header of two short lines, explained

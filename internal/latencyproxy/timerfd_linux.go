@@ -27,9 +27,9 @@ func newTimer() (*timer, error) {
 }
 
 // wakeLate is how late a goroutine runs again after its timer expired, learned from the timers'
-// wake-ups, in nanoseconds: the thread's wake-up and the netpoller's hand-off, 50-80 µs per wake
-// on the idle 2-core build machine (the package test logs the proxy's figures), more when the
-// CPUs are busy. sleepUntil arms its timer that much early, so that on average it returns at
+// wake-ups, in nanoseconds: the thread's wake-up and the netpoller's hand-off tens of
+// microseconds per wake (the package test logs the proxy's figures), more when the CPUs are
+// busy. sleepUntil arms its timer that much early, so that on average it returns at
 // its deadline. An exponentially weighted mean over all timers, each wake weighing
 // 1/[wakeLateWeight], each clamped to [maxWakeLate].
 var wakeLate atomic.Int64

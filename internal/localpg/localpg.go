@@ -26,8 +26,8 @@ import (
 // DefaultBinDir is where Debian's postgresql-15 package installs the server binaries.
 const DefaultBinDir = "/usr/lib/postgresql/15/bin"
 
-// startTimeout bounds how long Start waits for the server to accept connections (wall time);
-// a healthy initdb + start takes about two seconds on the 2-core build machine.
+// startTimeout bounds how long Start waits for the server to accept connections (wall time),
+// far above a healthy initdb and start.
 const startTimeout = 60 * time.Second
 
 // dirPrefix names the temporary directories of this package's servers.
@@ -80,6 +80,9 @@ func (s *Server) URL() string {
 
 // Port is the loopback TCP port the server listens on.
 func (s *Server) Port() int { return s.port }
+
+// SocketDir is the directory of the server's Unix socket, .s.PGSQL.<Port>.
+func (s *Server) SocketDir() string { return s.dir }
 
 // BinDir is the directory of the initdb and postgres the server was started from.
 func (s *Server) BinDir() string { return s.bin }

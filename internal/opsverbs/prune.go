@@ -31,7 +31,7 @@ deletes outbox rows: run this verb daily as an operator job, as a user in coupon
 				}
 			}
 			if olderThan <= 0 {
-				return fmt.Errorf("--older-than %s: must be positive", olderThan)
+				return flagError("--older-than %s: must be positive", olderThan)
 			}
 			pool, closePool, err := OpenMigrated(cmd.Context())
 			if err != nil {

@@ -37,7 +37,7 @@ the alert on them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "text" && format != "json" {
-				return fmt.Errorf("--format %q: want text or json", format)
+				return flagError("--format %q: want text or json", format)
 			}
 			cfg := reconcile.Config{}
 			var err error

@@ -13,11 +13,8 @@ import (
 type Status struct {
 	outboxdb.Counts
 	// ParkedRows are the dead letters, oldest first, at most the limit given to [ReadStatus].
-	ParkedRows []ParkedRow
+	ParkedRows []outboxdb.ParkedRow
 }
-
-// ParkedRow is one dead letter.
-type ParkedRow = outboxdb.ParkedRow
 
 // ReadStatus reads the outbox through q, listing at most limit parked rows.
 func ReadStatus(ctx context.Context, q db.Querier, limit int) (Status, error) {
@@ -44,15 +41,24 @@ type RequeueResult struct {
 	Unlinked []string
 }
 
-// Requeue puts parked and skipped rows back into the outbox for the next run
-// ([outboxdb.Requeue]): every one when all is true, else those among couponIDs (UUIDs; rows
-// that are neither are left alone). A row first pushed more than [outbox.RetryKeyWindow] ago
-// is refused unless force (see [RequeueResult.KeyExpired]); a row whose member has no LINE
-// account linked is left as it is. Errors: a malformed UUID (SQLSTATE 22P02) or any database
-// error; nothing is requeued then.
-func Requeue(ctx context.Context, q db.Querier, all bool, couponIDs []string, force bool) (RequeueResult, error) {
+// RequeueRequest says which parked and skipped rows [Requeue] puts back.
+type RequeueRequest struct {
+	// All is every parked and skipped row; otherwise those among CouponIDs (UUIDs; rows that
+	// are neither parked nor skipped are left alone).
+	All       bool
+	CouponIDs []string
+	// Force requeues a row first pushed more than [outbox.RetryKeyWindow] ago too, as a new
+	// push (see [RequeueResult.KeyExpired]).
+	Force bool
+}
+
+// Requeue puts the parked and skipped rows req names back into the outbox for the next run
+// ([outboxdb.Requeue]). A row first pushed more than [outbox.RetryKeyWindow] ago is refused
+// unless req.Force; a row whose member has no LINE account linked is left as it is. Errors: a
+// malformed UUID (SQLSTATE 22P02) or any database error; nothing is requeued then.
+func Requeue(ctx context.Context, q db.Querier, req RequeueRequest) (RequeueResult, error) {
 	rows, err := outboxdb.Requeue(ctx, q, outboxdb.RequeueParams{
-		All: all, CouponIDs: couponIDs, KeyWindow: outbox.RetryKeyWindow, Force: force})
+		All: req.All, CouponIDs: req.CouponIDs, KeyWindow: outbox.RetryKeyWindow, Force: req.Force})
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("outboxadmin: requeue: %w", err)
 	}

@@ -2,9 +2,10 @@
 // a template by pgtestdb (github.com/peterldowns/pgtestdb).
 //
 // Call [Main] from a package's TestMain. With TEST_DATABASE_URL set, the tests use that server
-// (its user must be allowed to create roles and databases); without it, Main starts a throwaway
-// server with [localpg] for the test binary and removes it afterwards, so `go test ./...` needs
-// nothing else than the PostgreSQL binaries.
+// (its user must be allowed to create roles and databases; a Unix-socket URL such as the
+// README's postgres:///coupons?host=/var/run/postgresql is taken too, see [overTCP]); without
+// it, Main starts a throwaway server with [localpg] for the test binary and removes it
+// afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries.
 //
 // Lock tests share one kit (wait.go): [HoldCampaign], a session holding a campaign's budget rows
 // until released, [Hold.WaitBlocked] and [WaitBlockedBy], which wait until exactly n sessions
@@ -56,6 +57,15 @@ func run(m *testing.M, after []func()) int {
 		defer f()
 	}
 	serverURL = os.Getenv("TEST_DATABASE_URL")
+	if serverURL != "" {
+		var done func()
+		var err error
+		if serverURL, done, err = overTCP(context.Background(), serverURL); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: TEST_DATABASE_URL: %v\n", err)
+			return 1
+		}
+		defer done()
+	}
 	if serverURL == "" {
 		srv, err := localpg.Start(context.Background(), localpg.Options{})
 		if err != nil {
@@ -170,3 +180,72 @@ func LoginAs(t testing.TB, databaseURL, group string) string {
 	u.User = url.UserPassword(user, loginPassword)
 	return u.String()
 }
+
+// socketAdmin names the role [overTCP] makes for one test binary's run on a server reached over
+// its Unix socket: a superuser, as the throwaway server's "postgres" is, with a password login,
+// so that it and the tests' own roles may connect over TCP. Test binaries run side by side, so
+// each has a role of its own (the name ends in a random suffix), dropped when it ends.
+const socketAdmin = "coupon_test_admin_"
+
+// overTCP returns serverURL, or for a URL that reaches the server over its Unix socket (a host
+// that is a directory), a URL of the same server over TCP on 127.0.0.1 at the socket's port,
+// with a function that undoes what it made. The tests log in as roles of their own with
+// passwords (pgtestdb's template owner, [LoginAs]'s users), which a socket's peer authentication
+// refuses (it lets an OS user in only as the database user of the same name). So overTCP logs
+// in over the socket, as the URL says (a superuser, as the README makes the OS user), makes a
+// socketAdmin role (SUPERUSER LOGIN, a random password) and the tests' own testRole, and
+// returns a URL for its socketAdmin over TCP, where the server must listen (Debian's default:
+// listen_addresses = 'localhost', with password authentication). done drops the socketAdmin.
+func overTCP(ctx context.Context, serverURL string) (tcpURL string, done func(), err error) {
+	cc, err := pgx.ParseConfig(serverURL)
+	if err != nil {
+		return "", nil, err
+	}
+	if !strings.HasPrefix(cc.Host, "/") {
+		return serverURL, func() {}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return "", nil, fmt.Errorf("over the socket %s: %w", cc.Host, err)
+	}
+	defer conn.Close(ctx)
+	random := strings.ReplaceAll(uuid.NewString(), "-", "")
+	admin, password := socketAdmin+random[:12], random[12:]
+	// testRole too, as pgtestdb would make it: a run stopped halfway through making it leaves
+	// a role that pgtestdb, finding it, would not finish.
+	for _, r := range []struct{ name, settings string }{
+		{admin, "SUPERUSER LOGIN PASSWORD " + quoteLiteral(password)},
+		{testRole.Username, "LOGIN PASSWORD " + quoteLiteral(testRole.Password) + " " + testRole.Capabilities},
+	} {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %[1]s) THEN CREATE ROLE %[2]s; END IF;
+END $$;
+ALTER ROLE %[2]s %[3]s`, quoteLiteral(r.name), pgx.Identifier{r.name}.Sanitize(), r.settings)); err != nil {
+			return "", nil, fmt.Errorf("making role %s (the socket's user must be a superuser): %w", r.name, err)
+		}
+	}
+	u := &url.URL{Scheme: "postgres", User: url.UserPassword(admin, password),
+		Host: fmt.Sprintf("127.0.0.1:%d", cc.Port), Path: "/" + cc.Database, RawQuery: "sslmode=disable"}
+	return u.String(), func() { dropRole(cc, admin) }, nil
+}
+
+// dropRole ends the sessions of role and drops it, over the connection cc describes.
+func dropRole(cc *pgx.ConnConfig, role string) {
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: drop role %s: %v\n", role, err)
+		return
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = $1`, role)
+	if err == nil {
+		_, err = conn.Exec(ctx, `DROP ROLE `+pgx.Identifier{role}.Sanitize())
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: drop role %s: %v\n", role, err)
+	}
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -17,9 +17,8 @@ import (
 )
 
 // PollTimeout bounds the waits of this package's helpers, and is the usual bound of a test's own
-// [Eventually]. It is generous on purpose: on a loaded machine (a CI runner at a load average of
-// 19 on 2 cores) a wait that takes milliseconds may take seconds; a test may be slow, never
-// wrong. A condition that never comes still fails the test, instead of hanging it until go
+// [Eventually]. It is generous on purpose: on a loaded machine a wait that takes milliseconds
+// may take seconds; a test may be slow, never wrong. A condition that never comes still fails the test, instead of hanging it until go
 // test's own timeout.
 const PollTimeout = 30 * time.Second
 

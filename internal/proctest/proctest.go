@@ -13,10 +13,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
@@ -116,20 +116,18 @@ func FreePort(t testing.TB) string {
 	return port
 }
 
-// WaitServing waits until something accepts connections on port, and fails the test with the
-// child's output if nothing does within 5 s.
+// WaitServing waits, at most pgtest.PollTimeout, until something accepts connections on port,
+// and fails the test with the child's output if nothing does.
 func WaitServing(t testing.TB, port string, out *syncbuf.Buffer) {
 	t.Helper()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			return
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			return fmt.Errorf("nothing serves on %s (%v): %s", port, err, out.String())
 		}
-		if i > 500 {
-			t.Fatalf("never served on %s: %s", port, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
 }
 
 // EnvFile returns the entries of a Cloud Run environment file (--env-vars-file: YAML, string

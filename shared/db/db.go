@@ -50,9 +50,8 @@ type Config struct {
 // CancelGrace is how long a query whose context ends may take to stop after PostgreSQL is asked
 // to cancel it, before pgx gives up on the connection and closes it. A cancelled query on a live
 // connection answers 57014 once the cancel request is through (a new connection: a fork on the
-// server, a TLS handshake through the Cloud SQL connector; over 100 ms on the loaded 2-core
-// build machine); the connection then goes back to the pool instead of being dropped, and the
-// server stops waiting on the query's locks at once.
+// server, a TLS handshake through the Cloud SQL connector); the connection then goes back to the
+// pool instead of being dropped, and the server stops waiting on the query's locks at once.
 const CancelGrace = 300 * time.Millisecond
 
 // ConfigFromEnv reads [Config] from the environment variables named on its fields.
@@ -160,7 +159,7 @@ func (c Config) connectorPoolConfig(dial func(context.Context) (net.Conn, error)
 // context ends: pgx's default closes the connection at once (and sends the cancel request from
 // a goroutine), so every caller who gives up, and every deadline, costs the pool a connection
 // and the next request a new one: a new backend, a TLS handshake through the connector
-// (TestCallerCancelStorm: 200 of 200 connections replaced, none with cancel-then-wait).
+// (TestCallerCancelStorm counts the connections kept).
 func (c Config) tune(cfg *pgxpool.Config) {
 	if c.MaxConns > 0 {
 		cfg.MaxConns = int32(c.MaxConns)

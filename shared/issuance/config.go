@@ -22,9 +22,9 @@ const (
 	// HTTP round trip (docs/api.md, ISSUE_BUDGET).
 	DefaultBudget = 2500 * time.Millisecond
 
-	// DefaultLockTimeout caps one attempt's lock_timeout. At 32 clients on one hot campaign row
-	// the whole transaction's p99 was 0.75 s (docs/hot-row.md); a wait past 1 s is a stuck lock
-	// holder, not contention, and the attempt gives up with 55P03 so a retry still fits.
+	// DefaultLockTimeout caps one attempt's lock_timeout: above the contended waits on one hot
+	// campaign row (docs/hot-row.md), a wait past 1 s is a stuck lock holder, not contention, and
+	// the attempt gives up with 55P03 so that a retry still fits.
 	DefaultLockTimeout = 1 * time.Second
 
 	// DefaultStatementTimeout caps one attempt's statement_timeout; it stays above the lock
@@ -71,17 +71,10 @@ const (
 	terminateStep = 20 * time.Millisecond
 )
 
-// The whole call ends by one deadline, start + Budget, and every other bound is derived from it
-// (docs/api.md, "The 3 s bound"):
-//
-//	attempts (acquire, dial, the calls, waits)  until start + Budget - db.CancelGrace - ResolveTimeout
-//	a call still running then: cancelled, waited for at most db.CancelGrace (pgx, shared/db)
-//	settling a lost answer: at most ResolveTimeout, ending at start + Budget
-//
-// 1.9 s + 0.3 s + 0.3 s = 2.5 s with the defaults, inside the app gateway's 3 s ([AppTimeout]).
-
-// attemptsEnd is the deadline of a call's attempts, given the call's deadline: what remains is
-// kept for a running call's cancellation and the settlement of a lost answer.
+// attemptsEnd is the deadline of a call's attempts, given the call's deadline (start + Budget,
+// from which every bound of the call is derived: docs/api.md, "The 3 s bound"): what remains is
+// kept for a running call's cancellation (db.CancelGrace) and the settlement of a lost answer
+// ([ResolveTimeout]).
 func attemptsEnd(callEnd time.Time) time.Time {
 	return callEnd.Add(-db.CancelGrace - ResolveTimeout)
 }

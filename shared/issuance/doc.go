@@ -16,7 +16,7 @@
 //
 // The transaction runs inside the server as one call, issue_coupon (schema/migrations/
 // 00009_issue_coupon.sql), one network round trip per attempt, so that no lock is held across
-// the network and a refusal is answered from reads without writing. It takes its locks in one
-// fixed order (see [Service.Issue]); only SQLSTATE 40001, 40P01 and 55P03 are retried, with
-// full-jitter backoff, inside one time budget.
+// the network and a refusal is answered from reads without writing; it takes its locks in one
+// fixed order (docs/design.md, "Lock order"). Only SQLSTATE 40001, 40P01 and 55P03 are retried,
+// with full-jitter backoff, inside one time budget ([Service.Issue]).
 package issuance

@@ -541,31 +541,30 @@ func pooledPIDs(t *testing.T, pool *pgxpool.Pool, n int) []int {
 // TestCallerCancelStorm: 48 callers, in 6 rounds of 8 at once on a pool of 8 connections, give up
 // while their requests wait on a locked campaign row (the fault: a session of the test holds the
 // row; the test checks on the server that exactly the 8 pooled sessions wait behind it before
-// it cancels). Each time: Issue returns context.Canceled, the server stops waiting (no orphaned
-// session keeps queueing on the lock), and the pooled connections, kept, serve the next query
-// unharmed (no stray cancel, no transaction left open). Then one request is ISSUED and the 48
-// wrote nothing.
+// it cancels). Each time: Issue returns context.Canceled; the cancel reached the server (every
+// session whose connection the pool kept is idle the moment its Issue has returned, read from
+// pg_stat_activity without waiting: the server ended its query before it answered); no session
+// keeps queueing on the lock; and the pooled connections, kept, serve the next query unharmed
+// (no stray cancel, no transaction left open). Then one request is ISSUED and the 48 wrote
+// nothing.
 func TestCallerCancelStorm(t *testing.T) {
 	t.Parallel()
 	const conns, rounds = 8, 6
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	pool := prodPool(t, dbURL, conns)
-	// The longest lock wait an attempt can be given (the budget at its 3 s maximum): each
-	// attempt's lock_timeout is then 1.725 s (3/4 of its statement_timeout, which ends 100 ms
-	// before the attempts' 2.4 s), the time after which an orphaned session would stop by itself.
-	// One call per request (BatchMax 1): the test is about each pooled session's wait; callers
-	// leaving the coalescer's queue are TestCoalescedCallersLeave's.
+	// The longest lock wait an attempt can be given (the budget at its 3 s maximum), so that a
+	// session the cancel did not reach would still be waiting when its state is read. One call
+	// per request (BatchMax 1): the test is about each pooled session's wait; callers leaving the
+	// coalescer's queue are TestCoalescedCallersLeave's.
 	cfg := issuance.Config{Budget: issuance.AppTimeout, LockTimeout: 2800 * time.Millisecond, StatementTimeout: 2900 * time.Millisecond,
 		BatchMax: 1}
-	const orphanStops = 1725 * time.Millisecond
 	svc := faultService(t, pool, cfg, "HELD")
 	admin := connect(t, dbURL)
 	hold := pgtest.HoldCampaign(t, dbURL, "HELD")
 	pooled := pooledPIDs(t, pool, conns)
 	replaced := 0
 	for round := range rounds {
-		began := time.Now()
 		callCtx, cancel := context.WithCancel(ctx)
 		errs := make(chan error, conns)
 		for i := range conns {
@@ -583,29 +582,28 @@ func TestCallerCancelStorm(t *testing.T) {
 				t.Fatalf("round %d: Issue after cancel: %v, want context.Canceled", round, err)
 			}
 		}
-		// A session whose connection pgx kept stopped waiting before its Issue returned. Only a
-		// session whose cancel request came late, its connection closed by pgx after
-		// db.CancelGrace, may still wait a moment: it must stop before its own lock_timeout
-		// would have ended it, as it ends the session of a connection closed without a cancel.
+		states := sessionStates(t, admin, pooled) // before anything else uses the pool
+		now := pooledPIDs(t, pool, conns)
+		for _, pid := range pooled {
+			switch {
+			case !slices.Contains(now, pid):
+				replaced++ // pgx closed it after db.CancelGrace: its cancel came late
+			case states[pid] != "idle":
+				t.Fatalf("round %d: backend %d, kept by the pool, was %q when its caller's Issue had returned: "+
+					"its query outlived the cancel", round, pid, states[pid])
+			}
+		}
+		// A session whose connection pgx closed may still wait a moment, until its late cancel
+		// request arrives.
 		pgtest.Eventually(t, pgtest.PollTimeout, func() error {
 			if pids := hold.Waiters(); len(pids) > 0 {
 				return fmt.Errorf("round %d: backends %v still wait on the lock after their callers left", round, pids)
 			}
 			return nil
 		})
-		if took := time.Since(began); took >= orphanStops {
-			t.Fatalf("round %d: the sessions stopped waiting %s after the round began, not before their lock_timeout (%s): the cancel did not reach the server",
-				round, took, orphanStops)
-		}
-		now := pooledPIDs(t, pool, conns)
-		for _, pid := range now {
-			if !slices.Contains(pooled, pid) {
-				replaced++
-			}
-		}
 		pooled = now
 	}
-	// pgx's default closes the connection on every cancel (48 of 48); cancel-then-wait keeps it,
+	// pgx's default closes the connection on every cancel; cancel-then-wait keeps it,
 	// but on an overloaded machine a cancel request may take longer than the grace.
 	t.Logf("%d of %d pooled connections replaced after their caller cancelled", replaced, conns*rounds)
 	if replaced > conns*rounds/20 {
@@ -624,6 +622,25 @@ func TestCallerCancelStorm(t *testing.T) {
 		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
 		t.Errorf("%d sessions idle in a transaction", n)
 	}
+}
+
+// sessionStates reads the state in pg_stat_activity of each of pids that still runs, with what
+// it waits for unless that is its client ("active, waiting on Lock"; an idle session waits on
+// ClientRead).
+func sessionStates(t *testing.T, q *pgx.Conn, pids []int) map[int]string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `SELECT pid, coalesce(state, '') || coalesce(', waiting on ' ||
+		NULLIF(wait_event_type, 'Client'), '') FROM pg_stat_activity WHERE pid = ANY($1)`, pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[int]string{}
+	var pid int
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&pid, &state}, func() error { states[pid] = state; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return states
 }
 
 // TestConnectionCutDuringCommit: the connection is cut while COMMIT runs (the fault: a deferred
@@ -690,19 +707,19 @@ CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
 	assertRules(t, admin)
 }
 
-// syncDropped counts the Syncs that [dropSyncToxic] held back.
-var syncDropped atomic.Int64
-
 // dropSyncToxic is a partition after the request left: on each link it passes the client's
 // bytes until the first pipeline ending in Sync, forwards that pipeline without its Sync, and
 // drops everything after it. The server runs the call and then waits, in the call's
-// transaction, for a Sync (its COMMIT) that never comes.
-type dropSyncToxic struct{}
+// transaction, for a Sync (its COMMIT) that never comes. It counts the Syncs it held back: the
+// fault's own evidence.
+type dropSyncToxic struct {
+	dropped atomic.Int64
+}
 
 // pgSync is the frontend Sync message (PostgreSQL 15 docs, 55.7 "Message Formats").
 var pgSync = []byte{'S', 0, 0, 0, 4}
 
-func (dropSyncToxic) Pipe(stub *toxics.ToxicStub) {
+func (d *dropSyncToxic) Pipe(stub *toxics.ToxicStub) {
 	dropping := false
 	for {
 		select {
@@ -716,7 +733,7 @@ func (dropSyncToxic) Pipe(stub *toxics.ToxicStub) {
 			case dropping:
 			case bytes.HasSuffix(c.Data, pgSync):
 				dropping = true
-				syncDropped.Add(1)
+				d.dropped.Add(1)
 				c.Data = c.Data[:len(c.Data)-len(pgSync)]
 				stub.Output <- c
 			default:
@@ -749,11 +766,12 @@ func TestCommitNeverArrives(t *testing.T) {
 	if out, err := svc.Issue(ctx, "warm", "DROP"); err != nil || out.Result != issuance.ResultIssued {
 		t.Fatalf("warm-up: %+v %v", out, err)
 	}
-	dropped := syncDropped.Load()
-	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(
-		`{"name": "drop-sync", "type": "drop_sync", "stream": "upstream"}`)); err != nil {
+	wrapper, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name": "drop-sync", "type": "drop_sync", "stream": "upstream"}`))
+	if err != nil {
 		t.Fatal(err)
 	}
+	dropSync := proxy.Toxics.GetToxic(wrapper.Name).Toxic.(*dropSyncToxic)
 	type result struct {
 		out issuance.Outcome
 		err error
@@ -769,11 +787,11 @@ func TestCommitNeverArrives(t *testing.T) {
 		AND backend_xid IS NOT NULL AND wait_event = 'ClientRead'`
 	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
 		if scalar[int](t, admin, waiting) == 0 {
-			return fmt.Errorf("no session waits in the call's transaction: the Sync was not held back (%d held)", syncDropped.Load()-dropped)
+			return fmt.Errorf("no session waits in the call's transaction: the Sync was not held back (%d held)", dropSync.dropped.Load())
 		}
 		return nil
 	})
-	if got := syncDropped.Load() - dropped; got != 1 {
+	if got := dropSync.dropped.Load(); got != 1 {
 		t.Fatalf("the toxic held back %d Syncs, want 1", got)
 	}
 	if err := proxy.Toxics.RemoveToxic(ctx, "drop-sync"); err != nil {
@@ -799,13 +817,13 @@ func TestCommitNeverArrives(t *testing.T) {
 	assertRules(t, admin)
 }
 
-// TestStalledDatabaseAnswersInsideTheBudget: under load from 32 clients, every process of the
-// database is stopped (SIGSTOP) for 3 s, as a database that hangs, then resumed. Requests are in
-// every phase when it stops: waiting for a connection, in their call, committing, settling a lost
-// answer. Every call still ends inside the gateway's 3 s (docs/api.md, "The 3 s bound": by
-// construction at the budget's end, 2.5 s), each answer agrees with the tables, and the rules
-// hold.
-func TestStalledDatabaseAnswersInsideTheBudget(t *testing.T) {
+// TestStalledDatabaseAnswersAgreeWithTheTables: under load from 32 clients, every process of
+// the database is stopped (SIGSTOP) for 3 s, as a database that hangs, then resumed. Requests are
+// in every phase when it stops: waiting for a connection, in their call, committing, settling a
+// lost answer. Every call ends with an answer, each answer agrees with the tables, and the rules
+// hold. (That every answer also comes inside the gateway's 3 s is the drill's and the audit's to
+// check, timed by their caller: docs/api.md, "The 3 s bound".)
+func TestStalledDatabaseAnswersAgreeWithTheTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv, err := localpg.Start(ctx, localpg.Options{})
@@ -871,9 +889,6 @@ func TestStalledDatabaseAnswersInsideTheBudget(t *testing.T) {
 	stalled, unknown, longest := 0, 0, time.Duration(0)
 	for _, a := range answers {
 		longest = max(longest, a.took)
-		if a.took >= issuance.AppTimeout {
-			t.Errorf("%s: answered %+v %v after %s, past the gateway's %s", a.member, a.out, a.err, a.took, issuance.AppTimeout)
-		}
 		switch {
 		case errors.Is(a.err, issuance.ErrOutcomeUnknown):
 			unknown++

@@ -92,16 +92,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 //
 // Each attempt is one call to PostgreSQL, one network round trip: issue_coupon
 // (schema/migrations/00009_issue_coupon.sql), pipelined in autocommit behind the attempt's
-// lock_timeout and statement_timeout. The call reads first, so that a request the committed state
-// already refuses writes nothing; then it takes its locks in this order, each write judging its
-// rule on the row it writes:
-//
-//  1. R2: the coupon insert, judged by the unique index on (campaign_id, member_id);
-//  2. R3: the member x month usage row, created or added to within the cap by one upsert;
-//  3. the outbox row (a new row: it waits on nobody);
-//  4. R1: one budget stripe of the campaign, last; the COMMIT follows inside the server, so the
-//     hottest lock is held for the COMMIT's WAL flush, never for a network round trip
-//     (docs/hot-row.md).
+// lock_timeout and statement_timeout. It reads first, then takes its locks in the one order of
+// docs/design.md, "Lock order", each write judging its rule on the row it writes.
 //
 // Attempts are run again, after a full-jitter wait and never past the budget, when:
 //
@@ -412,7 +404,7 @@ func (s *Service) settle(ctx context.Context, lost *answerLostError, callEnd tim
 	st := &settlement{lost: lost}
 	st.ctx, st.cancel = context.WithDeadline(context.WithoutCancel(ctx), callEnd)
 	// A connection of its own, not one from the pool: under load every pooled connection may
-	// be busy (measured at 256 clients on a pool of 256), and the look-up must not queue.
+	// be busy, and the look-up must not queue.
 	// The network that lost the answer may be back a moment later: dial again until the call's
 	// time is up.
 	conn, err := pgx.ConnectConfig(st.ctx, settleConfig(s.pool))

@@ -290,51 +290,6 @@ type queryRower interface {
 // url is the connection URL of b's database, for a session of a test's own (a lock holder).
 func (b bundle) url() string { return b.pool.Config().ConnConfig.ConnString() }
 
-// serverWideWaiters is the lock-waiter count these tests once used, kept as the broken variant
-// that [TestWaiterDetectionIsPerHolder] shows fooled (pgtest.WaitersOf replaced it): every ungranted lock of the database plus
-// every ungranted transaction-id lock of the whole server (whose database is NULL).
-const serverWideWaiters = `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database OR l.database IS NULL
-	WHERE NOT l.granted AND d.datname = current_database()`
-
-// TestWaiterDetectionIsPerHolder: a lock waiter in another test's database (a re-send waiting on
-// an uncommitted coupon insert) satisfies the server-wide count, but not pgtest's count of a holder
-// that nobody waits for.
-func TestWaiterDetectionIsPerHolder(t *testing.T) {
-	t.Parallel()
-	ours := setup(t, 2, 0, issuance.Config{})
-	other := setup(t, 2, 0, issuance.Config{})
-	ctx := context.Background()
-
-	// The other database: an uncommitted insert and a second insert of the same key waiting on it.
-	first, err := other.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Rollback(ctx)
-	insert := `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('SW-C', 'm0001', '2026-09', 1000)`
-	if _, err := first.Exec(ctx, insert); err != nil {
-		t.Fatal(err)
-	}
-	waiterDone := make(chan error, 1)
-	go func() { _, err := other.pool.Exec(ctx, insert+` ON CONFLICT DO NOTHING`); waiterDone <- err }()
-	pgtest.WaitBlockedBy(t, first, backendPID(t, first), 1)
-
-	// Ours: a holder of a campaign row that nobody waits for.
-	hold := pgtest.HoldCampaign(t, ours.url(), "SW-A")
-	if n := count(t, ours.pool, serverWideWaiters); n == 0 {
-		t.Errorf("the server-wide count saw no waiter: this test no longer shows it fooled")
-	}
-	if n := hold.Blocked(); n != 0 {
-		t.Errorf("waiters of our holder: %d, want 0: it counted another database's waiter", n)
-	}
-	if err := first.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-waiterDone; err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestInFlightDuplicate: the second request arrives while the first has inserted its coupon but
 // not committed. The unique index makes it wait; it then answers by how the first ended.
 func TestInFlightDuplicate(t *testing.T) {

@@ -3,15 +3,21 @@ package issuance
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/db"
 )
 
 // lostAttempt makes one attempt's call for member on its own connection inside an open
@@ -93,5 +99,87 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, lost, time.Now().Add(ResolveTimeout))
 	if err != nil || got.Result != ResultIssued || got.CouponID != lost.couponID || got.AmountYen != 1000 {
 		t.Errorf("committed: %+v %v, want ISSUED with %s, 1000 yen", got, err, lost.couponID)
+	}
+}
+
+// deadlines records the deadline of the context of each query it sees, by its SQL.
+type deadlines struct {
+	mu sync.Mutex
+	of map[string][]time.Time
+}
+
+func (d *deadlines) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	deadline, _ := ctx.Deadline()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.of[data.SQL] = append(d.of[data.SQL], deadline)
+	return ctx
+}
+
+func (*deadlines) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestSettlementEndsWithTheBudget: the settlement of a lost answer runs under the call's own end,
+// not the attempts' nor a timeout of its own: every query of it has exactly callEnd as its
+// deadline. And its connection reacts to that end as pgx does by default, setting the
+// connection's deadline at once, not as the pool's connections do (shared/db: ask the server to
+// cancel, then wait db.CancelGrace), which would let the settlement run past the budget.
+func TestSettlementEndsWithTheBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	if err := campaign.Create(ctx, owner, campaign.Campaign{ID: "LOST", DiscountYen: 1000, BudgetYen: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &deadlines{of: map[string][]time.Time{}}
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = rec
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler { // as shared/db builds the pool
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: db.CancelGrace}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := New(pool, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, lost := lostAttempt(t, s, dbURL, "open")
+	callEnd := time.Now().Add(time.Hour) // far: this settlement ends by its own work
+	if _, err := s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, lost, callEnd); !errors.As(err, new(*connLostError)) {
+		t.Fatalf("settlement: %v, want nothing written (a connection lost)", err)
+	}
+	for _, sql := range []string{sqlSessionEnd, sqlCouponOf} {
+		got := rec.of[sql]
+		if len(got) == 0 {
+			t.Errorf("the settlement did not run %q", strings.TrimSpace(sql))
+		}
+		for _, d := range got {
+			if !d.Equal(callEnd) {
+				t.Errorf("%q ran with deadline %v, want the call's end %v", strings.TrimSpace(sql), d, callEnd)
+			}
+		}
+	}
+
+	conn, err := pgx.ConnectConfig(ctx, settleConfig(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if h := settleConfig(pool).BuildContextWatcherHandler(conn.PgConn()); reflect.TypeOf(h) != reflect.TypeFor[*pgconn.DeadlineContextWatcherHandler]() {
+		t.Errorf("the settlement's connection reacts to its context's end with %T, want *pgconn.DeadlineContextWatcherHandler", h)
+	}
+	if h := pool.Config().ConnConfig.BuildContextWatcherHandler(conn.PgConn()); reflect.TypeOf(h) == reflect.TypeFor[*pgconn.DeadlineContextWatcherHandler]() {
+		t.Errorf("the pool's connections react with %T too: this test no longer tells them apart", h)
 	}
 }

@@ -18,15 +18,15 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-// queriesHeld counts the client messages [holdQueriesToxic] held back.
-var queriesHeld atomic.Int64
-
 // holdQueriesToxic is a database that lets connections in and never runs a query: it forwards
 // the startup and cancel packets of new connections (protocol codes 196608, 80877102, 80877103:
-// PostgreSQL 15 docs, 55.7 "Message Formats") and holds back every other client byte.
-type holdQueriesToxic struct{}
+// PostgreSQL 15 docs, 55.7 "Message Formats") and holds back every other client byte, counting
+// the messages it held: the fault's own evidence.
+type holdQueriesToxic struct {
+	held atomic.Int64
+}
 
-func (holdQueriesToxic) Pipe(stub *toxics.ToxicStub) {
+func (h *holdQueriesToxic) Pipe(stub *toxics.ToxicStub) {
 	for {
 		select {
 		case <-stub.Interrupt:
@@ -43,67 +43,41 @@ func (holdQueriesToxic) Pipe(stub *toxics.ToxicStub) {
 					continue
 				}
 			}
-			queriesHeld.Add(1)
+			h.held.Add(1)
 		}
 	}
 }
 
 func init() { toxics.Register("hold_queries", new(holdQueriesToxic)) }
 
-// TestSettlementEndsWithTheBudget: the call's answer is lost (its query never runs) and the
+// TestSettlementOfAnUnreadableDatabase: the call's answer is lost (its query never runs) and the
 // database lets the settlement's connection in but never answers its queries either. The
-// settlement gives up at the call's budget, not db.CancelGrace after it (it did, as its
-// connection waited for a cancelled query as pooled ones do: docs/api.md, "The 3 s bound").
-//
-// The end is measured by the wall clock, with 200 ms for scheduling, less than the 300 ms of
-// db.CancelGrace that the fault being guarded against adds to every run. A loaded machine (a CI
-// runner at a load average of 19) may wake the call that much late, so a run past the bound is
-// tried again, up to three runs on fresh databases: the old fault is past it in every one.
-func TestSettlementEndsWithTheBudget(t *testing.T) {
+// settlement cannot tell whether the coupon exists, and says so: the outcome is unknown, never
+// "nothing was written". (That it gives up at the call's end is TestSettlementEndsWithTheBudget.)
+func TestSettlementOfAnUnreadableDatabase(t *testing.T) {
 	t.Parallel()
-	const budget = time.Second
-	var took []time.Duration
-	for run := range 3 {
-		d := settlementRun(t, budget)
-		took = append(took, d)
-		if d <= budget+200*time.Millisecond { // db.CancelGrace is 300 ms; what is left above the budget is scheduling
-			if run > 0 {
-				t.Logf("runs took %v: within the budget at run %d", took, run+1)
-			}
-			return
-		}
-	}
-	t.Errorf("the calls took %v, each past its budget of %s", took, budget)
-}
-
-// settlementRun is one run of [TestSettlementEndsWithTheBudget] on a database of its own: it
-// checks the fault fired and the outcome is unknown, and returns how long the call took.
-func settlementRun(t *testing.T, budget time.Duration) time.Duration {
-	t.Helper()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	proxy, proxied := startProxy(t, dbURL)
 	pool := prodPool(t, proxied, 1)
-	svc := faultService(t, pool, issuance.Config{Budget: budget, LockTimeout: 300 * time.Millisecond,
+	svc := faultService(t, pool, issuance.Config{Budget: time.Second, LockTimeout: 300 * time.Millisecond,
 		StatementTimeout: 600 * time.Millisecond}, "HOLD")
 	if out, err := svc.Issue(ctx, "warm", "HOLD"); err != nil || out.Result != issuance.ResultIssued {
 		t.Fatalf("warm-up: %+v %v", out, err)
 	}
-	held := queriesHeld.Load()
-	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name": "hold", "type": "hold_queries", "stream": "upstream"}`)); err != nil {
+	wrapper, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name": "hold", "type": "hold_queries", "stream": "upstream"}`))
+	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	hold := proxy.Toxics.GetToxic(wrapper.Name).Toxic.(*holdQueriesToxic)
 	out, err := svc.Issue(ctx, "held", "HOLD")
-	took := time.Since(start)
 	proxy.Stop() // ends the connections it holds, so that the pool closes at once
-	if queriesHeld.Load() == held {
+	if hold.held.Load() == 0 {
 		t.Fatal("the toxic held back no query: the fault did not fire")
 	}
 	if !errors.Is(err, issuance.ErrOutcomeUnknown) {
 		t.Errorf("%+v %v, want the outcome unknown (nothing could be looked up)", out, err)
 	}
-	return took
 }
 
 // TestReSendAfterTheCampaignEnded: a member's re-send after the campaign's end is answered with

@@ -2,70 +2,113 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
+
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/proctest"
 )
 
-// TestServeDrainsThenCancelsThenCloses: at the stop, a request that finishes within the drain
-// bound is answered; one that outlasts it sees its context cancelled (a relay run then stops
-// claiming) and still answers; then the closers run, in order, and Serve returns nil.
-func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// probe is the function these tests serve through the framework, at /Probe: each test sets
+// openProbe, its constructor.
+var (
+	probe     = NewFunction("Probe", func(ctx context.Context) (*Instance, error) { return openProbe(ctx) }, refuseText)
+	openProbe func(context.Context) (*Instance, error)
+)
+
+func init() { functions.HTTP(probe.Name(), probe.ServeHTTP) }
+
+func refuseText(w http.ResponseWriter, status int) {
+	w.WriteHeader(status)
+	io.WriteString(w, "refused")
+}
+
+// get sends GET url and returns the status and body, or the error as the body.
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err.Error()
 	}
-	addr := l.Addr().String()
-	l.Close()
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServeDrainsThenCancelsThenCloses: served through the functions framework, at the stop a
+// new request is refused (503); a request that finishes within the drain bound is answered; one
+// that outlasts it sees its context cancelled and still answers; then the closers run, the
+// server's first, and Serve returns nil. A later Start builds the function anew.
+func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 	entered := make(chan struct{}, 2)
 	finish := make(chan struct{})
-	mux := http.NewServeMux()
-	mux.HandleFunc("/quick", func(w http.ResponseWriter, r *http.Request) {
-		entered <- struct{}{}
-		<-finish
-		io.WriteString(w, "done")
-	})
-	mux.HandleFunc("/long", func(w http.ResponseWriter, r *http.Request) {
-		entered <- struct{}{}
-		<-r.Context().Done()
-		io.WriteString(w, "cancelled")
-	})
 	var closed []string
 	closer := func(name string) Closer {
 		return Closer{Name: name, Close: func(context.Context) error { closed = append(closed, name); return nil }}
 	}
-	stop := make(chan struct{})
+	var builds atomic.Int32
+	openProbe = func(context.Context) (*Instance, error) {
+		builds.Add(1)
+		return &Instance{Closers: []Closer{closer("pool")}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Query().Get("wait") {
+			case "finish":
+				entered <- struct{}{}
+				<-finish
+				io.WriteString(w, "done")
+			case "cancel":
+				entered <- struct{}{}
+				<-r.Context().Done()
+				io.WriteString(w, "cancelled")
+			default:
+				io.WriteString(w, "pong")
+			}
+		})}, nil
+	}
+	port := proctest.FreePort(t)
+	base := "http://127.0.0.1:" + port + "/Probe"
+	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {
-		served <- Serve(context.Background(), Server{Addr: addr, Handler: mux, Stop: stop, Drain: 300 * time.Millisecond,
-			Closers: []Closer{closer("telemetry"), closer("pool")}, Log: slog.New(slog.DiscardHandler)})
+		served <- Serve(ctx, Server{Host: "127.0.0.1", Port: port, Functions: []*Function{probe}, Drain: 300 * time.Millisecond,
+			Closers: []Closer{closer("telemetry")}, Log: slog.New(slog.DiscardHandler)})
 	}()
-	waitUntil(t, "Serve accepts connections", func() bool { return accepts(addr) })
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if status, body := get(base); status != http.StatusOK {
+			return fmt.Errorf("GET %s: %d %s", base, status, body)
+		}
+		return nil
+	})
 	answers := make(chan string, 2)
-	for _, path := range []string{"/quick", "/long"} {
+	for _, wait := range []string{"finish", "cancel"} {
 		go func() {
-			resp, err := http.Get("http://" + addr + path)
-			if err != nil {
-				answers <- path + ": " + err.Error()
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			answers <- path + ": " + string(b)
+			_, body := get(base + "?wait=" + wait)
+			answers <- wait + ": " + body
 		}()
 	}
 	<-entered
 	<-entered
-	close(stop)
-	waitUntil(t, "the shutdown closes the listener", func() bool { return !accepts(addr) })
+	stop()
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if status, body := get(base); status != http.StatusServiceUnavailable || body != "refused" {
+			return fmt.Errorf("a new request after the stop: %d %q, want 503 refused", status, body)
+		}
+		return nil
+	})
 	close(finish)
 	got := []string{<-answers, <-answers}
 	slices.Sort(got)
-	if want := []string{"/long: cancelled", "/quick: done"}; !slices.Equal(got, want) {
+	if want := []string{"cancel: cancelled", "finish: done"}; !slices.Equal(got, want) {
 		t.Errorf("answers %v, want %v", got, want)
 	}
 	if err := <-served; err != nil {
@@ -74,25 +117,104 @@ func TestServeDrainsThenCancelsThenCloses(t *testing.T) {
 	if want := []string{"telemetry", "pool"}; !slices.Equal(closed, want) {
 		t.Errorf("closers ran %v, want %v", closed, want)
 	}
-}
-
-// accepts reports whether something accepts TCP connections at addr.
-func accepts(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err == nil {
-		c.Close()
+	if _, err := probe.Start(context.Background()); err != nil || builds.Load() != 2 {
+		t.Errorf("Start after the shutdown: %v, %d builds; want a second build", err, builds.Load())
 	}
-	return err == nil
+	_ = drain([]*Function{probe}, 0, slog.New(slog.DiscardHandler)) // shut down for the next test of probe
 }
 
-// waitUntil polls cond every 5 ms until it holds, and fails the test if it does not within 5 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
+// TestStartWaitsOnlyAsLongAsItsCaller: a caller whose context ends while the build runs gets its
+// context's error at once, without ending the build; the next caller gets what that one build
+// made. A failed build is tried again by the next call.
+func TestStartWaitsOnlyAsLongAsItsCaller(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var builds atomic.Int32
+	inst := &Instance{Handler: http.NotFoundHandler()}
+	f := NewFunction("Slow", func(ctx context.Context) (*Instance, error) {
+		if builds.Add(1) == 1 {
+			return nil, errors.New("first build fails")
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-release:
+			return inst, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}, refuseText)
+	if _, err := f.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "first build fails") {
+		t.Fatalf("first Start: %v, want the build's error", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := f.Start(ctx)
+		gaveUp <- err
+	}()
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		if n := builds.Load(); n != 2 {
+			return fmt.Errorf("%d builds, want the second under way", n)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start after its caller gave up: %v, want context.Canceled", err)
+	}
+	// The build goes on for the others, unharmed by the first caller's cancel.
+	got := make(chan *Instance, 1)
+	go func() {
+		in, _ := f.Start(context.Background())
+		got <- in
+	}()
+	close(release)
+	if in := <-got; in != inst || builds.Load() != 2 {
+		t.Errorf("Start = %p after %d builds, want %p from the second", in, builds.Load(), inst)
+	}
+}
+
+// TestFirstRequestStartsTheFunction: served by the framework alone, without a Start, the first
+// request builds the function; while its build fails, a request is answered 500 in the
+// function's words and the error is logged; the next request builds again and is served.
+func TestFirstRequestStartsTheFunction(t *testing.T) {
+	t.Parallel()
+	var builds atomic.Int32
+	f := NewFunction("Lazy", func(context.Context) (*Instance, error) {
+		if builds.Add(1) == 1 {
+			return nil, errors.New("not migrated: run couponctl migrate")
+		}
+		return &Instance{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "served") })}, nil
+	}, refuseText)
+	for _, want := range []struct {
+		status int
+		body   string
+	}{{500, "refused"}, {200, "served"}, {200, "served"}} {
+		rec := httptest.NewRecorder()
+		f.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if rec.Code != want.status || rec.Body.String() != want.body {
+			t.Errorf("%d %q, want %d %q", rec.Code, rec.Body.String(), want.status, want.body)
+		}
+	}
+	if n := builds.Load(); n != 2 {
+		t.Errorf("%d builds, want 2 (one failed, one kept)", n)
+	}
+}
+
+// TestFunctionTargetMustNameTheFunction: the framework serves FUNCTION_TARGET alone, so Serve
+// refuses one that names another function, and a main refuses to serve under another's name.
+func TestFunctionTargetMustNameTheFunction(t *testing.T) {
+	t.Setenv("FUNCTION_TARGET", "Other")
+	if err := Serve(context.Background(), Server{Functions: []*Function{probe}}); err == nil || !strings.Contains(err.Error(), "Other") {
+		t.Errorf("Serve with FUNCTION_TARGET=Other: %v, want a refusal naming it", err)
+	}
+	if err := nameTarget("Probe"); err == nil {
+		t.Errorf("nameTarget(Probe) under FUNCTION_TARGET=Other: nil, want a refusal")
+	}
+	t.Setenv("FUNCTION_TARGET", "")
+	if err := nameTarget("Probe"); err != nil {
+		t.Fatal(err)
+	}
+	if got := os.Getenv("FUNCTION_TARGET"); got != "Probe" {
+		t.Errorf("FUNCTION_TARGET = %q after nameTarget, want Probe", got)
 	}
 }

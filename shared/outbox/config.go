@@ -261,3 +261,13 @@ func ConfigFromEnv() (Config, error) {
 	c = c.WithDefaults()
 	return c, c.Validate()
 }
+
+// String lists the effective settings, for the start-up log line: the LINE endpoint (never the
+// token) and every tuning value.
+func (c Config) String() string {
+	return fmt.Sprintf("base_url=%s batch_size=%d max_rows=%d parallelism=%d rate_limit=%g push_timeout=%s "+
+		"batch_timeout=%s mark_timeout=%s lease=%s run_budget=%s max_attempts=%d breaker_failures=%d "+
+		"retry_base=%s retry_cap=%s",
+		c.BaseURL, c.BatchSize, c.MaxRows, c.Parallelism, c.RateLimit, c.PushTimeout, c.BatchTimeout, c.MarkTimeout,
+		c.Lease, c.RunBudget, c.MaxAttempts, c.BreakerFailures, c.RetryBase, c.RetryCap)
+}

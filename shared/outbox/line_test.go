@@ -67,7 +67,7 @@ func TestUnlinkedMembersAreSkipped(t *testing.T) {
 	if err := outboxadmin.Link(ctx, b.pool, "m000005", lineUser("m000005")); err != nil {
 		t.Fatal(err)
 	}
-	rq, err := outboxadmin.Requeue(ctx, b.pool, true, nil, false)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, outboxadmin.RequeueRequest{All: true})
 	if err != nil || len(rq.Requeued) != 1 || len(rq.Unlinked) != 2 {
 		t.Fatalf("requeue --all: %+v, %v; want 1 requeued, 2 still unlinked", rq, err)
 	}
@@ -203,11 +203,11 @@ func TestExpiredRetryKeyIsNotResent(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	rq, err := outboxadmin.Requeue(ctx, b.pool, false, []string{old}, false)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, outboxadmin.RequeueRequest{CouponIDs: []string{old}})
 	if err != nil || len(rq.Requeued) != 0 || len(rq.KeyExpired) != 1 || !state(t, b.pool, old).parked {
 		t.Fatalf("requeue without force: %+v, %v; want refused as key expired, still parked", rq, err)
 	}
-	if rq, err = outboxadmin.Requeue(ctx, b.pool, false, []string{old}, true); err != nil || len(rq.Requeued) != 1 {
+	if rq, err = outboxadmin.Requeue(ctx, b.pool, outboxadmin.RequeueRequest{CouponIDs: []string{old}, Force: true}); err != nil || len(rq.Requeued) != 1 {
 		t.Fatalf("requeue --force: %+v, %v; want requeued", rq, err)
 	}
 	if got := run(t, r, 0); got != (outbox.Result{Sent: 1}) || b.stub.Calls(old) != 1 {

@@ -13,6 +13,8 @@ import (
 	_ "time/tzdata" // Asia/Tokyo must load on images without a zoneinfo database
 
 	"github.com/line/line-bot-sdk-go/v8/linebot/messaging_api"
+
+	"github.com/mops/coupon-api/shared/outbox/outboxdb"
 )
 
 // maxErrorBody is how much of LINE's error body is kept for last_error, in bytes.
@@ -30,7 +32,7 @@ const maxErrorBody = 512
 // response, but LINE has accepted the message. sent reports whether the request was written to
 // LINE at all: false when it never left (the context ended first, no connection), so no
 // attempt is charged for it.
-func (r *Relay) push(ctx context.Context, row claimed) (sent bool, err error) {
+func (r *Relay) push(ctx context.Context, row outboxdb.Claimed) (sent bool, err error) {
 	// The SDK client carries its context as a field (WithContext), so each push gets a client
 	// of its own; building one only parses the endpoint URL.
 	api, err := messaging_api.NewMessagingApiAPI(r.cfg.ChannelAccessToken,

@@ -59,9 +59,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}, nil
 }
 
-// claimed is one claimed row with what its message needs and what giving it back restores.
-type claimed = outboxdb.Claimed
-
 // Run delivers at most maxRows rows due at its start (0 means [Config.MaxRows]) within
 // RunBudget (or ctx's deadline if sooner) and returns what it did with them. How a run claims,
 // pushes, marks and keeps to its budget, and how each row ends, is in the package doc.
@@ -116,8 +113,8 @@ func (r *Relay) withTimeout(ctx context.Context, f func(context.Context) error) 
 	return f(ctx)
 }
 
-func (r *Relay) claim(ctx context.Context, run uuid.UUID, start time.Time, n int) ([]claimed, error) {
-	var batch []claimed
+func (r *Relay) claim(ctx context.Context, run uuid.UUID, start time.Time, n int) ([]outboxdb.Claimed, error) {
+	var batch []outboxdb.Claimed
 	err := r.withTimeout(ctx, func(ctx context.Context) (err error) {
 		batch, err = outboxdb.Claim(ctx, r.pool, outboxdb.ClaimParams{
 			Run: run, Limit: n, Lease: r.cfg.Lease, DueAt: start, KeyWindow: RetryKeyWindow})
@@ -161,7 +158,7 @@ const (
 
 // deliver pushes one claimed batch and records every row's outcome; it returns when each row
 // is recorded or BatchTimeout + MarkTimeout has passed since it started.
-func (r *Relay) deliver(ctx context.Context, run *runState, rows []claimed) Result {
+func (r *Relay) deliver(ctx context.Context, run *runState, rows []outboxdb.Claimed) Result {
 	begin := time.Now()
 	batchCtx, cancel := context.WithDeadline(ctx, begin.Add(r.cfg.BatchTimeout))
 	defer cancel()
@@ -211,7 +208,7 @@ var keyExpiredReason = fmt.Sprintf("not re-sent: first pushed more than %s ago, 
 	"so a re-send could deliver it twice (couponctl outbox requeue --force sends it anyway)", RetryKeyWindow)
 
 // handle pushes one row inside the batch's time and records the outcome with markCtx.
-func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row claimed) outcome {
+func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row outboxdb.Claimed) outcome {
 	log := r.cfg.Logger.With("coupon_id", row.CouponID, "attempt", row.Attempts+1)
 	switch {
 	case row.Voided:
@@ -252,7 +249,7 @@ func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row cla
 
 // markSent records an accepted push. If that fails, the row is sent back at once for a
 // re-send: the next run pushes it with the same retry key and LINE answers 409.
-func (r *Relay) markSent(ctx context.Context, log *slog.Logger, run *runState, row claimed) outcome {
+func (r *Relay) markSent(ctx context.Context, log *slog.Logger, run *runState, row outboxdb.Claimed) outcome {
 	err := outboxdb.MarkSent(ctx, r.pool, row.CouponID)
 	if err == nil {
 		return outcomeSent
@@ -265,7 +262,7 @@ func (r *Relay) markSent(ctx context.Context, log *slog.Logger, run *runState, r
 // markFailed records a push LINE did not accept: parked when LINE refused it or it was the
 // last attempt, else sent back after a full-jitter wait, or LINE's Retry-After (at most
 // RetryCap) if longer.
-func (r *Relay) markFailed(ctx context.Context, log *slog.Logger, run *runState, row claimed, err error) outcome {
+func (r *Relay) markFailed(ctx context.Context, log *slog.Logger, run *runState, row outboxdb.Claimed, err error) outcome {
 	park := func(reason string) outcome {
 		logMark(ctx, log, outboxdb.MarkParked(ctx, r.pool, run.id, row.CouponID, reason, outboxdb.Pushed))
 		return outcomeParked
@@ -286,7 +283,7 @@ func (r *Relay) markFailed(ctx context.Context, log *slog.Logger, run *runState,
 }
 
 // release gives an unpushed row back ([outboxdb.Release]).
-func (r *Relay) release(ctx context.Context, log *slog.Logger, run *runState, row claimed) outcome {
+func (r *Relay) release(ctx context.Context, log *slog.Logger, run *runState, row outboxdb.Claimed) outcome {
 	logMark(ctx, log, outboxdb.Release(ctx, r.pool, run.id, row))
 	return outcomeReleased
 }

@@ -398,7 +398,7 @@ func TestRejectedPushIsParkedAndRequeued(t *testing.T) {
 		!strings.Contains(st.ParkedRows[0].LastError, reason) {
 		t.Errorf("status: %+v, want the one parked row with its reason", st)
 	}
-	rq, err := outboxadmin.Requeue(ctx, b.pool, false, []string{id}, false)
+	rq, err := outboxadmin.Requeue(ctx, b.pool, outboxadmin.RequeueRequest{CouponIDs: []string{id}})
 	if err != nil || len(rq.Requeued) != 1 {
 		t.Fatalf("Requeue: %+v, %v; want the one row", rq, err)
 	}

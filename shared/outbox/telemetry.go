@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/mops/coupon-api/shared/outbox/outboxdb"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
@@ -25,7 +26,7 @@ const (
 )
 
 // tracedPush is push inside its span.
-func (r *Relay) tracedPush(ctx context.Context, row claimed) (sent bool, err error) {
+func (r *Relay) tracedPush(ctx context.Context, row outboxdb.Claimed) (sent bool, err error) {
 	opts := []trace.SpanStartOption{trace.WithAttributes(AttrCouponID.String(row.CouponID))}
 	if link, ok := issuingLink(row.TraceParent); ok {
 		opts = append(opts, trace.WithLinks(link))

@@ -1,11 +1,12 @@
-// Package reqbody holds the request-body rules both functions share (docs/api.md), in the
-// order they are judged, and the words of their refusals:
+// Package reqbody holds the request-body rules both functions share (docs/api.md) and the words
+// of their refusals. Each function's decodeRequest judges them in its own order, the size
+// always before the content:
 //
 //   - a body is sent as is, never compressed: a Content-Encoding other than identity is 415
 //     before the body is read ([Encoding]);
 //   - a body is JSON: a Content-Type other than application/json is 415 ([IsJSON]);
-//   - a body is at most a few KiB: the whole body is read up to the limit before any of it is
-//     parsed, so a larger one is 413 whatever it holds ([Read]);
+//   - a body is at most a few KiB and arrives within [ReadTimeout]: the whole body is read up
+//     to the limit before any of it is parsed, so a larger one is 413 whatever it holds ([Read]);
 //   - a body is one JSON object: not null, not an array or a scalar; each field known, given
 //     once and of its type; nothing after the object ([DecodeObject]). Otherwise 400, in words
 //     that name the field, never Go's types.
@@ -19,8 +20,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Encoding returns the first Content-Encoding coding of h other than identity, or "" when the
@@ -46,10 +49,16 @@ func IsJSON(h http.Header) bool {
 	return err == nil && mt == "application/json"
 }
 
-// Read reads the whole body of r, at most limit bytes. A body over limit is refused with 413
-// whatever it holds: at once when its Content-Length says so, otherwise when reading passes the
-// limit (http.MaxBytesReader also tells the server to close the connection). Another read
-// failure is 400.
+// ReadTimeout bounds how long the body may take to arrive once its headers have: the app
+// gateway gives up on IssueCoupon after 3 s (issuance.AppTimeout), so no caller waits for a
+// body slower than that, and a client that stops sending holds its request only this long,
+// inside the shutdown's drain (shared/lifecycle.DrainTimeout).
+const ReadTimeout = 3 * time.Second
+
+// Read reads the whole body of r, at most limit bytes, within [ReadTimeout]. A body over limit
+// is refused with 413 whatever it holds: at once when its Content-Length says so, otherwise when
+// reading passes the limit (http.MaxBytesReader also tells the server to close the connection).
+// Another read failure, the timeout's included, is 400.
 func Read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
 	tooLarge := fmt.Errorf("body over %d bytes", limit)
 	if r.ContentLength > limit {
@@ -58,7 +67,19 @@ func Read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, err
 	if r.Body == nil {
 		return nil, 0, nil
 	}
+	// The deadline is the connection's: cleared once the body is in, or the server's read of
+	// the connection after the body would end the request's context when it passed. A writer
+	// that cannot set one (httptest's recorder) reads without it.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(ReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The rest of the body is not waited for: not by the server either, which would
+		// otherwise read it before answering, on a connection that is then closed.
+		w.Header().Set("Connection", "close")
+		return nil, http.StatusBadRequest, fmt.Errorf("the body did not arrive within %s", ReadTimeout)
+	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if errors.As(err, new(*http.MaxBytesError)) {
 		return nil, http.StatusRequestEntityTooLarge, tooLarge
 	}

@@ -95,8 +95,13 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: metrics exporter: %w", err)
 	}
-	mpOpts := providerOptions(sdkmetric.WithResource(res), reader != nil && !autoexport.IsNoneMetricReader(reader),
-		func() sdkmetric.Option { return sdkmetric.WithReader(reader) }, o.metricReaders, sdkmetric.WithReader)
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	if reader != nil && !autoexport.IsNoneMetricReader(reader) {
+		mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
+	}
+	for _, r := range o.metricReaders {
+		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
+	}
 
 	// The meter provider is global before the span processor is made, so that the SDK's own
 	// metrics (OTEL_GO_X_OBSERVABILITY: spans dropped on a full queue) go to it.
@@ -108,9 +113,13 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 		return nil, errors.Join(fmt.Errorf("telemetry: traces exporter: %w", err), mp.Shutdown(ctx))
 	}
 	// The batcher is non-blocking by default: a full queue drops spans rather than wait.
-	tpOpts := providerOptions(sdktrace.WithResource(res), spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter),
-		func() sdktrace.TracerProviderOption { return sdktrace.WithBatcher(spanExporter) }, o.spanProcessors,
-		func(p sdktrace.SpanProcessor) sdktrace.TracerProviderOption { return sdktrace.WithSpanProcessor(p) })
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter) {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(spanExporter))
+	}
+	for _, p := range o.spanProcessors {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
+	}
 
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
@@ -233,17 +242,4 @@ func projectID(res *resource.Resource) string {
 		return v.AsString()
 	}
 	return ""
-}
-
-// providerOptions is a provider's options: base, the exporter's (exporter()) when exports, and one per
-// extra (the test hooks' readers or processors).
-func providerOptions[O, X any](base O, exports bool, exporter func() O, extra []X, with func(X) O) []O {
-	opts := []O{base}
-	if exports {
-		opts = append(opts, exporter())
-	}
-	for _, x := range extra {
-		opts = append(opts, with(x))
-	}
-	return opts
 }

@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/campaign"
@@ -73,63 +70,36 @@ func unmigratedURL(t *testing.T) string {
 	return url
 }
 
-// TestFrameworkStartsAsTheMain: IssueCoupon as the functions framework serves it (init's
-// registration; the demo serves it so) starts as this main does: against an unmigrated database
-// its first request answers 500 and the log says to run couponctl migrate; against a migrated
-// one the next request starts it again and is answered.
-func TestFrameworkStartsAsTheMain(t *testing.T) {
-	var log syncbuf.Buffer
-	defaultLog := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&log, nil)))
-	t.Cleanup(func() { slog.SetDefault(defaultLog) })
-	t.Setenv("FUNCTION_TARGET", "IssueCoupon")
-	t.Setenv("DATABASE_URL", unmigratedURL(t))
-	port := proctest.FreePort(t)
-	go func() { _ = funcframework.StartHostPort("127.0.0.1", port) }() // serves until the test binary exits
-	post := func() int {
-		t.Helper()
-		for i := 0; ; i++ {
-			resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json",
-				strings.NewReader(`{"member_id": "m1", "campaign_id": "OPEN"}`))
-			if err != nil && i < 250 && strings.Contains(err.Error(), "refused") {
-				time.Sleep(20 * time.Millisecond) // not serving yet
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			return resp.StatusCode
-		}
-	}
-	if got := post(); got != http.StatusInternalServerError || !strings.Contains(log.String(), "couponctl migrate") {
-		t.Errorf("unmigrated: %d, log %q; want 500 and a log line naming couponctl migrate", got, log.String())
+// TestMainNamesItsFunction: the main serves IssueCoupon at "/" with FUNCTION_TARGET unset (as
+// deployed: Cloud Run sets it only for functions built from source), and refuses to start under
+// another function's name.
+func TestMainNamesItsFunction(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	cmd, out := start(t, "DATABASE_URL="+dbURL, "FUNCTION_TARGET=RelayOutbox", "PORT="+proctest.FreePort(t))
+	var exit *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out.String(), `FUNCTION_TARGET="RelayOutbox"`) {
+		t.Errorf("FUNCTION_TARGET=RelayOutbox: %v, output %q; want exit 1 naming it", err, out.String())
 	}
 
-	migrated := pgtest.URL(t)
-	conn, err := pgx.Connect(context.Background(), migrated)
+	port := proctest.FreePort(t)
+	cmd, out = start(t, "DATABASE_URL="+dbURL, "FUNCTION_TARGET=", "PORT="+port)
+	proctest.WaitServing(t, port, out)
+	resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	if err := campaign.Create(context.Background(), conn, campaign.Campaign{ID: "OPEN", DiscountYen: 500, BudgetYen: 10_000}); err != nil {
-		t.Fatal(err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("POST / with an empty object: %s, want IssueCoupon's 400", resp.Status)
 	}
-	t.Setenv("DATABASE_URL", migrated)
-	if got := post(); got != http.StatusCreated {
-		t.Errorf("migrated: %d, want 201; log %q", got, log.String())
-	}
-	// The instance keeps its pool for the process's life: end its sessions, waiting up to 5 s
-	// for each, so that the database can be dropped.
-	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
-		t.Fatal(err)
-	}
+	proctest.Terminate(t, cmd, out)
 }
 
 // TestSIGTERMDrains: SIGTERM arrives while 10 requests wait on a locked campaign row. The main
-// stops accepting at once, lets the 10 finish once the row is free (every one answered 201,
-// none cut), closes the pool and exits 0.
+// refuses new requests at once (503 RETRY_EXHAUSTED, nothing written: the framework keeps its
+// listener, and Cloud Run routes nothing more to an instance it has sent SIGTERM), lets the 10
+// finish once the row is free (every one answered 201, none cut), closes the pool and exits 0.
 func TestSIGTERMDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -145,7 +115,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	port := proctest.FreePort(t)
 	// ISSUE_BATCH_MAX=1: one call per request, so that the 10 requests in flight are 10 sessions
 	// the test sees waiting behind the hold.
-	cmd, out := start(t, "DATABASE_URL="+dbURL, "PORT="+port, "DB_POOL_MAX_CONNS=10", "FUNCTION_TARGET=IssueCoupon",
+	cmd, out := start(t, "DATABASE_URL="+dbURL, "PORT="+port, "DB_POOL_MAX_CONNS=10",
 		"ISSUE_LOCK_TIMEOUT=2s", "ISSUE_STATEMENT_TIMEOUT=2400ms", "ISSUE_BATCH_MAX=1")
 	base := "http://127.0.0.1:" + port + "/"
 	proctest.WaitServing(t, port, out)
@@ -172,17 +142,20 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ { // stops accepting: new connections are refused while the 10 drain
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+	// A GET writes nothing: 405 while serving, 503 once the main has begun to shut down.
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		resp, err := http.Get(base)
 		if err != nil {
-			break
+			return err
 		}
-		c.Close()
-		if i > 200 {
-			t.Fatal("still accepting connections after SIGTERM")
+		defer resp.Body.Close()
+		var body struct{ Result string }
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		if resp.StatusCode != http.StatusServiceUnavailable || body.Result != "RETRY_EXHAUSTED" || resp.Header.Get("Retry-After") == "" {
+			return fmt.Errorf("a new request after SIGTERM: %s %s, want 503 RETRY_EXHAUSTED with Retry-After", resp.Status, body.Result)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	hold.Release()
 	for range 10 {
 		if s := <-statuses; s != "201 Created" {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,8 +19,9 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
 
 // TestSIGTERMDuringARun: SIGTERM arrives while a relay run waits on LINE (the stand-in holds
-// every push). The main stops accepting, gives the run the drain bound, then cancels it; the
-// run's caller gets an answer (not a cut connection), the pool is closed and the main exits 0.
+// every push). The main refuses new requests, gives the run the drain bound, then cancels it;
+// the run's caller gets an answer (not a cut connection), the pool is closed and the main exits
+// 0.
 func TestSIGTERMDuringARun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -47,22 +47,16 @@ func TestSIGTERMDuringARun(t *testing.T) {
 	cmd, out := proctest.Start(t, proctest.Build(t, "."), "DATABASE_URL="+dbURL, "PORT="+port,
 		"LINE_CHANNEL_ACCESS_TOKEN=test-token", "LINE_API_BASE_URL="+line.URL, "FUNCTION_TARGET=RelayOutbox")
 
+	proctest.WaitServing(t, port, out)
 	answered := make(chan string, 1)
 	go func() {
-		for i := 0; ; i++ {
-			resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json", strings.NewReader(`{}`))
-			if err != nil && i < 300 && strings.Contains(err.Error(), "refused") {
-				time.Sleep(20 * time.Millisecond) // not serving yet
-				continue
-			}
-			if err != nil {
-				answered <- err.Error()
-				return
-			}
-			resp.Body.Close()
-			answered <- fmt.Sprint(resp.StatusCode)
+		resp, err := http.Post("http://127.0.0.1:"+port+"/", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			answered <- err.Error()
 			return
 		}
+		resp.Body.Close()
+		answered <- fmt.Sprint(resp.StatusCode)
 	}()
 	select {
 	case <-pushing:

@@ -1,4 +1,4 @@
-package db
+package main
 
 import (
 	"errors"
@@ -15,59 +15,59 @@ import (
 // message it does not know (another language) gets the causes by method, never one guess.
 func TestLoginHint(t *testing.T) {
 	t.Parallel()
-	root := Attempt{User: "postgres", Database: "coupons", OSUser: "root", Socket: true}
-	alice := Attempt{User: "postgres", Database: "coupons", OSUser: "alice", Socket: true}
-	tcp := Attempt{User: "coupon", Database: "coupons", OSUser: "root"}
+	root := loginAttempt{User: "postgres", Database: "coupons", OSUser: "root", Socket: true}
+	alice := loginAttempt{User: "postgres", Database: "coupons", OSUser: "alice", Socket: true}
+	tcp := loginAttempt{User: "coupon", Database: "coupons", OSUser: "root"}
 	withPassword := tcp
 	withPassword.Password = true
 	for _, c := range []struct {
 		code, message string
-		a             Attempt
-		kind          LoginKind
+		a             loginAttempt
+		kind          loginKind
 		want, not     []string
 	}{
-		{"28000", `Peer authentication failed for user "postgres"`, root, LoginPeer,
+		{"28000", `Peer authentication failed for user "postgres"`, root, loginPeer,
 			[]string{`OS user "root"`, `not "postgres"`, `su postgres -c "createuser --superuser root"`, "user=", `as OS user "postgres"`},
 			[]string{"DB_PASS", "IAM", "password"}},
-		{"28000", `Peer authentication failed for user "postgres"`, alice, LoginPeer,
+		{"28000", `Peer authentication failed for user "postgres"`, alice, loginPeer,
 			[]string{"sudo -u postgres createuser --superuser alice"},
 			[]string{"su postgres -c", "DB_PASS", "IAM"}},
-		{"28000", `Peer authentication failed for user "root"`, Attempt{User: "root", OSUser: "root", Socket: true}, LoginPeer,
+		{"28000", `Peer authentication failed for user "root"`, loginAttempt{User: "root", OSUser: "root", Socket: true}, loginPeer,
 			[]string{"pg_ident.conf", "host=127.0.0.1"},
 			[]string{"DB_PASS", "IAM", "createuser"}},
-		{"28000", `Ident authentication failed for user "coupon"`, tcp, LoginIdent,
+		{"28000", `Ident authentication failed for user "coupon"`, tcp, loginIdent,
 			[]string{"OS user", `"root"`, `"coupon"`},
 			[]string{"DB_PASS", "IAM"}},
-		{"28P01", `password authentication failed for user "coupon"`, withPassword, LoginPassword,
+		{"28P01", `password authentication failed for user "coupon"`, withPassword, loginPassword,
 			[]string{"refused the password", "DB_PASS", "DATABASE_URL"},
 			[]string{"OS user", "peer", "none was sent"}},
-		{"28P01", `password authentication failed for user "coupon"`, tcp, LoginPassword,
+		{"28P01", `password authentication failed for user "coupon"`, tcp, loginPassword,
 			[]string{"none was sent", "PGPASSWORD", "DB_PASS", "DB_IAM_AUTH=true"},
 			[]string{"OS user", "peer"}},
-		{"28P01", `la autentificación password falló para el usuario «coupon»`, withPassword, LoginPassword,
+		{"28P01", `la autentificación password falló para el usuario «coupon»`, withPassword, loginPassword,
 			[]string{"DB_PASS"}, []string{"OS user"}},
-		{"28000", `Cloud SQL IAM service account authentication failed for user "coupon-issue@p.iam"`, tcp, LoginIAM,
+		{"28000", `Cloud SQL IAM service account authentication failed for user "coupon-issue@p.iam"`, tcp, loginIAM,
 			[]string{"DB_IAM_AUTH=true", "DB_USER", ".gserviceaccount.com", "roles/cloudsql.instanceUser", "roles/cloudsql.client"},
 			[]string{"DB_PASS", "OS user", "peer"}},
-		{"28000", `Cloud SQL IAM user authentication failed for user "ops@example.com"`, tcp, LoginIAM,
+		{"28000", `Cloud SQL IAM user authentication failed for user "ops@example.com"`, tcp, loginIAM,
 			[]string{"DB_IAM_AUTH"}, []string{"DB_PASS"}},
-		{"28000", `role "root" does not exist`, Attempt{User: "root", OSUser: "root", Socket: true}, LoginNoRole,
+		{"28000", `role "root" does not exist`, loginAttempt{User: "root", OSUser: "root", Socket: true}, loginNoRole,
 			[]string{`no database user "root"`, `su postgres -c "createuser --superuser root"`, "DB_USER"},
 			[]string{"DB_PASS", "IAM", "peer"}},
-		{"28000", `role "coupon_issue" is not permitted to log in`, tcp, LoginNoLogin,
+		{"28000", `role "coupon_issue" is not permitted to log in`, tcp, loginNoLogin,
 			[]string{"NOLOGIN", "docs/roles.md"}, []string{"DB_PASS", "peer"}},
-		{"28000", `no pg_hba.conf entry for host "10.0.0.9", user "coupon", database "coupons", no encryption`, tcp, LoginHBA,
+		{"28000", `no pg_hba.conf entry for host "10.0.0.9", user "coupon", database "coupons", no encryption`, tcp, loginHBA,
 			[]string{"pg_hba.conf", `"coupon"`, `"coupons"`}, []string{"DB_PASS", "peer", "IAM"}},
-		{"28000", `pg_hba.conf rejects connection for host "10.0.0.9", user "coupon", database "coupons", no encryption`, tcp, LoginReject,
+		{"28000", `pg_hba.conf rejects connection for host "10.0.0.9", user "coupon", database "coupons", no encryption`, tcp, loginReject,
 			[]string{"reject line"}, []string{"DB_PASS", "IAM"}},
-		{"28000", `LDAP authentication failed for user "coupon"`, tcp, LoginMethod,
+		{"28000", `LDAP authentication failed for user "coupon"`, tcp, loginMethod,
 			[]string{"LDAP credentials"}, []string{"DB_PASS", "IAM", "OS user"}},
-		{"28000", `certificate authentication failed for user "coupon"`, tcp, LoginMethod,
+		{"28000", `certificate authentication failed for user "coupon"`, tcp, loginMethod,
 			[]string{"certificate credentials"}, []string{"DB_PASS", "IAM"}},
-		{"28000", `Peer-Authentifizierung für Benutzer »postgres« fehlgeschlagen`, root, LoginUnknown,
+		{"28000", `Peer-Authentifizierung für Benutzer »postgres« fehlgeschlagen`, root, loginUnknown,
 			[]string{"peer or ident", "DB_PASS", "DB_IAM_AUTH", `"root"`}, nil},
 	} {
-		kind, hint := LoginHint(&pgconn.PgError{Severity: "FATAL", Code: c.code, Message: c.message}, c.a)
+		kind, hint := loginHint(&pgconn.PgError{Severity: "FATAL", Code: c.code, Message: c.message}, c.a)
 		if kind != c.kind {
 			t.Errorf("%s %q: kind %q, want %q", c.code, c.message, kind, c.kind)
 		}
@@ -89,19 +89,19 @@ func TestLoginHint(t *testing.T) {
 func TestExplainLogin(t *testing.T) {
 	t.Parallel()
 	pgErr := &pgconn.PgError{Severity: "FATAL", Code: "28000", Message: `Peer authentication failed for user "postgres"`}
-	if err := ExplainLogin(nil); err != nil {
-		t.Errorf("ExplainLogin(nil) = %v", err)
+	if err := explainLogin(nil); err != nil {
+		t.Errorf("explainLogin(nil) = %v", err)
 	}
 	other := fmt.Errorf("query: %w", &pgconn.PgError{Code: "42P01", Message: `relation "x" does not exist`})
-	if got := ExplainLogin(other); got != other {
+	if got := explainLogin(other); got != other {
 		t.Errorf("a non-login error was changed: %v", got)
 	}
-	err := ExplainLogin(fmt.Errorf("migrate: %w", pgErr))
-	var le *LoginError
-	if !errors.As(err, &le) || le.Kind != LoginPeer || le.Code != "28000" {
-		t.Fatalf("ExplainLogin(peer) = %#v", err)
+	err := explainLogin(fmt.Errorf("migrate: %w", pgErr))
+	var le *loginError
+	if !errors.As(err, &le) || le.Kind != loginPeer || le.Server.Code != "28000" {
+		t.Fatalf("explainLogin(peer) = %#v", err)
 	}
-	if again := ExplainLogin(fmt.Errorf("verb: %w", err)); strings.Count(again.Error(), "database refused") != 1 {
+	if again := explainLogin(fmt.Errorf("verb: %w", err)); strings.Count(again.Error(), "database refused") != 1 {
 		t.Errorf("explained twice: %v", again)
 	}
 	var back *pgconn.PgError

@@ -3,7 +3,7 @@
 // prints the counts and one exported trace from the tap to the LINE push (an ISSUED
 // issuance's spans and the push span that links to it). It stores nothing else.
 //
-//	go run ./internal/otlpsink -addr 127.0.0.1:4318 &
+//	go run ./cmd/otlpsink -addr 127.0.0.1:4318 &
 //	OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf \
 //	OTEL_TRACES_EXPORTER=otlp OTEL_METRICS_EXPORTER=otlp go run ./cmd/couponctl demo
 package main
