@@ -117,7 +117,8 @@ func FreePort(t testing.TB) string {
 }
 
 // WaitServing waits, at most pgtest.PollTimeout, until something accepts connections on port,
-// and fails the test with the child's output if nothing does.
+// and fails the test with the child's output if nothing does. A dial that connected to itself
+// does not count.
 func WaitServing(t testing.TB, port string, out *syncbuf.Buffer) {
 	t.Helper()
 	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
@@ -125,7 +126,12 @@ func WaitServing(t testing.TB, port string, out *syncbuf.Buffer) {
 		if err != nil {
 			return fmt.Errorf("nothing serves on %s (%v): %s", port, err, out.String())
 		}
-		c.Close()
+		defer c.Close()
+		// A dial to a free port of the ephemeral range can connect to itself (TCP simultaneous
+		// open, when the kernel picks that port as the source): nothing serves there then.
+		if c.LocalAddr().String() == c.RemoteAddr().String() {
+			return fmt.Errorf("nothing serves on %s (the dial connected to itself): %s", port, out.String())
+		}
 		return nil
 	})
 }
