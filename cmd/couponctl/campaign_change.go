@@ -18,6 +18,7 @@ import (
 
 // changeHelp is what every change verb says of how it works.
 const changeHelp = `
+
 The change is one transaction: it locks the campaign's budget stripes (IssueCoupon's calls queue
 for the few milliseconds it holds them), judges the change on them and writes it to the
 campaign's history with --reason and the database login that made it (couponctl campaign history
