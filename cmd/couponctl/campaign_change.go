@@ -22,7 +22,10 @@ const changeHelp = `
 The change is one transaction: it locks the campaign's budget stripes (IssueCoupon's calls queue
 for the few milliseconds it holds them), judges the change on them and writes it to the
 campaign's history with --reason and the database login that made it (couponctl campaign history
-ID). Run it as a user in coupon_admin (docs/roles.md).`
+ID). It waits at most 1 s for each stripe (or the session's own lock_timeout, e.g.
+PGOPTIONS="-c lock_timeout=10s"): a stripe held longer by another transaction refuses the change
+(exit 1, nothing changed; pg_stat_activity shows the holder). Run it as a user in coupon_admin
+(docs/roles.md).`
 
 // oneCampaign is the Args of a verb that takes one campaign id.
 func oneCampaign(cmd *cobra.Command, args []string) error {

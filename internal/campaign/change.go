@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -15,6 +16,18 @@ import (
 // cannot take: a budget below the yen already issued, more stripes than coupons, a period that
 // ends before it starts, ending a campaign that has not started. Nothing was changed.
 var ErrRefused = errors.New("campaign: change refused")
+
+// ErrBusy is returned, wrapped, for a change that gave up waiting for one of the campaign's
+// budget stripes ([ChangeLockTimeout]): another transaction holds it. Nothing was changed; the
+// change can be run again.
+var ErrBusy = errors.New("campaign: budget stripes held by another transaction")
+
+// ChangeLockTimeout is how long a change waits for each budget stripe, unless its session sets
+// a lock_timeout of its own (PGOPTIONS="-c lock_timeout=10s", ALTER ROLE). While a change waits
+// for a stripe it holds the stripes before it, and their issuances queue behind it, so by default
+// it gives up where an issuance does (issuance.DefaultLockTimeout: past 1 s the holder is stuck,
+// not busy) rather than stall the campaign behind a stuck holder.
+const ChangeLockTimeout = time.Second
 
 // Changes is what `couponctl campaign update` changes in one transaction. Nil fields are kept.
 type Changes struct {
@@ -67,17 +80,18 @@ type Querier interface {
 const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, before, after, reason`
 
 const (
-	sqlChangeBudget = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
-	sqlChangeState  = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
-	sqlChangeValid  = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
+	sqlChangeTimeouts = `SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN $1 ELSE current_setting('lock_timeout') END, true)`
+	sqlChangeBudget   = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
+	sqlChangeState    = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
+	sqlChangeValid    = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
 )
 
 // Update applies c to campaign id through the schema's change functions, which lock the
 // campaign's stripes, judge the change on them and write the history, and returns the history
 // rows they wrote: none when c leaves everything as it was. The calls go in one pipeline, one
 // implicit transaction committed in the server as the last one ends, so the stripes are never
-// held across a network round trip. Errors: [ErrNotFound], [ErrRefused] (nothing changed), or
-// the database's.
+// held across a network round trip. Errors: [ErrNotFound], [ErrRefused] and [ErrBusy] (nothing
+// changed), or the database's.
 func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, error) {
 	if c.Empty() {
 		return nil, fmt.Errorf("%w: campaign %s: nothing to change", ErrRefused, id)
@@ -101,7 +115,7 @@ func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, er
 
 // Pause pauses campaign id: once it returns, no coupon of the campaign commits until [Resume]
 // returns. It returns the history row, or nil when the campaign was paused already. Errors:
-// [ErrNotFound], [ErrRefused] (no reason given), or the database's.
+// [ErrNotFound], [ErrRefused] (no reason given), [ErrBusy], or the database's.
 func Pause(ctx context.Context, db Querier, id, reason string) (*Change, error) {
 	return stateChange(ctx, db, id, "pause", reason)
 }
@@ -129,7 +143,8 @@ func stateChange(ctx context.Context, db Querier, id, what, reason string) (*Cha
 	return &got[0], nil
 }
 
-// run sends the change calls of b in one pipeline and collects the history rows they return.
+// run sends the change calls of b in one pipeline, after [ChangeLockTimeout] (local to its
+// implicit transaction), and collects the history rows they return.
 func run(ctx context.Context, db Querier, id string, b *pgx.Batch) ([]Change, error) {
 	var out []Change
 	for _, q := range b.QueuedQueries {
@@ -139,6 +154,9 @@ func run(ctx context.Context, db Querier, id string, b *pgx.Batch) ([]Change, er
 			return err
 		})
 	}
+	timeouts := &pgx.QueuedQuery{SQL: sqlChangeTimeouts,
+		Arguments: []any{ChangeLockTimeout.String()}}
+	b.QueuedQueries = append([]*pgx.QueuedQuery{timeouts}, b.QueuedQueries...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, explain(id, err)
 	}
@@ -181,7 +199,8 @@ const (
 	sqlStateRefused  = "CI422"
 )
 
-// explain turns the change functions' refusals into [ErrNotFound] and [ErrRefused].
+// explain turns the change functions' refusals into [ErrNotFound] and [ErrRefused], and a lock
+// wait past [ChangeLockTimeout] into [ErrBusy].
 func explain(id string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -190,6 +209,9 @@ func explain(id string, err error) error {
 			return fmt.Errorf("%w: %s", ErrNotFound, id)
 		case sqlStateRefused:
 			return fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+		case pgerrcode.LockNotAvailable:
+			return fmt.Errorf("%w: %s: a budget stripe stayed locked past the lock_timeout (%s unless the session sets one; pg_stat_activity shows the holder); nothing changed, run it again",
+				ErrBusy, id, ChangeLockTimeout)
 		}
 	}
 	return fmt.Errorf("campaign: change %s: %w", id, err)

@@ -53,7 +53,10 @@ func newLiveWith(t *testing.T, c campaign.Campaign, cfg issuance.Config) *live {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.pool.Close)
-	if l.admin, err = pgxpool.New(ctx, pgtest.LoginAs(t, l.url, "coupon_admin")+"&application_name="+changeApp); err != nil {
+	// The operator's sessions set a lock_timeout of their own, which a change keeps: these tests
+	// hold stripes while changes queue behind them, for as long as the machine takes to see them
+	// queued (TestChangeGivesUpBehindAStuckHolder tests the default).
+	if l.admin, err = pgxpool.New(ctx, adminURL(t, l.url)+"&lock_timeout=60s"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.admin.Close)
@@ -77,6 +80,12 @@ func newLiveWith(t *testing.T, c campaign.Campaign, cfg issuance.Config) *live {
 		}
 	})
 	return l
+}
+
+// adminURL is url logged in as a user in coupon_admin, as couponctl's change verbs run, with
+// changeApp as the application name.
+func adminURL(t *testing.T, url string) string {
+	return pgtest.LoginAs(t, url, "coupon_admin") + "&application_name=" + changeApp
 }
 
 func (l *live) count(t *testing.T, sql string, args ...any) int64 {
@@ -721,4 +730,52 @@ func TestPauseJudgedOnTheStripe(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestChangeGivesUpBehindAStuckHolder: a change that finds a budget stripe locked for longer than
+// campaign.ChangeLockTimeout gives up with ErrBusy and changes nothing, so that the stripes it
+// took before it are free again; a session's own lock_timeout is kept (the change waits out the
+// holder). The broken variant, the change function called without the timeout, would wait as
+// long as the holder holds.
+func TestChangeGivesUpBehindAStuckHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLive(t, campaign.Campaign{ID: "HELD", DiscountYen: coupon, BudgetYen: 100 * coupon, Stripes: 16})
+	hold := pgtest.HoldCampaign(t, l.url, "HELD", 5)
+	admin, err := pgxpool.New(ctx, adminURL(t, l.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := campaign.Pause(ctx, admin, "HELD", "runaway"); !errors.Is(err, campaign.ErrBusy) {
+		t.Fatalf("a pause behind a held stripe: %v, want ErrBusy", err)
+	}
+	if h, err := campaign.History(ctx, l.pool, "HELD"); err != nil || len(h) != 0 {
+		t.Errorf("history after the refused pause: %+v %v, want none", h, err)
+	}
+	// The stripes before the held one are free: a lock on each is granted at once.
+	if n := l.count(t, `SELECT count(*) FROM (SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HELD' AND stripe < 5
+		FOR UPDATE NOWAIT) free`); n != 5 {
+		t.Errorf("%d of stripes 0-4 free after the refused pause, want 5", n)
+	}
+
+	t.Run("broken: without the timeout", func(t *testing.T) {
+		cctx, cancel := context.WithTimeout(ctx, 3*campaign.ChangeLockTimeout)
+		defer cancel()
+		_, err := admin.Exec(cctx, `SELECT campaign_change_state('HELD', 'pause', NULL, NULL, false, false, 'runaway')`)
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			t.Errorf("the broken variant gave up by itself (%v): the test would not see a change without its timeout", err)
+		}
+		t.Logf("the broken variant: %v", err)
+	})
+
+	t.Run("the session's lock_timeout", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() { _, err := campaign.Pause(ctx, l.admin, "HELD", "runaway"); done <- err }()
+		l.waitChangeBlocked(t, hold, 1)
+		hold.Release()
+		if err := <-done; err != nil {
+			t.Errorf("a pause under the session's lock_timeout: %v", err)
+		}
+	})
 }
