@@ -17,7 +17,7 @@ import (
 func TestTreeCPU(t *testing.T) {
 	dir := t.TempDir()
 	for _, p := range []struct {
-		pid, ppid                     int
+		pid, ppid                    int
 		utime, stime, cutime, cstime int
 	}{
 		{100, 1, 10, 20, 300, 400}, // postmaster: 300+400 are backends it reaped
