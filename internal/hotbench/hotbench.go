@@ -134,8 +134,8 @@ type Report struct {
 	// ServerCPU says the cells' PGCPUMs were measured (Config.ServerCPU).
 	ServerCPU bool
 	Cells     []Result
-	SoldOut []SoldOutResult
-	Changes []ChangesResult
+	SoldOut   []SoldOutResult
+	Changes   []ChangesResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
