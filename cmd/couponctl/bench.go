@@ -68,10 +68,11 @@ bare UPDATE at the same round trip and client count, and to its own rate at roun
 --sold-out adds one cell per round trip and client count: a first-come campaign of 1,000 coupons
 of 1 yen on 16 stripes and 20,000 requests, each from a new member, through IssueCoupon. Its own table
 gives the time to sell out (first request to last ISSUED answer), issued/s until then,
-BUDGET_EXCEEDED refusals/s after it, and the rows the cell wrote to issued_coupons,
-member_monthly_usage, notification_outbox and campaign_budgets and the transactions it rolled
-back (pg_stat_user_tables, pg_stat_database), minus 4 rows per coupon issued: the rows written by
-refusals. To count exactly, bench ends the database's other sessions of its role before and
+BUDGET_EXCEEDED refusals/s after it, the rows the cell wrote to issued_coupons,
+member_monthly_usage and notification_outbox minus 3 per coupon issued (the rows written by
+refusals, and by attempts undone), the updates of its budget stripes (one per call and stripe:
+fewer than coupons when calls are coalesced) and the transactions it rolled back
+(pg_stat_user_tables, pg_stat_database). To count exactly, bench ends the database's other sessions of its role before and
 after the cell (a session flushes its statistics as it exits; pools replace the connections).
 
 --changes adds one cell per round trip and client count: IssueCoupon on a campaign of 16 stripes

@@ -180,12 +180,15 @@ type SoldOutResult struct {
 	// second from it to the last answer.
 	RefusedPerSec float64 `json:"refused_per_s"`
 	// RowsWritten is the rows the cell inserted, updated and deleted in issued_coupons,
-	// member_monthly_usage, notification_outbox and campaign_budgets (pg_stat_user_tables'
-	// n_tup_ins + n_tup_upd + n_tup_del, rows of rolled-back transactions included);
+	// member_monthly_usage and notification_outbox (pg_stat_user_tables' n_tup_ins + n_tup_upd +
+	// n_tup_del, rows of rolled-back transactions and rows a batch deleted again included);
 	// RefusalRows is what is left of it after [RowsPerIssue] rows per ISSUED answer: the rows
-	// written by refusals, and by attempts rolled back and retried.
-	RowsWritten int64 `json:"rows_written"`
-	RefusalRows int64 `json:"refusal_rows"`
+	// written by refusals, and by attempts rolled back or undone and retried. StripeUpdates is
+	// the updates of campaign_budgets rows: one per call and stripe it took room from, so one
+	// per coupon without coalescing and fewer with it.
+	RowsWritten   int64 `json:"rows_written"`
+	RefusalRows   int64 `json:"refusal_rows"`
+	StripeUpdates int64 `json:"stripe_updates"`
 	// RolledBack is the transactions the database rolled back during the cell
 	// (pg_stat_database.xact_rollback).
 	RolledBack int64 `json:"rolled_back"`
@@ -196,9 +199,11 @@ type SoldOutResult struct {
 	Rules string `json:"rules"`
 }
 
-// RowsPerIssue is the rows one issuance writes (00009_issue_coupon.sql): the coupon insert, the
-// member x month usage row's insert or update, the outbox insert and one budget stripe's update.
-const RowsPerIssue = 4
+// RowsPerIssue is the member rows one issuance writes (00009_issue_coupon.sql,
+// 00013_issue_coupons_batch.sql): the coupon insert, the member x month usage row's insert or
+// update and the outbox insert. The budget stripe's update is counted apart
+// ([SoldOutResult.StripeUpdates]): a coalesced call makes one for all its members on a stripe.
+const RowsPerIssue = 3
 
 // CheckPgbench returns a wrapped [ErrNoPgbench] when path is not a pgbench that can be run.
 func CheckPgbench(path string) error {
@@ -634,6 +639,7 @@ func (s *session) runSoldOut(ctx context.Context, rtt time.Duration, clients int
 	}
 	tally(&r, answers)
 	r.RowsWritten = after.rows - before.rows
+	r.StripeUpdates = after.stripeUpdates - before.stripeUpdates
 	r.RefusalRows = r.RowsWritten - RowsPerIssue*r.Issued
 	r.RolledBack = after.rolledBack - before.rolledBack
 	var short []string
@@ -704,13 +710,16 @@ func tally(r *SoldOutResult, answers []answer) {
 }
 
 // writeStats are the cumulative statistics the sold-out cell reads: the rows inserted, updated
-// and deleted in the four tables an issuance writes, and the database's rolled-back transactions.
-type writeStats struct{ rows, rolledBack int64 }
+// and deleted in the three member tables an issuance writes, the updates of the budget stripes,
+// and the database's rolled-back transactions.
+type writeStats struct{ rows, stripeUpdates, rolledBack int64 }
 
 const sqlWriteStats = `
 SELECT (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables
          WHERE schemaname = 'public'
-           AND relname IN ('issued_coupons', 'member_monthly_usage', 'notification_outbox', 'campaign_budgets')),
+           AND relname IN ('issued_coupons', 'member_monthly_usage', 'notification_outbox')),
+       (SELECT coalesce(sum(n_tup_upd), 0)::bigint FROM pg_stat_user_tables
+         WHERE schemaname = 'public' AND relname = 'campaign_budgets'),
        (SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database())`
 
 // sqlEndSessions terminates every other client session of this database and role and returns
@@ -753,7 +762,7 @@ func settledStats(ctx context.Context, pool *pgxpool.Pool, conn *pgx.Conn) (writ
 		return writeStats{}, err
 	}
 	var s writeStats
-	if err := conn.QueryRow(ctx, sqlWriteStats).Scan(&s.rows, &s.rolledBack); err != nil {
+	if err := conn.QueryRow(ctx, sqlWriteStats).Scan(&s.rows, &s.stripeUpdates, &s.rolledBack); err != nil {
 		return s, fmt.Errorf("reading statistics: %w", err)
 	}
 	time.Sleep(time.Until(ended.Add(pgxpoolPingIdle)))
@@ -853,20 +862,20 @@ func writeSoldOut(w io.Writer, format string, cpu bool, cells []SoldOutResult) e
 	}
 	fmt.Fprintln(w)
 	rows := [][]string{{"rtt", "clients", "coupons", "requests", "issued", "refused", "failed", "sold out s", "issued/s",
-		"refused/s after", "rows written", "by refusals", "rolled back", "rules"}}
-	align := "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+		"refused/s after", "member rows written", "by refusals", "stripe updates", "rolled back", "rules"}}
+	align := "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 	if cpu {
-		rows[0] = slices.Insert(rows[0], 13, CPUColumn)
-		align = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+		rows[0] = slices.Insert(rows[0], 14, CPUColumn)
+		align = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 	}
 	for _, r := range cells {
 		row := []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Coupons),
 			strconv.Itoa(r.Requests), strconv.FormatInt(r.Issued, 10), strconv.FormatInt(r.Refused, 10),
 			strconv.FormatInt(r.Failed, 10), fmtFloat(r.SoldOutSec, 2), fmtFloat(r.IssuedPerSec, 0),
 			fmtFloat(r.RefusedPerSec, 0), strconv.FormatInt(r.RowsWritten, 10), strconv.FormatInt(r.RefusalRows, 10),
-			strconv.FormatInt(r.RolledBack, 10), r.Rules}
+			strconv.FormatInt(r.StripeUpdates, 10), strconv.FormatInt(r.RolledBack, 10), r.Rules}
 		if cpu {
-			row = slices.Insert(row, 13, perCoupon(r.PGCPUMs, r.Issued))
+			row = slices.Insert(row, 14, perCoupon(r.PGCPUMs, r.Issued))
 		}
 		rows = append(rows, row)
 	}
