@@ -18,6 +18,7 @@ import (
 	"github.com/mops/coupon-api/internal/hotbench"
 	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/internal/latencyproxy"
+	"github.com/mops/coupon-api/internal/localpg"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -32,6 +33,7 @@ func benchCmd() *cobra.Command {
 		format   string
 		soldOut  bool
 		changes  bool
+		standby  time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -66,10 +68,11 @@ bare UPDATE at the same round trip and client count, and to its own rate at roun
 --sold-out adds one cell per round trip and client count: a first-come campaign of 1,000 coupons
 of 1 yen on 16 stripes and 20,000 requests, each from a new member, through IssueCoupon. Its own table
 gives the time to sell out (first request to last ISSUED answer), issued/s until then,
-BUDGET_EXCEEDED refusals/s after it, and the rows the cell wrote to issued_coupons,
-member_monthly_usage, notification_outbox and campaign_budgets and the transactions it rolled
-back (pg_stat_user_tables, pg_stat_database), minus 4 rows per coupon issued: the rows written by
-refusals. To count exactly, bench ends the database's other sessions of its role before and
+BUDGET_EXCEEDED refusals/s after it, the rows the cell wrote to issued_coupons,
+member_monthly_usage and notification_outbox minus 3 per coupon issued (the rows written by
+refusals, and by attempts undone), the updates of its budget stripes (one per call and stripe:
+fewer than coupons when calls are coalesced) and the transactions it rolled back
+(pg_stat_user_tables, pg_stat_database). To count exactly, bench ends the database's other sessions of its role before and
 after the cell (a session flushes its statistics as it exits; pools replace the connections).
 
 --changes adds one cell per round trip and client count: IssueCoupon on a campaign of 16 stripes
@@ -80,6 +83,21 @@ operator's call to its answer (an upper bound on how long it held the stripes: i
 server as its pipeline ends), and the p99 of the requests in flight during those changes, beside
 the p99 of the requests during none. Answers CAMPAIGN_NOT_ACTIVE during a pause are counted too.
 
+--standby DUR gives the throwaway server a synchronous streaming standby (pg_basebackup, on the same
+machine) whose replication connection goes through a latency proxy of its own adding the DUR
+round trip: synchronous_standby_names '*', so every commit waits until the standby has flushed
+it, as a regional HA database's does (Cloud SQL HA writes to a disk in a second zone). Every cell
+runs with it. It needs the throwaway server: refused with DATABASE_URL set.
+
+The tables' "` + hotbench.CPUColumn + `" is the CPU of the throwaway PostgreSQL, user and system
+(procfs utime+stime of the postmaster and all its processes, the backends that exited included),
+used during the cell's load, over the coupons issued: over the transactions for the bare UPDATE,
+which issues none; in the sold-out table over the coupons, the refusals' CPU included. The
+standby's CPU is not in it. Not measured on DATABASE_URL's server.
+
+IssueCoupon coalesces as ISSUE_BATCH_MAX says (its environment, as serving does; 1 is off); the
+first line of the output gives the value.
+
 Progress goes to stderr. Database: DATABASE_URL, a postgres:// URL with a TCP host (its user must
 be allowed to CREATE DATABASE: bench works in a database of its own, dropped at the end), or a
 throwaway durable PostgreSQL (fsync and synchronous_commit on) when unset. Needs pgbench (Debian:
@@ -88,7 +106,8 @@ decides the figures; compare them only within one table.`,
 		Example: `  couponctl bench
   couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
   couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
-  couponctl bench --clients 32 --duration 5s --format markdown`,
+  couponctl bench --clients 32 --duration 5s --format markdown
+  couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(hotbench.Formats, format) {
@@ -106,6 +125,12 @@ decides the figures; compare them only within one table.`,
 			if duration < time.Second {
 				return flagError("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
 			}
+			if standby < 0 {
+				return flagError("--standby %s: must not be negative", standby)
+			}
+			if standby > 0 && os.Getenv("DATABASE_URL") != "" {
+				return flagError("--standby: bench adds a standby only to its throwaway server; unset DATABASE_URL")
+			}
 			if err := hotbench.CheckPgbench(pgbench); err != nil {
 				return err
 			}
@@ -118,7 +143,7 @@ decides the figures; compare them only within one table.`,
 				ch := hotbench.LiveChanges
 				cfg.Changes = &ch
 			}
-			return runBench(cmd, cfg, format)
+			return runBench(cmd, cfg, format, standby)
 		},
 	}
 	f := c.Flags()
@@ -128,21 +153,30 @@ decides the figures; compare them only within one table.`,
 	f.StringVar(&pgbench, "pgbench", hotbench.DefaultPgbench, "the pgbench binary")
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(hotbench.Formats, ", "))
 	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
+	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
 }
 
-// runBench runs the bench of cfg (its flags) on DATABASE_URL or a throwaway server: a fresh
-// database, the latency proxy in front of it, IssueCoupon served through the proxy, and the
-// table to stdout.
-func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
+// runBench runs the bench of cfg (its flags) on DATABASE_URL or a throwaway server (with a
+// synchronous standby standby away, if not 0): a fresh database, the latency proxy in front of
+// it, IssueCoupon served through the proxy, and the table to stdout.
+func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby time.Duration) error {
 	ctx := cmd.Context()
 	errOut := cmd.ErrOrStderr()
 	capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
 	if err != nil {
 		return err
 	}
-	serverURL, stop, err := databaseOrThrowaway(ctx, cmd)
+	batchMax, err := envconf.PositiveInt("ISSUE_BATCH_MAX", issuance.DefaultBatchMax)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	serverURL, serverCPU, stop, err := benchServer(ctx, cmd, exe, standby)
 	if err != nil {
 		return err
 	}
@@ -156,10 +190,6 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	defer drop()
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	proxy, proxied, err := hotbench.Through(dbURL, func(target string) (hotbench.Proxy, error) {
 		return latencyproxy.StartProcess(exe, latencyProxyVerb, target)
 	})
@@ -192,12 +222,12 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",
 		baseURL, top, proxy.Addr(), cells)
-	if err := writeMachine(ctx, out, dbURL); err != nil {
+	if err := writeMachine(ctx, out, dbURL, standby, batchMax); err != nil {
 		return err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: top}, Timeout: issuance.AppTimeout}
 	send := httpIssuer(client, baseURL+"/IssueCoupon")
-	cfg.DBURL, cfg.Proxy, cfg.CapYen, cfg.Progress = dbURL, proxy, capYen, errOut
+	cfg.DBURL, cfg.Proxy, cfg.CapYen, cfg.Progress, cfg.ServerCPU = dbURL, proxy, capYen, errOut, serverCPU
 	cfg.Issue = func(ctx context.Context, memberID, campaignID string) (string, error) {
 		return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
 	}
@@ -206,6 +236,56 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string) error {
 		return err
 	}
 	return hotbench.WriteTable(out, format, rep)
+}
+
+// benchServer returns the server bench works on: DATABASE_URL's, or a throwaway durable one
+// whose CPU it can read, with a synchronous standby behind a latency proxy (a process of its
+// own, exe's latency-proxy verb) adding the round trip standby when that is not 0. Call stop
+// when done: it stops the standby before the server.
+func benchServer(ctx context.Context, cmd *cobra.Command, exe string, standby time.Duration) (url string, cpu func() (time.Duration, error), stop func(), err error) {
+	if os.Getenv("DATABASE_URL") != "" {
+		url, stop, err := databaseOrThrowaway(ctx, cmd)
+		return url, nil, stop, err
+	}
+	errOut := cmd.ErrOrStderr()
+	fmt.Fprintln(errOut, "DATABASE_URL not set: starting a throwaway PostgreSQL...")
+	srv, err := localpg.Start(ctx, localpg.Options{Durable: true})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	stops := []func(){func() { _ = srv.Stop() }}
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	fmt.Fprintf(errOut, "throwaway server on 127.0.0.1:%d (removed on exit): %s, binaries in %s\n",
+		srv.Port(), srv.Version(), srv.BinDir())
+	if standby > 0 {
+		repl, err := latencyproxy.StartProcess(exe, latencyProxyVerb, fmt.Sprintf("127.0.0.1:%d", srv.Port()))
+		if err != nil {
+			stop()
+			return "", nil, nil, err
+		}
+		stops = append(stops, repl.Close)
+		if err := repl.SetRTT(standby); err != nil {
+			stop()
+			return "", nil, nil, err
+		}
+		sb, err := srv.StartStandby(ctx, repl.Addr())
+		if err != nil {
+			stop()
+			return "", nil, nil, err
+		}
+		stops = append(stops, func() { _ = sb.Stop() })
+		if err := srv.RequireSyncStandby(ctx); err != nil {
+			stop()
+			return "", nil, nil, err
+		}
+		fmt.Fprintf(errOut, "synchronous standby on 127.0.0.1:%d, replicating through the proxy on %s (+%s round trip)\n",
+			sb.Port(), repl.Addr(), standby)
+	}
+	return srv.URL(), srv.CPUTime, stop, nil
 }
 
 // serveBenchedIssueCoupon serves IssueCoupon in this process as the demo does (see
@@ -236,20 +316,31 @@ func latencyProxyCmd() *cobra.Command {
 	}
 }
 
-// writeMachine prints what the figures were measured on: date, cores, Go and the PostgreSQL
-// server's version and durability settings.
-func writeMachine(ctx context.Context, w io.Writer, dbURL string) error {
+// writeMachine prints what the figures were measured on: date, cores, Go, the PostgreSQL
+// server's version, durability settings and synchronous standbys (pg_stat_replication, with the
+// round trip standby the bench added), and IssueCoupon's ISSUE_BATCH_MAX.
+func writeMachine(ctx context.Context, w io.Writer, dbURL string, standby time.Duration, batchMax int) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
 	var version, fsync, syncCommit string
+	var syncStandbys int
 	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-current_setting('synchronous_commit')`).Scan(&version, &fsync, &syncCommit); err != nil {
+current_setting('synchronous_commit'), (SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync')`).Scan(
+		&version, &fsync, &syncCommit, &syncStandbys); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s, %d cores, %s, PostgreSQL %s (fsync %s, synchronous_commit %s)\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), version, fsync, syncCommit)
+	standbys := "no synchronous standby"
+	if syncStandbys > 0 {
+		standbys = fmt.Sprintf("%d synchronous standby", syncStandbys)
+		if standby > 0 {
+			standbys += fmt.Sprintf(" %s away", standby)
+		}
+	}
+	fmt.Fprintf(w, "%s, %d cores, %s, PostgreSQL %s (fsync %s, synchronous_commit %s, %s), ISSUE_BATCH_MAX %d\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), version, fsync, syncCommit,
+		standbys, batchMax)
 	return nil
 }

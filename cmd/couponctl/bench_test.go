@@ -20,6 +20,8 @@ func TestBenchAndScenarioRefuseBadInput(t *testing.T) {
 		{[]string{"bench", "--rtt", "0,fast"}, "--rtt"},
 		{[]string{"bench", "--rtt", "0.5ms,500us"}, "given twice"},
 		{[]string{"bench", "--pgbench", "/nonexistent/pgbench", "--clients", "1"}, "pgbench not found"},
+		{[]string{"bench", "--standby", "-1ms"}, "--standby"},
+		{[]string{"bench", "--standby", "1ms"}, "unset DATABASE_URL"}, // a user's server gets no standby from bench
 		{[]string{"sim", "--scenario", "cyber-monday"}, "--scenario"},
 		{[]string{"sim", "--scenario", "black-friday", "--tap-gap", "1s"}, "--tap-gap"},
 		{[]string{"sim", "--scenario", "black-friday", "--bf-instances", "1"}, "instances >= 2"},

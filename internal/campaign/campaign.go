@@ -48,11 +48,13 @@ const MaxValidDays = 3650
 // MaxStripes bounds the budget stripes of one campaign (the schema's stripe_in_range: 0-63).
 const MaxStripes = 64
 
-// StripeRateTPS is the issuance rate one budget stripe row is sized for, in coupons per second:
-// about half of what one hot campaign row carried through IssueCoupon over HTTP with a 1 ms
-// round trip to PostgreSQL (`couponctl bench --rtt`, docs/performance.md), leaving headroom for a
-// slower or busier database.
-const StripeRateTPS = 500
+// StripeRateTPS is the issuance rate one budget stripe row is sized for, in requests per second,
+// with IssueCoupon coalescing (ISSUE_BATCH_MAX, default 32) behind a synchronous standby 1 ms
+// away (`couponctl bench --standby 1ms`, docs/hot-campaigns.md, "Sizing"): a stripe carries about
+// 300 calls/s (one call holds it for a commit that waits for the standby), sized at half, and a
+// call carries the members that waited in its instance, about 2.5 at 10,000 requests/s over 16
+// instances. Without coalescing a stripe is sized for 150/s: give --stripes.
+const StripeRateTPS = 400
 
 // StripesFor returns the stripes for a campaign expected to take expectedRPS issuance requests
 // per second at its peak: one per [StripeRateTPS], at least 1 and at most [MaxStripes]. A campaign

@@ -57,3 +57,15 @@ func sameTime(a, b *time.Time) bool {
 	}
 	return a.Equal(*b)
 }
+
+// TestStripesFor pins the sizing of docs/hot-campaigns.md: one stripe per [campaign.StripeRateTPS]
+// requests/s, rounded up, at least 1 and at most [campaign.MaxStripes].
+func TestStripesFor(t *testing.T) {
+	for _, c := range []struct{ rps, want int }{
+		{0, 1}, {1, 1}, {400, 1}, {401, 2}, {1000, 3}, {10000, 25}, {25600, 64}, {100000, 64},
+	} {
+		if got := campaign.StripesFor(c.rps); got != c.want {
+			t.Errorf("StripesFor(%d) = %d, want %d", c.rps, got, c.want)
+		}
+	}
+}

@@ -112,6 +112,9 @@ type Config struct {
 	Changes *Changes
 	// Progress, if not nil, gets one line per cell.
 	Progress io.Writer
+	// ServerCPU, if not nil, reads the CPU time the database server has used so far (all its
+	// processes, user and system); each cell reports the difference over its load.
+	ServerCPU func() (time.Duration, error)
 }
 
 // SoldOut is the sold-out cell: a first-come campaign of Coupons coupons of 1 yen on Stripes
@@ -128,9 +131,11 @@ var BlackFriday = SoldOut{Coupons: 1000, Stripes: 16, Requests: 20000}
 
 // Report is a bench session's results, in run order.
 type Report struct {
-	Cells   []Result
-	SoldOut []SoldOutResult
-	Changes []ChangesResult
+	// ServerCPU says the cells' PGCPUMs were measured (Config.ServerCPU).
+	ServerCPU bool
+	Cells     []Result
+	SoldOut   []SoldOutResult
+	Changes   []ChangesResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -149,6 +154,9 @@ type Result struct {
 	// Failed is requests answered other than ISSUED or without an answer, or pgbench
 	// transactions that failed or clients that aborted.
 	Failed int64 `json:"failed"`
+	// PGCPUMs is the CPU the database server used during the cell's load, in core-milliseconds
+	// (Config.ServerCPU; 0 without it).
+	PGCPUMs float64 `json:"pg_cpu_ms"`
 	// Rules is "held", or the broken rules and mismatches found after the cell.
 	Rules string `json:"rules"`
 }
@@ -172,22 +180,30 @@ type SoldOutResult struct {
 	// second from it to the last answer.
 	RefusedPerSec float64 `json:"refused_per_s"`
 	// RowsWritten is the rows the cell inserted, updated and deleted in issued_coupons,
-	// member_monthly_usage, notification_outbox and campaign_budgets (pg_stat_user_tables'
-	// n_tup_ins + n_tup_upd + n_tup_del, rows of rolled-back transactions included);
+	// member_monthly_usage and notification_outbox (pg_stat_user_tables' n_tup_ins + n_tup_upd +
+	// n_tup_del, rows of rolled-back transactions and rows a batch deleted again included);
 	// RefusalRows is what is left of it after [RowsPerIssue] rows per ISSUED answer: the rows
-	// written by refusals, and by attempts rolled back and retried.
-	RowsWritten int64 `json:"rows_written"`
-	RefusalRows int64 `json:"refusal_rows"`
+	// written by refusals, and by attempts rolled back or undone and retried. StripeUpdates is
+	// the updates of campaign_budgets rows: one per call and stripe it took room from, so one
+	// per coupon without coalescing and fewer with it.
+	RowsWritten   int64 `json:"rows_written"`
+	RefusalRows   int64 `json:"refusal_rows"`
+	StripeUpdates int64 `json:"stripe_updates"`
 	// RolledBack is the transactions the database rolled back during the cell
 	// (pg_stat_database.xact_rollback).
 	RolledBack int64 `json:"rolled_back"`
+	// PGCPUMs is the CPU the database server used while the requests were answered, refusals
+	// included, in core-milliseconds (Config.ServerCPU; 0 without it).
+	PGCPUMs float64 `json:"pg_cpu_ms"`
 	// Rules is "held", or the broken rules and mismatches found after the cell.
 	Rules string `json:"rules"`
 }
 
-// RowsPerIssue is the rows one issuance writes (00009_issue_coupon.sql): the coupon insert, the
-// member x month usage row's insert or update, the outbox insert and one budget stripe's update.
-const RowsPerIssue = 4
+// RowsPerIssue is the member rows one issuance writes (00009_issue_coupon.sql,
+// 00013_issue_coupons_batch.sql): the coupon insert, the member x month usage row's insert or
+// update and the outbox insert. The budget stripe's update is counted apart
+// ([SoldOutResult.StripeUpdates]): a coalesced call makes one for all its members on a stripe.
+const RowsPerIssue = 3
 
 // CheckPgbench returns a wrapped [ErrNoPgbench] when path is not a pgbench that can be run.
 func CheckPgbench(path string) error {
@@ -254,7 +270,7 @@ func viaProxy(u *url.URL, proxyAddr string) string {
 // count, and returns the results in order. It stops at the first error that is not a measured
 // failure.
 func Run(ctx context.Context, cfg Config) (Report, error) {
-	var rep Report
+	rep := Report{ServerCPU: cfg.ServerCPU != nil}
 	s, err := open(ctx, cfg)
 	if err != nil {
 		return rep, err
@@ -408,15 +424,19 @@ func (s *session) runCell(ctx context.Context, v variant, rtt time.Duration, cli
 	}
 	var lat []time.Duration
 	var wall time.Duration
-	var err error
-	if v.script != "" {
-		lat, r.Failed, wall, err = pgbench(ctx, s.cfg, s.pgbenchURL, s.dir, v.script, clients, id)
-	} else {
-		lat, r.Failed, wall, err = closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
-	}
+	cpu, err := s.serverCPU(func() error {
+		var err error
+		if v.script != "" {
+			lat, r.Failed, wall, err = pgbench(ctx, s.cfg, s.pgbenchURL, s.dir, v.script, clients, id)
+		} else {
+			lat, r.Failed, wall, err = closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
+		}
+		return err
+	})
 	if err != nil {
 		return r, err
 	}
+	r.PGCPUMs = cpu
 	r.Done = int64(len(lat))
 	r.TPS = float64(r.Done) / wall.Seconds()
 	r.P50Ms, r.P99Ms = percentileMs(lat, 50), percentileMs(lat, 99)
@@ -426,6 +446,23 @@ func (s *session) runCell(ctx context.Context, v variant, rtt time.Duration, cli
 	}
 	r.Rules, err = checkRules(ctx, s.pool, s.cfg.CapYen, id, want)
 	return r, err
+}
+
+// serverCPU runs load and returns the CPU the database server used meanwhile, in
+// core-milliseconds (0 without Config.ServerCPU), or the first error.
+func (s *session) serverCPU(load func() error) (float64, error) {
+	if s.cfg.ServerCPU == nil {
+		return 0, load()
+	}
+	before, err := s.cfg.ServerCPU()
+	if err != nil {
+		return 0, err
+	}
+	if err := load(); err != nil {
+		return 0, err
+	}
+	after, err := s.cfg.ServerCPU()
+	return float64(after-before) / float64(time.Millisecond), err
 }
 
 // checkRules runs package reconcile over the whole database and checks that campaign id holds
@@ -587,7 +624,12 @@ func (s *session) runSoldOut(ctx context.Context, rtt time.Duration, clients int
 	if err != nil {
 		return r, err
 	}
-	answers, err := burst(ctx, s.cfg.Issue, clients, so.Requests, id)
+	var answers []answer
+	r.PGCPUMs, err = s.serverCPU(func() error {
+		var err error
+		answers, err = burst(ctx, s.cfg.Issue, clients, so.Requests, id)
+		return err
+	})
 	if err != nil {
 		return r, err
 	}
@@ -597,6 +639,7 @@ func (s *session) runSoldOut(ctx context.Context, rtt time.Duration, clients int
 	}
 	tally(&r, answers)
 	r.RowsWritten = after.rows - before.rows
+	r.StripeUpdates = after.stripeUpdates - before.stripeUpdates
 	r.RefusalRows = r.RowsWritten - RowsPerIssue*r.Issued
 	r.RolledBack = after.rolledBack - before.rolledBack
 	var short []string
@@ -667,13 +710,16 @@ func tally(r *SoldOutResult, answers []answer) {
 }
 
 // writeStats are the cumulative statistics the sold-out cell reads: the rows inserted, updated
-// and deleted in the four tables an issuance writes, and the database's rolled-back transactions.
-type writeStats struct{ rows, rolledBack int64 }
+// and deleted in the three member tables an issuance writes, the updates of the budget stripes,
+// and the database's rolled-back transactions.
+type writeStats struct{ rows, stripeUpdates, rolledBack int64 }
 
 const sqlWriteStats = `
 SELECT (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables
          WHERE schemaname = 'public'
-           AND relname IN ('issued_coupons', 'member_monthly_usage', 'notification_outbox', 'campaign_budgets')),
+           AND relname IN ('issued_coupons', 'member_monthly_usage', 'notification_outbox')),
+       (SELECT coalesce(sum(n_tup_upd), 0)::bigint FROM pg_stat_user_tables
+         WHERE schemaname = 'public' AND relname = 'campaign_budgets'),
        (SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database())`
 
 // sqlEndSessions terminates every other client session of this database and role and returns
@@ -716,7 +762,7 @@ func settledStats(ctx context.Context, pool *pgxpool.Pool, conn *pgx.Conn) (writ
 		return writeStats{}, err
 	}
 	var s writeStats
-	if err := conn.QueryRow(ctx, sqlWriteStats).Scan(&s.rows, &s.rolledBack); err != nil {
+	if err := conn.QueryRow(ctx, sqlWriteStats).Scan(&s.rows, &s.stripeUpdates, &s.rolledBack); err != nil {
 		return s, fmt.Errorf("reading statistics: %w", err)
 	}
 	time.Sleep(time.Until(ended.Add(pgxpoolPingIdle)))
@@ -770,37 +816,70 @@ func WriteTable(w io.Writer, format string, rep Report) error {
 		return strconv.FormatFloat(r.TPS/rep.Cells[i].TPS, 'f', 2, 64) + "x"
 	}
 	rows := [][]string{{"rtt", "clients", "variant", "per s", "p50 ms", "p99 ms", "vs bare UPDATE", "vs rtt 0", "failed", "rules"}}
-	for _, r := range rep.Cells {
-		rows = append(rows, []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), r.Variant, fmtFloat(r.TPS, 0),
-			fmtFloat(r.P50Ms, 1), fmtFloat(r.P99Ms, 1), ratio(r, BareUpdate, r.RTT), ratio(r, r.Variant, 0),
-			strconv.FormatInt(r.Failed, 10), r.Rules})
+	align := "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"
+	if rep.ServerCPU {
+		rows[0] = slices.Insert(rows[0], 8, CPUColumn)
+		align = "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
 	}
-	if err := writeRows(w, format, rows, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"); err != nil {
+	for _, r := range rep.Cells {
+		row := []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), r.Variant, fmtFloat(r.TPS, 0),
+			fmtFloat(r.P50Ms, 1), fmtFloat(r.P99Ms, 1), ratio(r, BareUpdate, r.RTT), ratio(r, r.Variant, 0),
+			strconv.FormatInt(r.Failed, 10), r.Rules}
+		if rep.ServerCPU {
+			row = slices.Insert(row, 8, perCoupon(r.PGCPUMs, r.Done))
+		}
+		rows = append(rows, row)
+	}
+	if err := writeRows(w, format, rows, align); err != nil {
 		return err
 	}
-	if err := writeSoldOut(w, format, rep.SoldOut); err != nil || len(rep.Changes) == 0 {
+	if err := writeSoldOut(w, format, rep.ServerCPU, rep.SoldOut); err != nil || len(rep.Changes) == 0 {
 		return err
 	}
 	fmt.Fprintln(w)
 	return writeChanges(w, format, rep.Changes)
 }
 
-// writeSoldOut writes the sold-out cells, if any, as a table after a blank line.
-func writeSoldOut(w io.Writer, format string, cells []SoldOutResult) error {
+// CPUColumn heads the column of the database server's CPU per coupon: the core-milliseconds
+// its processes used during the cell's load (Config.ServerCPU) over the coupons issued, or
+// over the transactions for the bare UPDATE, which issues none; in the sold-out table, over the
+// coupons issued, the refusals' CPU included.
+const CPUColumn = "PG core-ms per coupon"
+
+// perCoupon formats cpuMs over n, two decimals; empty when n is 0.
+func perCoupon(cpuMs float64, n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmtFloat(cpuMs/float64(n), 2)
+}
+
+// writeSoldOut writes the sold-out cells, if any, as a table after a blank line, with the
+// server's CPU per coupon when cpu is set.
+func writeSoldOut(w io.Writer, format string, cpu bool, cells []SoldOutResult) error {
 	if len(cells) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
 	rows := [][]string{{"rtt", "clients", "coupons", "requests", "issued", "refused", "failed", "sold out s", "issued/s",
-		"refused/s after", "rows written", "by refusals", "rolled back", "rules"}}
+		"refused/s after", "member rows written", "by refusals", "stripe updates", "rolled back", "rules"}}
+	align := "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+	if cpu {
+		rows[0] = slices.Insert(rows[0], 14, CPUColumn)
+		align = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+	}
 	for _, r := range cells {
-		rows = append(rows, []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Coupons),
+		row := []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Coupons),
 			strconv.Itoa(r.Requests), strconv.FormatInt(r.Issued, 10), strconv.FormatInt(r.Refused, 10),
 			strconv.FormatInt(r.Failed, 10), fmtFloat(r.SoldOutSec, 2), fmtFloat(r.IssuedPerSec, 0),
 			fmtFloat(r.RefusedPerSec, 0), strconv.FormatInt(r.RowsWritten, 10), strconv.FormatInt(r.RefusalRows, 10),
-			strconv.FormatInt(r.RolledBack, 10), r.Rules})
+			strconv.FormatInt(r.StripeUpdates, 10), strconv.FormatInt(r.RolledBack, 10), r.Rules}
+		if cpu {
+			row = slices.Insert(row, 14, perCoupon(r.PGCPUMs, r.Issued))
+		}
+		rows = append(rows, row)
 	}
-	return writeRows(w, format, rows, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	return writeRows(w, format, rows, align)
 }
 
 // writeRows writes rows, the first one the header, aligned in columns (text) or as a markdown

@@ -27,7 +27,9 @@ import (
 // pgbench script runs on the schema, every cell does work, and the rules and the coupon counts
 // hold after each one; the sold-out cell sells its campaign out, and its statistics hold at
 // least the rows of its coupons (they were flushed). A request answered other than ISSUED is
-// counted as failed. Speeds are logged, never asserted.
+// counted as failed. Each cell takes the server's CPU (here a clock that advances 1 ms a
+// reading) before and after its load, and the tables give it per coupon. Speeds are logged,
+// never asserted.
 func TestRunChecksEveryCell(t *testing.T) {
 	if _, err := exec.LookPath(hotbench.DefaultPgbench); err != nil {
 		t.Skipf("no pgbench: %v", err)
@@ -44,10 +46,12 @@ func TestRunChecksEveryCell(t *testing.T) {
 	issueCoupon := serveIssueCoupon(t, proxied)
 	soldOut := hotbench.SoldOut{Coupons: 20, Stripes: 4, Requests: 200}
 	var progress bytes.Buffer
+	var readings int
+	cpu := func() (time.Duration, error) { readings++; return time.Duration(readings) * time.Millisecond, nil }
 	rep, err := hotbench.Run(ctx, hotbench.Config{
 		DBURL: url, Proxy: proxy, RTTs: []time.Duration{0, time.Millisecond}, Clients: []int{2},
 		Duration: time.Second, CapYen: issuance.DefaultMonthlyCapYen, SoldOut: &soldOut, Progress: &progress,
-		Issue: issueCoupon,
+		Issue: issueCoupon, ServerCPU: cpu,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +61,8 @@ func TestRunChecksEveryCell(t *testing.T) {
 			len(rep.Cells), len(rep.SoldOut), rep)
 	}
 	for _, r := range rep.Cells {
-		if r.Done == 0 || r.TPS <= 0 || r.P99Ms < r.P50Ms || r.Failed != 0 || r.Rules != "held" {
-			t.Errorf("%+v: want work done, no failure, rules held", r)
+		if r.Done == 0 || r.TPS <= 0 || r.P99Ms < r.P50Ms || r.Failed != 0 || r.Rules != "held" || r.PGCPUMs != 1 {
+			t.Errorf("%+v: want work done, no failure, rules held, the server's CPU 1 ms", r)
 		}
 	}
 	for _, r := range rep.SoldOut {
@@ -66,8 +70,8 @@ func TestRunChecksEveryCell(t *testing.T) {
 		if r.Issued != int64(soldOut.Coupons) || r.Issued+r.Refused != int64(soldOut.Requests) || r.Rules != "held" {
 			t.Errorf("%+v: want every coupon issued, every other request refused, rules held", r)
 		}
-		if r.SoldOutSec <= 0 || r.RefusalRows < 0 {
-			t.Errorf("%+v: want a sell-out time, and at least %d rows written per coupon", r, hotbench.RowsPerIssue)
+		if r.SoldOutSec <= 0 || r.RefusalRows < 0 || r.PGCPUMs != 1 {
+			t.Errorf("%+v: want a sell-out time, at least %d rows written per coupon, the server's CPU 1 ms", r, hotbench.RowsPerIssue)
 		}
 	}
 	if n := strings.Count(progress.String(), "\n"); n != len(rep.Cells)+len(rep.SoldOut) {
@@ -79,7 +83,7 @@ func TestRunChecksEveryCell(t *testing.T) {
 	}
 	t.Logf("\n%s", table.String())
 	for _, want := range []string{"| 0 (proxy only) | 2 | pgbench: bare one-row UPDATE |", "| 1 ms | 2 | IssueCoupon, 16 stripes |",
-		" 1.00x |", "| rtt | clients | coupons |"} {
+		" 1.00x |", "| rtt | clients | coupons |", " | " + hotbench.CPUColumn + " | "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
