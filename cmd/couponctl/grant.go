@@ -8,16 +8,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
@@ -33,8 +35,16 @@ const (
 )
 
 // grantAttempts is how many times grant sends a member whose answer was RETRY_EXHAUSTED (the
-// campaign's rows were busy for the whole 2.5 s budget) before it reports it.
+// campaign's rows were busy for the whole ISSUE_BUDGET) before it reports it.
 const grantAttempts = 3
+
+// grantJob is one grant as the command line gives it.
+type grantJob struct {
+	campaignID  string
+	members     []string // in the file's order, each once
+	out         string   // the CSV's path
+	concurrency int
+}
 
 func grantCmd() *cobra.Command {
 	var (
@@ -50,17 +60,29 @@ IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap at MON
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.
 
+Before it sends anything it checks, and refuses with what to do (exit 1, nothing issued): a
+login outside coupon_admin, a campaign that does not exist, is paused, has ended or has not
+started, a coupon above the monthly cap, a budget without room for one more coupon, a FILE that
+is missing, empty or holds a line that is not a member id (named by its number), an --out
+that cannot be written.
+
 It is idempotent: a second run of the same file issues nothing new and answers ALREADY_ISSUED
 with the same coupon ids. So it is resumable: after Ctrl-C (or a crash), run the same command
-again. --concurrency requests are in flight at once (default 8, at most 64; each holds one
-database connection while it runs): a grant shares the database with IssueCoupon. A member whose
-answer was RETRY_EXHAUSTED is sent again, up to 3 times.
+again. A member whose answer was RETRY_EXHAUSTED is sent again, up to 3 times.
+
+Concurrency: --concurrency N members are granted at once (default 8, at most 64). Each is one
+call to PostgreSQL holding one connection of a pool of N, so N is both the requests in flight
+and the connections the grant opens (plus one, briefly, to settle an answer lost on the
+network). That is the load it adds beside IssueCoupon's on the same database: the default keeps
+IssueCoupon's p99 within what docs/performance.md ("Granting a campaign to a list") measured.
 
 It shows a progress bar with the rate and the time left (a line per 10% when stderr is not a
-terminal), then a table of the answers, and writes --out (default FILE.ID.csv beside FILE): a
-CSV of member,result,coupon_id for every member answered, in FILE's order, written whole even
-when interrupted. Exits 1 if any answer was an error (RETRY_EXHAUSTED three times, a failure);
-refusals (MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers, not errors.`,
+terminal), then a table of the answers with what to do about each refusal, and writes --out
+(default FILE.ID.csv beside FILE): a CSV of member,result,coupon_id for every member answered,
+in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
+(each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). Exits 1 if any
+answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); refusals
+(MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers, not errors.`,
 		Example: `  couponctl grant --campaign SORRY-1201 --members outage-members.txt
   couponctl grant --campaign SORRY-1201 --members outage-members.txt --concurrency 16 --out sorry.csv`,
 		Args: cobra.NoArgs,
@@ -69,25 +91,26 @@ refusals (MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers, not err
 			case campaignID == "" || members == "":
 				return usageError{errors.New("grant needs --campaign ID and --members FILE")}
 			case concurrency < 1 || concurrency > maxGrantConcurrency:
-				return usageError{fmt.Errorf("--concurrency %d: want 1-%d", concurrency, maxGrantConcurrency)}
+				return usageError{fmt.Errorf("--concurrency %d: want 1-%d (members granted at once)", concurrency, maxGrantConcurrency)}
 			}
 			if err := ids.Campaign(campaignID); err != nil {
 				return usageError{fmt.Errorf("--campaign: %w", err)}
 			}
 			list, err := readIDs(members, ids.Member)
 			if err != nil {
-				return err
+				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
 			}
 			if out == "" {
 				out = members + "." + campaignID + ".csv"
 			}
-			return runGrant(cmd, campaignID, dedupe(cmd.ErrOrStderr(), list), out, concurrency)
+			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out, concurrency: concurrency})
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&campaignID, "campaign", "", "the campaign to grant (required)")
 	f.StringVar(&members, "members", "", "a file of member ids, one a line (required)")
-	f.IntVar(&concurrency, "concurrency", defaultGrantConcurrency, fmt.Sprintf("requests in flight at once, 1-%d", maxGrantConcurrency))
+	f.IntVar(&concurrency, "concurrency", defaultGrantConcurrency,
+		fmt.Sprintf("members granted at once, 1-%d: the requests in flight and the database connections", maxGrantConcurrency))
 	f.StringVar(&out, "out", "", "the CSV of member,result,coupon_id (default FILE.ID.csv)")
 	return c
 }
@@ -116,7 +139,7 @@ type granted struct {
 
 func (g granted) result() string {
 	if g.err != nil {
-		return "ERROR"
+		return resultError
 	}
 	return string(g.out.Result)
 }
@@ -126,10 +149,13 @@ func (g granted) failed() bool {
 	return g.err != nil || g.out.Result == issuance.ResultRetryExhausted
 }
 
-// runGrant grants campaignID to members, concurrency at a time, then writes the CSV to out and
-// the summary.
-func runGrant(cmd *cobra.Command, campaignID string, members []string, out string, concurrency int) error {
-	ctx, errOut := cmd.Context(), cmd.ErrOrStderr()
+// resultError is the CSV's and the summary's result for a member whose call failed.
+const resultError = "ERROR"
+
+// runGrant checks job against the tables, grants it, then writes the CSV and the summary.
+func runGrant(cmd *cobra.Command, job grantJob) error {
+	ctx := cmd.Context()
+	errOut := &lockedWriter{w: cmd.ErrOrStderr()} // the workers' progress and the interruption's note
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {
 		return err
@@ -138,7 +164,7 @@ func runGrant(cmd *cobra.Command, campaignID string, members []string, out strin
 	if err != nil {
 		return err
 	}
-	dbCfg.MaxConns = max(dbCfg.MaxConns, concurrency)
+	dbCfg.MaxConns = job.concurrency // one connection per member in flight
 	pool, closePool, err := db.Open(ctx, dbCfg)
 	if err != nil {
 		return err
@@ -147,48 +173,166 @@ func runGrant(cmd *cobra.Command, campaignID string, members []string, out strin
 	if err := schema.Check(ctx, pool); err != nil {
 		return err
 	}
+	plan, err := checkGrant(ctx, pool, job, cfg.MonthlyCapYen)
+	if err != nil {
+		return err
+	}
+	// The CSV's directory is checked before anything is issued: answers that cannot be written
+	// are found out at the start, not after the grant.
+	tmp, err := os.CreateTemp(filepath.Dir(job.out), filepath.Base(job.out)+".*")
+	if err != nil {
+		return fmt.Errorf("grant: --out: %w; nothing was issued", err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename, nothing is there to remove
+	defer tmp.Close()
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(errOut, "grant: %s to %d members, %d at a time; answers to %s\n", campaignID, len(members), concurrency, out)
-	results, took := grantAll(ctx, svc, campaignID, members, concurrency, newRateProgress(errOut, len(members), "grant "+campaignID))
-	if err := writeGrantCSV(out, members, results); err != nil {
-		return err
+	plan.write(errOut, job)
+
+	inFlight := func() {
+		fmt.Fprintf(errOut, "\ngrant: interrupted: sending no more members; waiting for the requests in flight "+
+			"(each ends within %s), then writing the answers\n", cfg.Budget)
 	}
-	answered := writeGrantSummary(cmd.OutOrStdout(), members, results, took)
-	fmt.Fprintf(cmd.OutOrStdout(), "answers written to %s\n", out)
-	if ctx.Err() != nil {
-		fmt.Fprintf(errOut, "grant: interrupted after %d of %d members; run the same command again to grant the rest "+
-			"(the members reached answer ALREADY_ISSUED with the same coupons)\n", answered, len(members))
+	stopNote := context.AfterFunc(ctx, inFlight)
+	results, took := grantAll(ctx, svc, job, newRateProgress(errOut, len(job.members), "grant "+job.campaignID))
+	stopNote()
+	if err := writeGrantCSV(tmp, job.out, job.members, results); err != nil {
+		return fmt.Errorf("grant: --out: %w; the answers are in the tables: run the same command again with another --out", err)
+	}
+	sum := summarize(job.members, results)
+	sum.write(cmd.OutOrStdout(), job, took)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(errOut, "grant: interrupted after %d of %d members, whose answers are in %s; run the same command "+
+			"again to grant the rest (the members already granted answer ALREADY_ISSUED with the same coupons)\n",
+			sum.answered, len(job.members), job.out)
 		return ctx.Err()
-	}
-	if slices.ContainsFunc(results, func(g *granted) bool { return g != nil && g.failed() }) {
+	case sum.failed > 0:
+		fmt.Fprintf(errOut, "grant: %d members were not granted because of errors (RETRY_EXHAUSTED or ERROR in %s): "+
+			"run the same command again once the cause is fixed; the members already granted answer ALREADY_ISSUED\n",
+			sum.failed, job.out)
 		return errViolations
 	}
 	return nil
 }
 
-// grantAll sends each member, concurrency at a time, until done or ctx ends, and returns the
-// answers by member index (nil for a member not sent) and the time taken.
-func grantAll(ctx context.Context, svc *issuance.Service, campaignID string, members []string, concurrency int,
-	step func()) ([]*granted, time.Duration) {
-	results := make([]*granted, len(members))
+// grantPlan is what the tables say before a grant sends anything.
+type grantPlan struct {
+	login    string
+	campaign campaign.Status
+	held     int // members of the list holding a live coupon of the campaign
+	voided   int // members whose coupon of the campaign was voided, without reissue
+}
+
+// sqlGrantAllowed is the login and whether it may call grant_coupon (a member of coupon_admin,
+// or a superuser).
+const sqlGrantAllowed = `
+SELECT current_user, has_function_privilege('grant_coupon(uuid, text, text, timestamptz, integer, text)', 'EXECUTE')`
+
+// sqlGrantHeld counts the members of $2 whose pair with campaign $1 is held (R2's index): by a
+// live coupon, or by a voided one without reissue.
+const sqlGrantHeld = `
+SELECT count(*) FILTER (WHERE voided_at IS NULL), count(*) FILTER (WHERE voided_at IS NOT NULL)
+  FROM issued_coupons
+ WHERE campaign_id = $1 AND member_id = ANY($2) AND NOT legacy_duplicate AND NOT reissue_allowed`
+
+// checkGrant refuses, before anything is issued, a grant that cannot issue a coupon: a login
+// outside coupon_admin, a campaign that does not exist or is not active, a coupon above the
+// monthly cap capYen, a spent budget with members still to grant. Otherwise it returns the plan.
+func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen int) (grantPlan, error) {
+	var p grantPlan
+	var allowed bool
+	if err := pool.QueryRow(ctx, sqlGrantAllowed).Scan(&p.login, &allowed); err != nil {
+		return p, fmt.Errorf("grant: %w", err)
+	}
+	if !allowed {
+		return p, fmt.Errorf("grant: database user %q may not grant coupons: a grant runs as a user in coupon_admin "+
+			"(docs/roles.md); log in as one, or have the database's owner run GRANT coupon_admin TO %s; nothing was issued",
+			p.login, pgx.Identifier{p.login}.Sanitize())
+	}
+	id := job.campaignID
+	s, err := campaign.Show(ctx, pool, id)
+	if errors.Is(err, campaign.ErrNotFound) {
+		return p, fmt.Errorf("grant: campaign %s does not exist (couponctl campaign list shows every campaign); nothing was issued", id)
+	}
+	if err != nil {
+		return p, err
+	}
+	p.campaign = s
+	at := func(t *time.Time) string { return t.In(issuance.Tokyo).Format(time.RFC3339) }
+	switch s.State(time.Now()) {
+	case campaign.StateEnded:
+		return p, fmt.Errorf("grant: campaign %s ended at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+			"move its end first (couponctl campaign update %s --ends T --reason TEXT); nothing was issued", id, at(s.EndsAt), id)
+	case campaign.StatePaused:
+		return p, fmt.Errorf("grant: campaign %s is paused since %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+			"resume it first (couponctl campaign resume %s --reason TEXT); nothing was issued", id, at(s.PausedAt), id)
+	case campaign.StateNotStarted:
+		return p, fmt.Errorf("grant: campaign %s starts at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
+			id, at(s.StartsAt), id)
+	}
+	if s.DiscountYen > capYen {
+		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (MONTHLY_CAP_YEN): "+
+			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, capYen)
+	}
+	if err := pool.QueryRow(ctx, sqlGrantHeld, id, job.members).Scan(&p.held, &p.voided); err != nil {
+		return p, fmt.Errorf("grant: %w", err)
+	}
+	if rest := len(job.members) - p.held - p.voided; rest > 0 && s.RemainingYen() < s.DiscountYen {
+		return p, fmt.Errorf("grant: campaign %s has %d yen of budget left, less than one %d yen coupon: the %d members "+
+			"without its coupon would answer BUDGET_EXCEEDED; raise its budget first "+
+			"(couponctl campaign update %s --add-budget-yen D --reason TEXT); nothing was issued",
+			id, s.RemainingYen(), s.DiscountYen, rest, id)
+	}
+	return p, nil
+}
+
+// write says what the grant is about to do: to whom, how many at once, as whom, and what the
+// tables already settle.
+func (p grantPlan) write(w io.Writer, job grantJob) {
+	s := p.campaign
+	fmt.Fprintf(w, "grant %s (%d yen coupons) to %d members, %d at a time, as %s; answers to %s\n",
+		job.campaignID, s.DiscountYen, len(job.members), job.concurrency, p.login, job.out)
+	if p.held > 0 {
+		fmt.Fprintf(w, "grant: %d of them already hold its coupon: they answer ALREADY_ISSUED with it\n", p.held)
+	}
+	if p.voided > 0 {
+		fmt.Fprintf(w, "grant: %d of them had its coupon voided: they answer COUPON_VOIDED\n", p.voided)
+	}
+	rest := len(job.members) - p.held - p.voided
+	if room := s.RemainingYen() / s.DiscountYen; room < rest {
+		fmt.Fprintf(w, "grant: its budget has room for %d more coupons (%d yen) and %d members are to be granted: "+
+			"at least %d will answer BUDGET_EXCEEDED\n", room, s.RemainingYen(), rest, rest-room)
+	}
+}
+
+// grantAll grants job's members, job.concurrency at a time, until every one is answered or ctx
+// ends, and returns the answers by member index (nil for a member not sent) and the time taken.
+// A request sent is answered: ctx's end stops the sending, and the requests in flight run on
+// to their answer (each within ISSUE_BUDGET), so that every member the grant reached is in the
+// answers.
+func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step func()) ([]*granted, time.Duration) {
+	results := make([]*granted, len(job.members))
+	calls := context.WithoutCancel(ctx)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range concurrency {
+	for range job.concurrency {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(members) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(job.members) {
+					return
+				}
 				g := &granted{}
-				for attempt := 0; attempt < grantAttempts; attempt++ {
-					g.out, g.err = svc.Grant(ctx, members[i], campaignID)
-					if g.err != nil || g.out.Result != issuance.ResultRetryExhausted {
+				for attempt := 1; ; attempt++ {
+					g.out, g.err = svc.Grant(calls, job.members[i], job.campaignID)
+					if !g.failed() || g.err != nil || attempt == grantAttempts || ctx.Err() != nil {
 						break
 					}
-				}
-				if ctx.Err() != nil && g.err != nil {
-					return // cut by the interruption: not answered
 				}
 				results[i] = g
 				step()
@@ -200,13 +344,8 @@ func grantAll(ctx context.Context, svc *issuance.Service, campaignID string, mem
 }
 
 // writeGrantCSV writes member,result,coupon_id for every answered member, in members' order, to
-// a temporary file renamed to path: path is whole or untouched.
-func writeGrantCSV(path string, members []string, results []*granted) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("grant: --out: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, nothing is there to remove
+// tmp, then renames it to path: path is whole or untouched.
+func writeGrantCSV(tmp *os.File, path string, members []string, results []*granted) error {
 	w := csv.NewWriter(tmp)
 	_ = w.Write([]string{"member", "result", "coupon_id"})
 	for i, g := range results {
@@ -216,57 +355,111 @@ func writeGrantCSV(path string, members []string, results []*granted) error {
 	}
 	w.Flush()
 	if err := errors.Join(w.Error(), tmp.Close()); err != nil {
-		return fmt.Errorf("grant: --out: %w", err)
+		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("grant: --out: %w", err)
-	}
-	return nil
+	return os.Rename(tmp.Name(), path)
 }
 
-// writeGrantSummary writes the answers by result, the rate and the first errors, and returns how
-// many members were answered.
-func writeGrantSummary(w io.Writer, members []string, results []*granted, took time.Duration) int {
-	counts := map[string]int{}
-	var answered int
-	var firstErrs []string
+// grantSummary is the answers counted by result.
+type grantSummary struct {
+	counts           map[string]int
+	answered, failed int
+	firstErrors      []string // "member: error", the first few
+}
+
+func summarize(members []string, results []*granted) grantSummary {
+	s := grantSummary{counts: map[string]int{}}
 	for i, g := range results {
 		if g == nil {
 			continue
 		}
-		answered++
-		counts[g.result()]++
-		if g.failed() && len(firstErrs) < 5 {
+		s.answered++
+		s.counts[g.result()]++
+		if !g.failed() {
+			continue
+		}
+		s.failed++
+		if len(s.firstErrors) < 5 {
 			why := string(g.out.Result)
 			if g.err != nil {
 				why = g.err.Error()
 			}
-			firstErrs = append(firstErrs, fmt.Sprintf("%s: %s", members[i], why))
+			s.firstErrors = append(s.firstErrors, members[i]+": "+why)
 		}
 	}
-	fmt.Fprintf(w, "\n%d of %d members answered in %.1f s (%.0f/s)\n", answered, len(members), took.Seconds(),
-		float64(answered)/max(took.Seconds(), 1e-9))
+	return s
+}
+
+// grantResults are the results in the order the summary lists them: what was granted, the
+// refusals, the errors.
+var grantResults = []string{
+	string(issuance.ResultIssued), string(issuance.ResultAlreadyIssued), string(issuance.ResultMonthlyCap),
+	string(issuance.ResultBudgetExceeded), string(issuance.ResultCampaignNotActive), string(issuance.ResultCouponVoided),
+	string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultError,
+}
+
+// grantAdvice says what to do about the members of each refusal or error, for campaign id.
+func grantAdvice(result, id string) string {
+	switch result {
+	case string(issuance.ResultMonthlyCap):
+		return "these members have used their monthly cap (MONTHLY_CAP_YEN) in this Asia/Tokyo month; the same command next month may grant them"
+	case string(issuance.ResultBudgetExceeded):
+		return fmt.Sprintf("the budget ran out; raise it (couponctl campaign update %s --add-budget-yen D --reason TEXT) "+
+			"and run the same command again: only these members are sent a new coupon", id)
+	case string(issuance.ResultCampaignNotActive):
+		return fmt.Sprintf("the campaign was paused or ended while the grant ran (couponctl campaign show %s); once it is active, run the same command again", id)
+	case string(issuance.ResultCouponVoided):
+		return "these members' coupons of the campaign were voided without --allow-reissue (couponctl coupon show COUPON_ID, the id in the CSV); a grant does not issue them another"
+	case string(issuance.ResultRetryExhausted), resultError:
+		return "not granted: errors (below); run the same command again once the cause is fixed"
+	}
+	return ""
+}
+
+// write prints the summary: how many members were answered and how fast, the table of results,
+// what to do about each refusal, the first errors and where the CSV is.
+func (s grantSummary) write(w io.Writer, job grantJob, took time.Duration) {
+	fmt.Fprintf(w, "\ngrant %s: %d of %d members answered in %.1f s (%.0f members/s, %d at a time)\n",
+		job.campaignID, s.answered, len(job.members), took.Seconds(), float64(s.answered)/max(took.Seconds(), 1e-9), job.concurrency)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "result\tmembers")
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
+	for _, r := range grantResults {
+		if n := s.counts[r]; n > 0 {
+			fmt.Fprintf(tw, "%s\t%d\n", r, n)
+		}
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%d\n", k, counts[k])
+	if n := len(job.members) - s.answered; n > 0 {
+		fmt.Fprintf(tw, "(not sent)\t%d\n", n)
 	}
 	_ = tw.Flush()
-	for _, e := range firstErrs {
-		fmt.Fprintln(w, "error:", e)
+	for _, r := range grantResults {
+		if advice := grantAdvice(r, job.campaignID); s.counts[r] > 0 && advice != "" {
+			fmt.Fprintf(w, "%s: %s\n", r, advice)
+		}
 	}
-	return answered
+	for _, e := range s.firstErrors {
+		fmt.Fprintln(w, "  error:", e)
+	}
+	fmt.Fprintf(w, "answers written to %s (member,result,coupon_id)\n", job.out)
+}
+
+// lockedWriter serializes the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // newRateProgress reports progress through total steps with the rate and the time left: a bar on
-// a terminal, a plain line per 10% elsewhere. It returns the callback for each step done.
-func newRateProgress(w io.Writer, total int, what string) func() {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+// a terminal, a plain line per 10% elsewhere. It returns the callback for each step done, safe
+// for concurrent use.
+func newRateProgress(w *lockedWriter, total int, what string) func() {
+	if f, ok := w.w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
 			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("members"),
 			progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
