@@ -203,8 +203,11 @@ func writeCoupon(w io.Writer, c coupon.Coupon) {
 	if c.PushAt != nil {
 		push += " at " + at(c.PushAt)
 	}
-	if c.PushNote != "" && c.Push != "sent" {
+	switch {
+	case c.PushNote != "" && c.Push != "sent":
 		push += " (" + c.PushNote + ")"
+	case c.VoidedAt != nil && c.Push == "open":
+		push += " (voided first: the relay skips it, it is never pushed)"
 	}
 	fmt.Fprintf(w, "push        %s\n", push)
 	if c.VoidedAt != nil {

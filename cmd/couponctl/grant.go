@@ -126,7 +126,7 @@ func dedupe(w io.Writer, members []string) []string {
 		}
 	}
 	if n := len(members) - len(out); n > 0 {
-		fmt.Fprintf(w, "grant: %d members listed more than once are sent once\n", n)
+		fmt.Fprintf(w, "grant: members listed more than once, sent once each: %d\n", n)
 	}
 	return out
 }

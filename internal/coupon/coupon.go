@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // ErrNotFound is returned for a coupon id that does not exist.
@@ -89,7 +91,7 @@ func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool)
 		return v, fmt.Errorf("coupon: void %s: %w", id, err)
 	case result == resultAlreadyVoided:
 		return v, fmt.Errorf("%w: coupon %s was voided already, at %s by %s; nothing changed", ErrRefused, id,
-			v.At.Format(time.RFC3339), orUnknown(v.By))
+			v.At.In(issuance.Tokyo).Format(time.RFC3339), orUnknown(v.By))
 	case result == resultRedeemed:
 		return v, fmt.Errorf("%w: coupon %s was redeemed (a legacy coupon tied to an order); nothing changed", ErrRefused, id)
 	case result != resultVoided:
