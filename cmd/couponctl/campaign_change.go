@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -75,9 +77,15 @@ then on; coupons issued before keep theirs.` + changeHelp,
 				return usageError{fmt.Errorf("give --budget-yen or --add-budget-yen, not both")}
 			}
 			if f.Changed("budget-yen") {
+				if budget < 1 || budget > math.MaxInt32 {
+					return flagError("--budget-yen %d: want 1 to %d yen", budget, math.MaxInt32)
+				}
 				ch.BudgetYen = &budget
 			}
 			if f.Changed("add-budget-yen") {
+				if add < -math.MaxInt32 || add > math.MaxInt32 {
+					return flagError("--add-budget-yen %d: want -%d to %d yen", add, math.MaxInt32, math.MaxInt32)
+				}
 				ch.AddBudgetYen = &add
 			}
 			if f.Changed("stripes") {
@@ -172,7 +180,7 @@ func reasonFlag(c *cobra.Command, reason *string) {
 	c.Flags().StringVar(reason, "reason", "", "why, for the campaign's history (required)")
 	runE := c.RunE
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if !cmd.Flags().Changed("reason") {
+		if strings.TrimSpace(*reason) == "" {
 			return usageError{fmt.Errorf("%s needs --reason TEXT: why, for the campaign's history", cmd.CommandPath())}
 		}
 		return runE(cmd, args)
@@ -189,6 +197,9 @@ func runChange(cmd *cobra.Command, id string, change func(context.Context, campa
 	}
 	defer closePool()
 	done, err := change(ctx, pool)
+	if errors.Is(err, campaign.ErrNotFound) {
+		return fmt.Errorf("%w (couponctl campaign list shows the campaigns)", err)
+	}
 	if err != nil {
 		return err
 	}

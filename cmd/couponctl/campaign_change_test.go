@@ -45,12 +45,14 @@ func TestCampaignChangeVerbs(t *testing.T) {
 		{[]string{"campaign", "list"}, 0, []string{"LIVE", "ended"}},
 		{[]string{"campaign", "history", "LIVE"}, 0, []string{"budget", "stripes", "pause", "resume", "period", "end", "runaway", "extended"}},
 		{[]string{"campaign", "update", "LIVE", "--budget-yen", "500", "--reason", "cut"}, 1, []string{"not between one 1000 yen coupon", "nothing changed"}},
-		{[]string{"campaign", "update", "NOPE", "--stripes", "2", "--reason", "x"}, 1, []string{"campaign: not found: NOPE"}},
+		{[]string{"campaign", "update", "NOPE", "--stripes", "2", "--reason", "x"}, 1, []string{"campaign: not found: NOPE (couponctl campaign list shows the campaigns)"}},
 		{[]string{"campaign", "pause", "LIVE"}, 2, []string{"campaign pause needs --reason TEXT"}},
 		{[]string{"campaign", "update", "LIVE", "--reason", "x"}, 2, []string{"nothing to change"}},
 		{[]string{"campaign", "update", "LIVE", "--budget-yen", "1", "--add-budget-yen", "1", "--reason", "x"}, 2, []string{"not both"}},
 		{[]string{"campaign", "update", "LIVE", "--ends", "tomorrow", "--reason", "x"}, 2, []string{"want RFC 3339"}},
-		{[]string{"campaign", "update", "LIVE", "--stripes", "2", "--reason", " "}, 1, []string{"every change needs a reason"}},
+		{[]string{"campaign", "update", "LIVE", "--stripes", "2", "--reason", " "}, 2, []string{"campaign update needs --reason TEXT"}},
+		{[]string{"campaign", "update", "LIVE", "--budget-yen", "-5", "--reason", "x"}, 2, []string{"--budget-yen -5: want 1 to 2147483647 yen"}},
+		{[]string{"campaign", "update", "LIVE", "--add-budget-yen", "9223372036854775807", "--reason", "x"}, 2, []string{"--add-budget-yen 9223372036854775807: want"}},
 		{[]string{"campaign", "history", "bad id!"}, 2, []string{"campaign"}},
 	} {
 		code, stdout, stderr := cli(step.args...)

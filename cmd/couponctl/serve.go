@@ -70,6 +70,10 @@ func serve(cmd *cobra.Command, listen string) error {
 	if listen == "" {
 		return usageError{fmt.Errorf("--listen: give an address: %s (this machine only), or 0.0.0.0 or :: (every interface)", defaultListen)}
 	}
+	if _, port, err := net.SplitHostPort(listen); err == nil {
+		return usageError{fmt.Errorf("--listen %s: give the host alone; the port is PORT's (PORT=%s couponctl serve --listen %s)",
+			listen, port, strings.Trim(strings.TrimSuffix(listen, ":"+port), "[]"))}
+	}
 	fns, err := serveTargets(os.Getenv("FUNCTION_TARGET"))
 	if err != nil {
 		return err

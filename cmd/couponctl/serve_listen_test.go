@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -67,6 +68,19 @@ func TestServeListensOnLoopback(t *testing.T) {
 	for _, w := range []string{"--listen", "127.0.0.1", "0.0.0.0", "no authentication"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("serve --help does not say %q:\n%s", w, help)
+		}
+	}
+}
+
+// TestServeListenTakesAHost: --listen with a port is refused as a command line (exit 2) before
+// anything starts, saying that the port is PORT's; it had been joined to PORT into an address
+// that could not be listened on, after the start-up banner.
+func TestServeListenTakesAHost(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1:18765", "[::1]:18765", ":18765"} {
+		_, stderr, err := runCLI(t, "serve", "--listen", listen)
+		var usage usageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), "the port is PORT's (PORT=18765") {
+			t.Errorf("serve --listen %s: %v (stderr %q), want a usage error naming PORT", listen, err, stderr)
 		}
 	}
 }
