@@ -18,7 +18,6 @@ import (
 	"github.com/mops/coupon-api/internal/hotbench"
 	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/internal/latencyproxy"
-	"github.com/mops/coupon-api/internal/localpg"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -247,9 +246,7 @@ func benchServer(ctx context.Context, cmd *cobra.Command, exe string, standby ti
 		url, stop, err := databaseOrThrowaway(ctx, cmd)
 		return url, nil, stop, err
 	}
-	errOut := cmd.ErrOrStderr()
-	fmt.Fprintln(errOut, "DATABASE_URL not set: starting a throwaway PostgreSQL...")
-	srv, err := localpg.Start(ctx, localpg.Options{Durable: true})
+	srv, err := startThrowaway(ctx, cmd)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -259,8 +256,6 @@ func benchServer(ctx context.Context, cmd *cobra.Command, exe string, standby ti
 			stops[i]()
 		}
 	}
-	fmt.Fprintf(errOut, "throwaway server on 127.0.0.1:%d (removed on exit): %s, binaries in %s\n",
-		srv.Port(), srv.Version(), srv.BinDir())
 	if standby > 0 {
 		repl, err := latencyproxy.StartProcess(exe, latencyProxyVerb, fmt.Sprintf("127.0.0.1:%d", srv.Port()))
 		if err != nil {
@@ -282,7 +277,7 @@ func benchServer(ctx context.Context, cmd *cobra.Command, exe string, standby ti
 			stop()
 			return "", nil, nil, err
 		}
-		fmt.Fprintf(errOut, "synchronous standby on 127.0.0.1:%d, replicating through the proxy on %s (+%s round trip)\n",
+		fmt.Fprintf(cmd.ErrOrStderr(), "synchronous standby on 127.0.0.1:%d, replicating through the proxy on %s (+%s round trip)\n",
 			sb.Port(), repl.Addr(), standby)
 	}
 	return srv.URL(), srv.CPUTime, stop, nil

@@ -206,14 +206,23 @@ func databaseOrThrowaway(ctx context.Context, cmd *cobra.Command) (string, func(
 		fmt.Fprintln(cmd.ErrOrStderr(), "using DATABASE_URL")
 		return u, func() {}, nil
 	}
-	fmt.Fprintln(cmd.ErrOrStderr(), "DATABASE_URL not set: starting a throwaway PostgreSQL...")
-	srv, err := localpg.Start(ctx, localpg.Options{Durable: true})
+	srv, err := startThrowaway(ctx, cmd)
 	if err != nil {
 		return "", nil, err
 	}
+	return srv.URL(), func() { _ = srv.Stop() }, nil
+}
+
+// startThrowaway starts a throwaway local PostgreSQL (durable settings), saying so on stderr.
+func startThrowaway(ctx context.Context, cmd *cobra.Command) (*localpg.Server, error) {
+	fmt.Fprintln(cmd.ErrOrStderr(), "DATABASE_URL not set: starting a throwaway PostgreSQL...")
+	srv, err := localpg.Start(ctx, localpg.Options{Durable: true})
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "throwaway server on 127.0.0.1:%d (removed on exit): %s, binaries in %s\n",
 		srv.Port(), srv.Version(), srv.BinDir())
-	return srv.URL(), func() { _ = srv.Stop() }, nil
+	return srv, nil
 }
 
 // openMigrated opens the pool as every verb does and checks that the database is migrated

@@ -80,10 +80,10 @@ type Querier interface {
 const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, before, after, reason`
 
 const (
-	sqlChangeTimeouts = `SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN $1 ELSE current_setting('lock_timeout') END, true)`
-	sqlChangeBudget   = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
-	sqlChangeState    = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
-	sqlChangeValid    = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
+	sqlChangeLockTimeout = `SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN $1 ELSE current_setting('lock_timeout') END, true)`
+	sqlChangeBudget      = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
+	sqlChangeState       = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
+	sqlChangeValid       = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
 )
 
 // Update applies c to campaign id through the schema's change functions, which lock the
@@ -154,7 +154,7 @@ func run(ctx context.Context, db Querier, id string, b *pgx.Batch) ([]Change, er
 			return err
 		})
 	}
-	timeouts := &pgx.QueuedQuery{SQL: sqlChangeTimeouts,
+	timeouts := &pgx.QueuedQuery{SQL: sqlChangeLockTimeout,
 		Arguments: []any{ChangeLockTimeout.String()}}
 	b.QueuedQueries = append([]*pgx.QueuedQuery{timeouts}, b.QueuedQueries...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
