@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,6 +49,9 @@ exist, and prints the names it wrote or removed.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if abs, err := filepath.Abs(dir); err == nil {
+				dir = abs // go generate runs it with --dir .
+			}
 			if len(changed) == 0 {
 				fmt.Fprintf(out, "%s: %d functions, every file current (%s)\n", dir, len(files), srv.Version())
 				return nil
