@@ -2,6 +2,8 @@ package current_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -37,10 +39,7 @@ func TestFilesAreCurrent(t *testing.T) {
 			current.Regenerate, strings.Join(diff, "\n"))
 	}
 
-	committed := fstest.MapFS{}
-	for name, b := range want {
-		committed[name] = &fstest.MapFile{Data: b}
-	}
+	committed := mapFS(want)
 	const name = "issue_coupon.sql"
 	if committed[name] == nil {
 		t.Fatalf("no %s among %d files", name, len(want))
@@ -68,6 +67,58 @@ func TestFilesAreCurrent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteAndRerun: a second render, on another empty database, gives the same bytes (reruns
+// give clean diffs), and Write makes a directory hold exactly the rendered files: it rewrites a
+// file edited by hand, removes a stray one, leaves the rest alone, and a second Write changes
+// nothing.
+func TestWriteAndRerun(t *testing.T) {
+	ctx := context.Background()
+	want, err := current.Render(ctx, pgtest.EmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := current.Render(ctx, pgtest.EmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff, err := current.Diff(want, mapFS(again)); err != nil || len(diff) > 0 {
+		t.Fatalf("two renders differ: %q %v", diff, err)
+	}
+
+	dir := t.TempDir()
+	if _, err := current.Write(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	const edited, stray = "issue_coupon.sql", "dropped_function.sql"
+	if err := os.WriteFile(filepath.Join(dir, edited), []byte("-- edited by hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, stray), []byte("-- a function no migration has\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := current.Write(dir, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, exp := strings.Join(changed, ", "), stray+" (removed), "+edited; got != exp {
+		t.Errorf("Write changed %q, want %q", got, exp)
+	}
+	if diff, err := current.Diff(want, os.DirFS(dir)); err != nil || len(diff) > 0 {
+		t.Errorf("after Write the directory differs: %q %v", diff, err)
+	}
+	if changed, err := current.Write(dir, want); err != nil || len(changed) > 0 {
+		t.Errorf("a second Write changed %q (%v), want nothing", changed, err)
+	}
+}
+
+func mapFS(files map[string][]byte) fstest.MapFS {
+	out := fstest.MapFS{}
+	for name, b := range files {
+		out[name] = &fstest.MapFile{Data: b}
+	}
+	return out
 }
 
 func clone(m fstest.MapFS) fstest.MapFS {
