@@ -30,7 +30,7 @@ readonly RETENTION=720h # RELAY_RETENTION: 30 days, outbox prune's default
 env_vars="INSTANCE_CONNECTION_NAME=$(connection_name),DB_USER=$(db_user "$SA_ADMIN"),DB_NAME=$DATABASE"
 env_vars+=",DB_IAM_AUTH=true,DB_POOL_MAX_CONNS=$JOB_POOL,RELAY_RETENTION=$RETENTION,GOOGLE_CLOUD_PROJECT=$PROJECT"
 # Metrics only (reconcile's drift, which an alert reads), through the Telemetry API as the
-# functions do (docs/operations.md, "Export path"); flushed when couponctl exits.
+# functions do (docs/operations.md, "Export path"); flushed when couponops exits.
 env_vars+=",OTEL_METRICS_EXPORTER=otlp_google,OTEL_TRACES_EXPORTER=none"
 
 # The image, in the repository setup.sh made for Cloud Run's images; the jobs run the digest

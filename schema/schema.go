@@ -2,7 +2,9 @@
 // applied with goose (github.com/pressly/goose/v3).
 //
 // The tables and what each serializes are described in migrations/00002_issuance.sql and in
-// docs/api.md ("Tables"); the issuance transaction is migrations/00009_issue_coupon.sql.
+// docs/api.md ("Tables"). The functions the migrations define, as a migrated database runs them,
+// are in current/ (package [github.com/mops/coupon-api/schema/current]), one file per function;
+// the issuance transaction is current/issue_coupon.sql.
 package schema
 
 import (

@@ -149,7 +149,7 @@ local PostgreSQL when it is unset.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.AddCommand(demoCmd(), opsverbs.Migrate(), campaignCmd(), serveCmd(), opsverbs.Reconcile(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
-		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd())
+		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd(), schemaCmd())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	wrapVerbs(root)
 	return root

@@ -99,7 +99,7 @@ const (
 
 // State is the campaign's state at now: ended (at or after EndsAt), else paused, else not
 // started (before StartsAt), else active, the order in which issue_coupon names the reason
-// of CAMPAIGN_NOT_ACTIVE (campaign_inactive_reason, 00010_live_campaigns.sql).
+// of CAMPAIGN_NOT_ACTIVE (schema/current/campaign_inactive_reason.sql).
 func (s Status) State(now time.Time) string {
 	switch {
 	case s.EndsAt != nil && !now.Before(*s.EndsAt):

@@ -86,8 +86,9 @@ const (
 	sqlChangeValid       = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
 )
 
-// Update applies c to campaign id through the schema's change functions, which lock the
-// campaign's stripes, judge the change on them and write the history, and returns the history
+// Update applies c to campaign id through the schema's change functions
+// (schema/current/campaign_change_*.sql), which lock the campaign's stripes with the change's
+// lock protocol (docs/design.md, "Lock order"), judge the change on them and write the history, and returns the history
 // rows they wrote: none when c leaves everything as it was. The calls go in one pipeline, one
 // implicit transaction committed in the server as the last one ends, so the stripes are never
 // held across a network round trip. Errors: [ErrNotFound], [ErrRefused] and [ErrBusy] (nothing
@@ -193,7 +194,7 @@ func collect(rows pgx.Rows) ([]Change, error) {
 	})
 }
 
-// SQLSTATEs the change functions raise (00010_live_campaigns.sql).
+// SQLSTATEs the change functions raise (schema/current/campaign_change_*.sql, campaign_lock.sql).
 const (
 	sqlStateNotFound = "CI404"
 	sqlStateRefused  = "CI422"

@@ -53,7 +53,7 @@ const (
 	resultRedeemed      = "REDEEMED"
 )
 
-// SQLSTATEs coupon_void raises (00011_after_issuance.sql).
+// SQLSTATEs coupon_void raises (schema/current/coupon_void.sql).
 const (
 	sqlStateNotFound = "CI404"
 	sqlStateRefused  = "CI422"
@@ -64,9 +64,11 @@ SELECT result, campaign_id, member_id, month, amount_yen, voided_at, voided_by, 
   FROM coupon_void($1, $2, $3)`
 
 // Void voids coupon id for reason, in one transaction that gives its yen back to its campaign's
-// budget and its member's month, in issuance's lock order. With allowReissue the member may be
-// issued the campaign again; without it, IssueCoupon answers the pair COUPON_VOIDED. Two voids of
-// one coupon at once give its yen back once: the second is refused. Errors: [ErrNotFound],
+// budget and its member's month, with the void's lock protocol (docs/design.md, "Lock order").
+// It sets no lock_timeout: it waits as long as the session's allows. With allowReissue the
+// member may be issued the campaign again; without it, IssueCoupon answers the pair
+// COUPON_VOIDED. Two voids of one coupon at once give its yen back once: the second is refused.
+// Errors: [ErrNotFound],
 // [ErrRefused] (the [Voided] then says what the coupon is), or the database's (the user must be
 // in coupon_admin).
 func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool) (Voided, error) {

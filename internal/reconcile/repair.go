@@ -30,8 +30,8 @@ type CounterFix struct {
 const repairLockTimeout = "2s"
 
 // Repair rebuilds every drifted counter from the live coupons in one READ COMMITTED transaction
-// that locks each row it fixes before it counts: the member x month usage rows first, then each
-// campaign's budget stripes, the issuance's own lock order, so it cannot deadlock with one. A
+// that locks each row it fixes before it counts, with the repair's lock protocol (docs/design.md,
+// "Lock order": month rows, then each campaign's stripes), so it cannot deadlock with a writer. A
 // coupon committed while the repair waited for a lock is counted, because the count is a new
 // statement after the lock; one still in flight adds to the counter after the repair commits.
 // A campaign's total is laid over its stripes in stripe order, each up to its own budget.

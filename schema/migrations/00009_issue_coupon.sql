@@ -6,6 +6,9 @@
 -- flush, never for a network round trip; and a request that the committed state already refuses
 -- is answered from reads, before any insert, so it writes nothing and rolls nothing back.
 --
+-- 00010 and 00011 replace issue_coupon; what a migrated database runs is
+-- schema/current/issue_coupon.sql. This header describes it as this migration made it.
+--
 -- issue_coupon gives member p_member_id one coupon of campaign p_campaign_id, with id p_coupon_id
 -- (the caller makes it, so that it can recognise its own coupon when the answer is lost), issued
 -- at p_issued_at (the service's clock) and counted against that instant's Asia/Tokyo calendar
@@ -21,8 +24,9 @@
 --   CAMPAIGN_NOT_ACTIVE  p_issued_at outside starts_at..ends_at;
 --   MONTHLY_CAP          the member x month counter leaves no room;
 --   BUDGET_EXCEEDED      no budget stripe has room.
--- Counters only grow (only `couponctl reconcile --repair` lowers one, to the sum of the live
--- coupons), so a refusal read from committed counters stays true. Then the writes, in the lock
+-- Counters only grow but for an operator's acts (`couponctl reconcile --repair`, which lowers one
+-- to the sum of the live coupons; from 00011, `couponctl coupon void`), so a refusal read from
+-- committed counters stays true until an operator gives room. Then the writes, in the lock
 -- order of docs/design.md, each judging its rule on the row it writes:
 --   R2 the coupon insert, judged by the partial unique index one_coupon_per_member (a concurrent
 --      insert of the same pair waits for the first to end, then inserts nothing if it committed);

@@ -6,8 +6,10 @@
 --
 -- The lock protocol of every change: stripe 0 of the campaign FOR UPDATE first (it serializes the
 -- changes of one campaign), then, in a new statement that sees every stripe committed meanwhile,
--- all its stripes FOR UPDATE in stripe order. An issuance holds one stripe, last, and waits on
--- nothing while it holds it, so a change never deadlocks with it; two changes queue on stripe 0.
+-- all its stripes FOR UPDATE in stripe order; two changes of one campaign queue on stripe 0. Why
+-- it never deadlocks with an issuance, one member's or (from 00013) a batch's, which holds
+-- stripes while it waits for a higher one: docs/design.md, "Lock order", which has every
+-- writer's protocol. The functions' current definitions are in schema/current.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 
 -- paused_at: when an operator paused the campaign (NULL when not paused), written alike on every
@@ -45,6 +47,7 @@ RETURN CASE WHEN p_ends IS NOT NULL AND p_at >= p_ends THEN 'ENDED'
 -- of the write (clock_timestamp(), the database's clock): a change that paused or ended the
 -- campaign holds every stripe until it commits, so an issuance that writes a stripe after it
 -- re-reads the stripe (EvalPlanQual) and is refused. The new OUT column reason names why.
+-- 00011 replaces it again (schema/current/issue_coupon.sql is what a migrated database runs).
 DROP FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text);
 -- +goose StatementBegin
 CREATE FUNCTION issue_coupon(

@@ -52,6 +52,7 @@ RETURN coalesce(p_until, ((p_at AT TIME ZONE 'Asia/Tokyo')::date + p_days)::time
 --     predicate 00012 changes while this function runs, or the coupon id's primary key, which
 --     the service's fresh UUID never meets. After a conflict the pair's holder is read again; if a
 --     void released it meanwhile, the call fails with 40001 and the service tries again.
+-- Its current definition, and every other function's, is in schema/current.
 DROP FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text);
 -- +goose StatementBegin
 CREATE FUNCTION issue_coupon(
@@ -211,10 +212,9 @@ $$;
 -- +goose StatementEnd
 
 -- coupon_void voids coupon p_coupon_id for p_reason, by the database login (session_user), and
--- gives its yen back exactly once, in issuance's lock order: the coupon row (FOR UPDATE: two voids
--- of one coupon queue here, and the second finds it voided), the member x month row, then one
--- budget stripe of the campaign holding at least its yen (FOR UPDATE SKIP LOCKED, else a wait for
--- one the committed state shows so, starting over if its holder moved that yen). With
+-- gives its yen back exactly once, with the void's lock protocol (docs/design.md, "Lock order"):
+-- two voids of one coupon queue on its row, and the second finds it voided; the yen go back to
+-- one budget stripe holding at least them. With
 -- p_allow_reissue the coupon releases its (campaign, member) pair. result is VOIDED, or, changing
 -- nothing, ALREADY_VOIDED or REDEEMED (a legacy coupon tied to an order). push says what became of
 -- its LINE push: sent (with the time), in flight (a relay holds the row), not sent (it never will

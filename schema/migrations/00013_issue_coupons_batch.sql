@@ -16,7 +16,8 @@
 --
 -- Reads first, as issue_coupon's, for every member at once; a member listed twice is answered
 -- once, its later entries as its first (ALREADY_ISSUED when it was issued). Then the writes, in
--- one global lock order that every writer keeps (issue_coupon, campaign changes, voids):
+-- the order every writer keeps (docs/design.md, "Lock order", which has each writer's protocol
+-- and why none waits in a cycle):
 --   1. the coupon inserts, in member order (R2's unique index; two batches that share members
 --      meet in the same order);
 --   2. the member x month upserts, in member order (R3);

@@ -21,7 +21,7 @@ import (
 // each instance, with no timer: a request whose campaign has no call in flight goes at once,
 // alone; the requests that arrive while one is in flight wait for it, and when it returns the
 // first of them runs them together as one call of issue_coupons_batch
-// (00013_issue_coupons_batch.sql), then hands the campaign to the next group.
+// (schema/current/issue_coupons_batch.sql), then hands the campaign to the next group.
 
 // coalescer queues the requests of each campaign behind its call in flight.
 type coalescer struct {

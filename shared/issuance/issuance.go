@@ -33,7 +33,7 @@ const (
 )
 
 // The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupon on the campaign's
-// budget stripes (campaign_inactive_reason, 00010_live_campaigns.sql).
+// budget stripes (campaign_inactive_reason, schema/current/campaign_inactive_reason.sql).
 const (
 	ReasonNotStarted = "NOT_STARTED" // before starts_at
 	ReasonEnded      = "ENDED"       // at or after ends_at, by the request's time or the commit's
@@ -90,10 +90,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 
 // Issue gives member memberID one coupon of campaign campaignID, or says why not.
 //
-// Each attempt is one call to PostgreSQL, one network round trip: issue_coupon
-// (schema/migrations/00009_issue_coupon.sql), pipelined in autocommit behind the attempt's
-// lock_timeout and statement_timeout. It reads first, then takes its locks in the one order of
-// docs/design.md, "Lock order", each write judging its rule on the row it writes.
+// Each attempt is one call to PostgreSQL, one network round trip, pipelined in autocommit behind
+// the attempt's lock_timeout and statement_timeout: issue_coupon
+// (schema/current/issue_coupon.sql) when no call of the campaign is in flight in this Service,
+// else, with [Config.BatchMax] above 1, issue_coupons_batch together with the requests that
+// queued behind that call (schema/current/issue_coupons_batch.sql). It reads first, then writes,
+// each write judging its rule on the row it writes, with the lock protocol of docs/design.md
+// ("Lock order", the issuance's rows of its table).
 //
 // Attempts are run again, after a full-jitter wait and never past the budget, when:
 //
@@ -116,8 +119,8 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 	return s.issue(ctx, memberID, campaignID, false)
 }
 
-// Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, through grant_coupon
-// (00011_after_issuance.sql): the same rules, answers, retries, settlement and errors; the
+// Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, one call per member
+// (never coalesced) through grant_coupon (schema/current/grant_coupon.sql): the same rules, answers, retries, settlement and errors; the
 // coupon records the database login that granted it. The pool's user must be in coupon_admin.
 func (s *Service) Grant(ctx context.Context, memberID, campaignID string) (Outcome, error) {
 	return s.issue(ctx, memberID, campaignID, true)

@@ -1,8 +1,9 @@
 package issuance
 
 // The statements of one issuance attempt, and of settling an attempt whose answer was lost.
-// The issuance transaction itself is issue_coupon, in schema/migrations/00009_issue_coupon.sql:
-// read it there, top to bottom, in the order it takes its locks.
+// The issuance transaction itself is issue_coupon, in schema/current/issue_coupon.sql (its
+// current definition, whichever migration last replaced it): read it there, top to bottom, in the
+// order it takes its locks.
 
 // sqlTimeoutsSet sets lock_timeout ($1) and statement_timeout ($2) for the call's transaction only
 // (is_local = true, like SET LOCAL): pipelined before [sqlIssue] in one implicit transaction
@@ -19,18 +20,18 @@ const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config(
 // $6 trace_parent.
 const sqlIssue = `SELECT result, coupon, amount, reason, expires_at FROM issue_coupon($1, $2, $3, $4, $5, $6)`
 
-// sqlIssueBatch is one coalesced call: issue_coupons_batch (00013_issue_coupons_batch.sql), an
+// sqlIssueBatch is one coalesced call: issue_coupons_batch (schema/current/issue_coupons_batch.sql), an
 // answer row per member. $1 campaign_id, $2 coupon ids, $3 member ids, $4 issue times, $5 R3's
 // cap in yen, $6 trace parents, one each per member.
 const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM issue_coupons_batch($1, $2, $3, $4, $5, $6)`
 
-// sqlGrant is [sqlIssue] through grant_coupon, an operator's grant (00011_after_issuance.sql).
+// sqlGrant is [sqlIssue] through grant_coupon, an operator's grant (schema/current/grant_coupon.sql).
 const sqlGrant = `SELECT result, coupon, amount, reason, expires_at FROM grant_coupon($1, $2, $3, $4, $5, $6)`
 
 // sqlStateRejected is the SQLSTATE issue_coupon raises when a write finds its rule broken by a
 // transaction that committed after its reads, or finds its budget stripe showing the campaign
 // paused or ended; the message is the result code, and the detail CAMPAIGN_NOT_ACTIVE's reason
-// (00010_live_campaigns.sql). The call's transaction is rolled back: nothing was written.
+// (campaign_inactive_reason). The call's transaction is rolled back: nothing was written.
 const sqlStateRejected = "CI409"
 
 // sqlBackendStart is when this connection's server session started: with its pid, it names the

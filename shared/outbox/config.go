@@ -92,7 +92,7 @@ const (
 
 	// DefaultRetention is how long sent and skipped outbox rows are kept before [Prune] deletes
 	// them, so the table and its indexes stay small; env RELAY_RETENTION (e.g. 720h) overrides it
-	// in `couponctl outbox prune` and `couponctl reconcile`.
+	// in outbox prune and reconcile (couponops, the daily jobs, and couponctl).
 	DefaultRetention = 30 * 24 * time.Hour
 
 	// PruneBatch bounds the rows one prune statement deletes, in rows: a short statement that

@@ -27,6 +27,7 @@
 //
 // # How a row ends
 //
+//   - its coupon was voided before the claim: marked skipped, never pushed;
 //   - its member has no LINE account linked: marked skipped, never pushed;
 //   - it was first pushed more than [RetryKeyWindow] ago: parked, not re-sent;
 //   - LINE answered 2xx (even if the body could not be read) or 409: marked sent;

@@ -45,10 +45,10 @@ const (
 	// MetricLINEPushes counts pushes to LINE by http.response.status_code; a push with no
 	// answer (timeout, refused) has error.type instead ({push}).
 	MetricLINEPushes = "coupon.line.pushes"
-	// MetricDriftYen is what `couponctl reconcile` found: campaign counters minus their
-	// coupons, in yen, summed in absolute value by AttrDriftKind ({yen}).
+	// MetricDriftYen is what reconcile (`couponops reconcile`, the daily job) found: campaign
+	// counters minus their coupons, in yen, summed in absolute value by AttrDriftKind ({yen}).
 	MetricDriftYen = "coupon.reconcile.drift.amount"
-	// MetricDriftRows is the rows `couponctl reconcile` found broken, by AttrDriftKind ({row}).
+	// MetricDriftRows is the rows reconcile found broken, by AttrDriftKind ({row}).
 	MetricDriftRows = "coupon.reconcile.drift.rows"
 )
 
@@ -121,9 +121,9 @@ func NewMetrics(mp metric.MeterProvider) *Metrics {
 		pushes: handled(m.Int64Counter(MetricLINEPushes, metric.WithUnit("{push}"),
 			metric.WithDescription("LINE push requests by HTTP status"))),
 		driftYen: handled(m.Int64Gauge(MetricDriftYen, metric.WithUnit("{yen}"),
-			metric.WithDescription("Counter drift found by couponctl reconcile, in yen"))),
+			metric.WithDescription("Counter drift found by reconcile, in yen"))),
 		driftRows: handled(m.Int64Gauge(MetricDriftRows, metric.WithUnit("{row}"),
-			metric.WithDescription("Rows breaking a rule found by couponctl reconcile"))),
+			metric.WithDescription("Rows breaking a rule found by reconcile"))),
 	}
 }
 

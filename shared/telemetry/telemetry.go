@@ -1,6 +1,6 @@
 // Package telemetry sets up OpenTelemetry traces and metrics and the structured log for every
-// entry point (both functions' mains, `couponctl serve`, `couponctl reconcile`, the demo), and
-// holds the metric instruments of coupon-api (docs/api.md, "Telemetry"; docs/operations.md).
+// entry point (both functions' mains, `couponctl serve`, reconcile in couponops and couponctl, the
+// demo), and holds the metric instruments of coupon-api (docs/api.md, "Telemetry"; docs/operations.md).
 //
 //   - Exporters come from the standard OTEL_* environment through
 //     go.opentelemetry.io/contrib/exporters/autoexport (OTEL_TRACES_EXPORTER,
