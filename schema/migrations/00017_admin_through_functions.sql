@@ -30,8 +30,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = public, pg_temp
 AS $$
 DECLARE
-  v_coupons integer;
-  v_b       integer;
+  v_coupons bigint; -- bigint: stripe 0's share plus the leftover yen is summed before it is narrowed
+  v_b       bigint;
 BEGIN
   IF p_campaign_id IS NULL OR p_campaign_id !~ '^[A-Za-z0-9_-]{1,64}$' THEN
     RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign id %L: want 1-64 of [A-Za-z0-9_-]', p_campaign_id);
