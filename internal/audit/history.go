@@ -41,8 +41,11 @@ func newHistory(now stateSpan, changes []change) (*history, error) {
 	h := &history{}
 	var states []change
 	for _, c := range changes {
-		if c.what == "budget" || c.what == "stripes" {
+		switch c.what {
+		case "budget", "stripes":
 			h.budgetLaidAt = c.at
+			continue
+		case "repair": // counters rebuilt from the coupons: no change of state or budget
 			continue
 		}
 		states = append(states, c)

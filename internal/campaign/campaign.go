@@ -10,7 +10,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -63,22 +62,6 @@ const StripeRateTPS = 400
 func StripesFor(expectedRPS int) int {
 	k := (expectedRPS + StripeRateTPS - 1) / StripeRateTPS
 	return min(max(k, 1), MaxStripes)
-}
-
-// stripeBudgets splits the budget into k stripe budgets of whole coupons, as even as possible
-// (the first stripes take one coupon more); yen that no coupon can use stay on stripe 0.
-func (c Campaign) stripeBudgets(k int) []int {
-	coupons := c.BudgetYen / c.DiscountYen
-	budgets := make([]int, k)
-	for i := range budgets {
-		n := coupons / k
-		if i < coupons%k {
-			n++
-		}
-		budgets[i] = n * c.DiscountYen
-	}
-	budgets[0] += c.BudgetYen - coupons*c.DiscountYen
-	return budgets
 }
 
 // Status is a campaign with its issued total and whether it is paused.
@@ -166,32 +149,22 @@ func (c Campaign) Warnings(capYen int, now time.Time) []string {
 	return w
 }
 
-// Create inserts c, its definition row and one budget row per stripe, in one transaction.
-// Errors: a validation error, [ErrExists], or the database's.
-func Create(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, c Campaign) error {
+// Create creates c and its budget stripes through campaign_create
+// (00017_admin_through_functions.sql), which writes its 'create' history row, in one
+// transaction. Errors: a validation error, [ErrExists], or the database's.
+func Create(ctx context.Context, db Querier, c Campaign) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ($1, $2, $3)`,
-			c.ID, c.DiscountYen, c.BudgetYen); err != nil {
-			return err
-		}
-		var days *int
-		if c.CouponValidDays > 0 {
-			days = &c.CouponValidDays
-		}
-		_, err := tx.Exec(ctx, `
-INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen, starts_at, ends_at, coupon_valid_days, coupons_expire_at)
-SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5, $6, $7
-  FROM unnest($3::integer[]) WITH ORDINALITY AS s(budget_yen, stripe)`,
-			c.ID, c.DiscountYen, c.stripeBudgets(max(c.Stripes, 1)), c.StartsAt, c.EndsAt, days, c.CouponsExpireAt)
-		return err
-	})
+	var days *int
+	if c.CouponValidDays > 0 {
+		days = &c.CouponValidDays
+	}
+	var changeID int64
+	err := db.QueryRow(ctx, `SELECT change_id FROM campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		c.ID, c.DiscountYen, c.BudgetYen, max(c.Stripes, 1), c.StartsAt, c.EndsAt, days, c.CouponsExpireAt, createReason).Scan(&changeID)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+	if errors.As(err, &pgErr) && pgErr.Code == sqlStateExists {
 		return fmt.Errorf("%w: %s", ErrExists, c.ID)
 	}
 	if err != nil {
@@ -199,6 +172,13 @@ SELECT $1, s.stripe - 1, $2, s.budget_yen, $4, $5, $6, $7
 	}
 	return nil
 }
+
+const (
+	// createReason is the reason of a campaign's 'create' history row.
+	createReason = "couponctl campaign create"
+	// sqlStateExists is campaign_create's refusal of a campaign id that exists.
+	sqlStateExists = "CI409"
+)
 
 // statusColumns are a [Status] read from campaign_budgets grouped by campaign_id: the
 // definition, written alike on every stripe, and the stripes' sums.

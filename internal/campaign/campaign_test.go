@@ -2,8 +2,13 @@ package campaign_test
 
 import (
 	"context"
+	"errors"
+	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
@@ -67,5 +72,39 @@ func TestStripesFor(t *testing.T) {
 		if got := campaign.StripesFor(c.rps); got != c.want {
 			t.Errorf("StripesFor(%d) = %d, want %d", c.rps, got, c.want)
 		}
+	}
+}
+
+// TestCreateLaysTheBudget: campaign_create lays a budget over its stripes in whole coupons, as
+// even as possible, the yen that make no whole coupon on stripe 0, up to the largest budget
+// PostgreSQL's integer holds; it refuses an id that exists, and writes one 'create' history row.
+func TestCreateLaysTheBudget(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 2)
+	for _, c := range []struct {
+		campaign.Campaign
+		want []int64
+	}{
+		{campaign.Campaign{ID: "EVEN", DiscountYen: 1000, BudgetYen: 4000, Stripes: 2}, []int64{2000, 2000}},
+		{campaign.Campaign{ID: "ODD", DiscountYen: 1000, BudgetYen: 5500, Stripes: 2}, []int64{3500, 2000}},
+		{campaign.Campaign{ID: "MAX", DiscountYen: 1, BudgetYen: math.MaxInt32, Stripes: 2}, []int64{1 << 30, 1<<30 - 1}},
+	} {
+		if err := campaign.Create(ctx, pool, c.Campaign); err != nil {
+			t.Fatalf("create %s: %v", c.ID, err)
+		}
+		rows, err := pool.Query(ctx, `SELECT budget_yen::bigint FROM campaign_budgets WHERE campaign_id = $1 ORDER BY stripe`, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%s: stripes %v, %v; want %v", c.ID, got, err, c.want)
+		}
+		if h, err := campaign.History(ctx, pool, c.ID); err != nil || len(h) != 1 || h[0].What != "create" {
+			t.Errorf("%s: history %+v, %v; want one 'create'", c.ID, h, err)
+		}
+	}
+	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "EVEN", DiscountYen: 1, BudgetYen: 1}); !errors.Is(err, campaign.ErrExists) {
+		t.Errorf("create EVEN again: %v, want ErrExists", err)
 	}
 }

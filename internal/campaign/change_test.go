@@ -630,8 +630,8 @@ func TestConcurrentChanges(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(h) != len(r.changes) {
-					t.Fatalf("history %+v, want %d changes", h, len(r.changes))
+				if len(h) != 1+len(r.changes) || h[0].What != "create" {
+					t.Fatalf("history %+v, want its creation and %d changes", h, len(r.changes))
 				}
 				for i := 1; i < len(h); i++ {
 					if h[i].At.Before(h[i-1].At) {
@@ -750,8 +750,8 @@ func TestChangeGivesUpBehindAStuckHolder(t *testing.T) {
 	if _, err := campaign.Pause(ctx, admin, "HELD", "runaway"); !errors.Is(err, campaign.ErrBusy) {
 		t.Fatalf("a pause behind a held stripe: %v, want ErrBusy", err)
 	}
-	if h, err := campaign.History(ctx, l.pool, "HELD"); err != nil || len(h) != 0 {
-		t.Errorf("history after the refused pause: %+v %v, want none", h, err)
+	if h, err := campaign.History(ctx, l.pool, "HELD"); err != nil || len(h) != 1 || h[0].What != "create" {
+		t.Errorf("history after the refused pause: %+v %v, want its creation alone", h, err)
 	}
 	// The stripes before the held one are free: a lock on each is granted at once.
 	if n := l.count(t, `SELECT count(*) FROM (SELECT 1 FROM campaign_budgets WHERE campaign_id = 'HELD' AND stripe < 5
@@ -778,4 +778,20 @@ func TestChangeGivesUpBehindAStuckHolder(t *testing.T) {
 			t.Errorf("a pause under the session's lock_timeout: %v", err)
 		}
 	})
+}
+
+// TestRestripeKeepsValidity: a re-stripe gives every stripe it adds the campaign's validity, so
+// a rule judged on the stripe an issuance writes (the coupons' fixed expiry) holds on each; the
+// stripes a re-stripe added before 00017 got none.
+func TestRestripeKeepsValidity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	expire := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
+	l := newLive(t, campaign.Campaign{ID: "VALID", DiscountYen: coupon, BudgetYen: 100 * coupon, CouponsExpireAt: &expire})
+	if _, err := campaign.Update(ctx, l.admin, "VALID", campaign.Changes{Stripes: ptr(4), Reason: "spread"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.count(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'VALID' AND coupons_expire_at = $1`, expire); n != 4 {
+		t.Errorf("%d of 4 stripes carry the coupons' expiry after a re-stripe, want 4", n)
+	}
 }

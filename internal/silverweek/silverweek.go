@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/shared/backoff"
@@ -168,9 +166,7 @@ func Run(ctx context.Context, reqs []Request, workers int, issue IssueFunc, prog
 }
 
 // CreateCampaigns creates the scenario's campaigns, always active.
-func CreateCampaigns(ctx context.Context, conn interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, campaigns []Campaign) error {
+func CreateCampaigns(ctx context.Context, conn campaign.Querier, campaigns []Campaign) error {
 	for _, c := range campaigns {
 		if err := campaign.Create(ctx, conn, campaign.Campaign{ID: c.ID, DiscountYen: c.DiscountYen, BudgetYen: c.BudgetYen}); err != nil {
 			return err
