@@ -781,17 +781,31 @@ func TestChangeGivesUpBehindAStuckHolder(t *testing.T) {
 }
 
 // TestRestripeKeepsValidity: a re-stripe gives every stripe it adds the campaign's validity, so
-// a rule judged on the stripe an issuance writes (the coupons' fixed expiry) holds on each; the
-// stripes a re-stripe added before 00017 got none.
+// a rule judged on the stripe an issuance writes (the coupons' fixed expiry) holds on each. The
+// broken variant, 00010's body (new stripes without coupon_valid_days or coupons_expire_at),
+// leaves three of four stripes without it.
 func TestRestripeKeepsValidity(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	expire := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
-	l := newLive(t, campaign.Campaign{ID: "VALID", DiscountYen: coupon, BudgetYen: 100 * coupon, CouponsExpireAt: &expire})
-	if _, err := campaign.Update(ctx, l.admin, "VALID", campaign.Changes{Stripes: ptr(4), Reason: "spread"}); err != nil {
-		t.Fatal(err)
-	}
-	if n := l.count(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'VALID' AND coupons_expire_at = $1`, expire); n != 4 {
-		t.Errorf("%d of 4 stripes carry the coupons' expiry after a re-stripe, want 4", n)
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			expire := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
+			l := newLive(t, campaign.Campaign{ID: "VALID", DiscountYen: coupon, BudgetYen: 100 * coupon, CouponsExpireAt: &expire})
+			if broken {
+				pgtest.BreakFunction(t, l.pool, "campaign_change_budget", [2]string{
+					"v_first.coupon_valid_days, v_first.coupons_expire_at)", "NULL, NULL)"})
+			}
+			if _, err := campaign.Update(ctx, l.admin, "VALID", campaign.Changes{Stripes: ptr(4), Reason: "spread"}); err != nil {
+				t.Fatal(err)
+			}
+			n := l.count(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'VALID' AND coupons_expire_at = $1`, expire)
+			switch {
+			case !broken && n != 4:
+				t.Errorf("%d of 4 stripes carry the coupons' expiry after a re-stripe, want 4", n)
+			case broken && n == 4:
+				t.Error("the broken variant passed: the test would not see new stripes without the validity")
+			}
+		})
 	}
 }
