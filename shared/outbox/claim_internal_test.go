@@ -41,13 +41,14 @@ RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_ye
           COALESCE(o.first_pushed_at < now() - $5::interval, false), due.next_attempt_at, due.first_pushed_at,
           o.trace_parent, i.expires_at, ''`
 
-// TestClaimClosesVoidedAndExpiredCoupons: six coupons issued, then m2's voided, m3's past its
+// TestClaimClosesVoidedAndExpiredCoupons: the relay as coupon_relay. Six coupons issued, then m2's voided, m3's past its
 // expiry, m4's expiring inside the relay's lease, m5's member without a LINE account; m1's and
 // m6's (expiring after the lease) are live. The relay pushes m1 and m6 alone; the claim closes the
 // four others as skipped, each with its reason, counted apart in the run's answer; LINE never sees
 // m2, m3 or m4. Judged by the outbox rows (SQL) and by the requests at the LINE stand-in. The
-// broken variants, the previous release's inline claim and outbox_claim without its expiry rule
-// (pgtest.BreakFunction), push the expired coupon: the check sees that.
+// broken variants, the previous release's inline claim (which still runs, as coupon_relay, on this
+// schema) and outbox_claim without its expiry rule (pgtest.BreakFunction), push the expired
+// coupon: the check sees that.
 func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 	t.Parallel()
 	const lease = 10 * time.Second
@@ -55,11 +56,22 @@ func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 		t.Run(variant, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool := pgtest.Pool(t, 8)
+			url := pgtest.URL(t)
+			pool, err := pgxpool.New(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
 			ids := issueSix(t, pool, lease)
+			// The relay as RelayOutbox runs it: a login in coupon_relay (00008_roles.sql).
+			relayPool, err := pgxpool.New(ctx, pgtest.LoginAs(t, url, "coupon_relay"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(relayPool.Close)
 			stub := linestub.New()
 			srv := httptest.NewServer(stub)
-			r, err := New(pool, Config{ChannelAccessToken: "t", BaseURL: srv.URL, BatchSize: 10, Parallelism: 2,
+			r, err := New(relayPool, Config{ChannelAccessToken: "t", BaseURL: srv.URL, BatchSize: 10, Parallelism: 2,
 				PushTimeout: time.Second, BatchTimeout: 5 * time.Second, Lease: lease, RunBudget: 20 * time.Second,
 				MaxAttempts: 5, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
