@@ -54,7 +54,7 @@ type Gauges struct {
 	Open           int64         // neither sent, parked nor skipped
 	OldestOpenAge  time.Duration // age of the oldest open row; 0 when none
 	Parked         int64         // dead letters
-	SkippedLastDay int64         // skipped in the last 24 hours: the member has no LINE account
+	SkippedLastDay int64         // skipped in the last 24 hours (any reason)
 }
 
 // ReadGauges reads [Gauges] in one statement.
