@@ -241,7 +241,9 @@ ALTER TABLE notification_outbox ADD COLUMN skip_reason text;
 -- cannot lose the start of LINE's retry-key window. It returns every row it took, the closed ones
 -- with their skip_reason and the leased ones with skip_reason NULL; key_expired says a leased row
 -- was first pushed more than p_key_window ago. The database decides what may be pushed: a later
--- migration that adds a reason binds the relays that call this function.
+-- migration that adds a reason binds the relays that call this function. The body is a string,
+-- not BEGIN ATOMIC, so that it pins no column: a later migration may change a column it reads
+-- (TestColumnTypeChangedUnderPreparedStatements changes amount_yen).
 -- +goose StatementBegin
 CREATE FUNCTION outbox_claim(p_limit integer, p_run uuid, p_lease interval, p_due_at timestamptz,
   p_key_window interval)
@@ -250,7 +252,7 @@ RETURNS TABLE (coupon_id text, member_id text, attempts integer, campaign_id tex
   trace_parent text, expires_at timestamptz, skip_reason text)
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = public, pg_temp
-BEGIN ATOMIC
+AS $$
   WITH due AS MATERIALIZED (
     SELECT o.coupon_id, o.member_id, o.next_attempt_at, o.first_pushed_at FROM notification_outbox o
      WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.skipped_at IS NULL AND o.next_attempt_at <= p_due_at
@@ -281,8 +283,8 @@ BEGIN ATOMIC
    WHERE o.coupon_id = j.coupon_id
   RETURNING o.coupon_id::text, o.member_id, o.attempts, j.campaign_id, j.amount_yen, COALESCE(j.line_user_id, ''),
             j.skip_reason IS NULL AND COALESCE(o.first_pushed_at < now() - p_key_window, false),
-            j.next_attempt_at, j.first_pushed_at, o.trace_parent, j.expires_at, j.skip_reason;
-END;
+            j.next_attempt_at, j.first_pushed_at, o.trace_parent, j.expires_at, j.skip_reason
+$$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION outbox_claim(integer, uuid, interval, timestamptz, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION outbox_claim(integer, uuid, interval, timestamptz, interval) TO coupon_relay;
