@@ -153,12 +153,14 @@ func validity(c campaign.Campaign) string {
 	return "no expiry"
 }
 
-// state is s's state at now, with when it was paused and whether an active campaign's budget is
-// spent.
+// state is s's state at now, with when it was paused, when its coupons expired if that ended
+// it, and whether an active campaign's budget is spent.
 func state(s campaign.Status, now time.Time) string {
 	switch st := s.State(now); {
 	case st == campaign.StatePaused:
 		return st + " since " + fmtTime(s.PausedAt)
+	case st == campaign.StateEnded && (s.EndsAt == nil || now.Before(*s.EndsAt)):
+		return st + " (its coupons expired " + fmtTime(s.CouponsExpireAt) + ")"
 	case st == campaign.StateActive && s.RemainingYen() < s.DiscountYen:
 		return st + " (budget spent)"
 	default:

@@ -264,6 +264,11 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen in
 	at := func(t *time.Time) string { return t.In(issuance.Tokyo).Format(time.RFC3339) }
 	switch s.State(time.Now()) {
 	case campaign.StateEnded:
+		if s.EndsAt == nil || time.Now().Before(*s.EndsAt) {
+			return p, fmt.Errorf("grant: campaign %s ended when its coupons expired at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+				"give it a later expiry first (couponctl campaign update %s --coupons-expire T --reason TEXT); nothing was issued",
+				id, at(s.CouponsExpireAt), id)
+		}
 		return p, fmt.Errorf("grant: campaign %s ended at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
 			"move its end first (couponctl campaign update %s --ends T --reason TEXT); nothing was issued", id, at(s.EndsAt), id)
 	case campaign.StatePaused:

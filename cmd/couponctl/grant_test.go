@@ -568,9 +568,14 @@ func TestGrantChecksFirst(t *testing.T) {
 		campaign.Campaign{ID: "ENDED", DiscountYen: 500, BudgetYen: 1_000_000, StartsAt: &longAgo, EndsAt: &past},
 		campaign.Campaign{ID: "LATER", DiscountYen: 500, BudgetYen: 1_000_000, StartsAt: &future},
 		campaign.Campaign{ID: "BIG", DiscountYen: 3000, BudgetYen: 1_000_000},
-		campaign.Campaign{ID: "SPENT", DiscountYen: 500, BudgetYen: 500})
+		campaign.Campaign{ID: "SPENT", DiscountYen: 500, BudgetYen: 500},
+		campaign.Campaign{ID: "EXPIRED", DiscountYen: 500, BudgetYen: 1_000_000, CouponsExpireAt: &future})
 	ctx := context.Background()
 	if _, err := campaign.Pause(ctx, d.owner, "PAUSED", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The clock passes EXPIRED's fixed coupon expiry.
+	if _, err := d.owner.Exec(ctx, `UPDATE campaign_budgets SET coupons_expire_at = now() WHERE campaign_id = 'EXPIRED'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.owner.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = budget_yen WHERE campaign_id = 'SPENT'`); err != nil {
@@ -604,6 +609,7 @@ func TestGrantChecksFirst(t *testing.T) {
 		{d.admin, []string{"--campaign", "NOPE", "--members", good}, 1, "campaign NOPE does not exist (couponctl campaign list"},
 		{d.admin, []string{"--campaign", "PAUSED", "--members", good}, 1, "is paused since"},
 		{d.admin, []string{"--campaign", "ENDED", "--members", good}, 1, "move its end first"},
+		{d.admin, []string{"--campaign", "EXPIRED", "--members", good}, 1, "ended when its coupons expired at"},
 		{d.admin, []string{"--campaign", "LATER", "--members", good}, 1, "run the grant then, or move its start"},
 		{d.admin, []string{"--campaign", "BIG", "--members", good}, 1, "above the 2000 yen monthly cap"},
 		{d.admin, []string{"--campaign", "SPENT", "--members", good}, 1, "raise its budget first (couponctl campaign update SPENT --add-budget-yen"},

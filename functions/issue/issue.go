@@ -104,7 +104,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp.AmountYen, resp.Month = out.AmountYen, out.Month
 	}
 	if out.ExpiresAt != nil && out.Result != issuance.ResultCouponVoided {
-		resp.ExpiresAt = out.ExpiresAt.In(issuance.Tokyo).Format(time.RFC3339)
+		resp.ExpiresAt = out.ExpiresAt.In(issuance.Tokyo).Format(time.RFC3339Nano)
 	}
 	writeJSON(w, statusOf[out.Result], resp)
 }
@@ -139,8 +139,8 @@ type response struct {
 	AmountYen int    `json:"amount_yen,omitempty"`
 	Month     string `json:"month,omitempty"`
 	Reason    string `json:"reason,omitempty"`
-	// ExpiresAt is the coupon's expiry in RFC 3339 at +09:00 (ISSUED, ALREADY_ISSUED), when its
-	// campaign gives a validity.
+	// ExpiresAt is the coupon's expiry in RFC 3339 at +09:00 with the fraction of a second the
+	// database stores (ISSUED, ALREADY_ISSUED), when its campaign gives a validity.
 	ExpiresAt string `json:"expires_at,omitempty"`
 	Message   string `json:"message,omitempty"`
 }

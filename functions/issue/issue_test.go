@@ -171,3 +171,36 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("rows written by bad requests: %d (%v), want 0", n, err)
 	}
 }
+
+// TestExpiresAtIsExact: a campaign whose coupons expire at an instant with a fraction of a
+// second; ISSUED's and ALREADY_ISSUED's expires_at name the coupon's stored expires_at exactly
+// (read by SQL), never an earlier instant. The broken variant, RFC 3339 at whole seconds (the
+// answer before 00015), names an instant before the stored one: the check sees that.
+func TestExpiresAtIsExact(t *testing.T) {
+	t.Parallel()
+	h, pool := newTestHandler(t, issuance.Config{})
+	exp := time.Now().Add(time.Hour).Truncate(time.Second).Add(123_456 * time.Microsecond)
+	if err := campaign.Create(context.Background(), pool, campaign.Campaign{ID: "EXP", DiscountYen: 1000,
+		BudgetYen: 10000, CouponsExpireAt: &exp}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ISSUED", "ALREADY_ISSUED"} {
+		a := post(t, h, http.MethodPost, "application/json", ask("m1", "EXP"))
+		if a.body["result"] != want {
+			t.Fatalf("%v, want %s", a.body, want)
+		}
+		text, _ := a.body["expires_at"].(string)
+		got, err := time.Parse(time.RFC3339Nano, text)
+		var stored time.Time
+		if err := pool.QueryRow(context.Background(), `SELECT expires_at FROM issued_coupons WHERE coupon_id = $1`,
+			a.body["coupon_id"]).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil || !got.Equal(stored) || !strings.HasSuffix(text, "+09:00") {
+			t.Errorf("%s: expires_at %q (%v), want the stored %s exactly, at +09:00", want, text, err, stored.Format(time.RFC3339Nano))
+		}
+		if broken, _ := time.Parse(time.RFC3339, stored.Format(time.RFC3339)); !broken.Before(stored) {
+			t.Errorf("the broken variant names %s for %s, not an earlier instant: the check would not see it", broken, stored)
+		}
+	}
+}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +38,7 @@ func TestOpenAPI(t *testing.T) {
 
 	// Four coupons: LINE accepts the first, fails the second (500: retry later), refuses the
 	// third (400: parked). Members m1..m3 are linked to LINE users; m4 is not, so it is skipped.
+	// Two more, of linked members, are skipped too: v1's coupon was voided, x1's has expired.
 	rows, err := pool.Query(ctx, `
 WITH k AS (INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('T', 1000, 1000000)),
 c AS (
@@ -59,7 +60,14 @@ SELECT coupon_id::text FROM o ORDER BY member_id`)
 	}
 	if _, err := pool.Exec(ctx, `
 INSERT INTO member_line_accounts (member_id, line_user_id)
-SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil {
+SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g;
+INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('v1', 'U' || md5('v1')), ('x1', 'U' || md5('x1'));
+WITH c AS (
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, voided_at, expires_at)
+  VALUES ('T', 'v1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, now(), NULL),
+         ('T', 'x1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, NULL, now() - interval '1 minute')
+  RETURNING coupon_id, member_id)
+INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`); err != nil {
 		t.Fatal(err)
 	}
 	stub.Always(ids[1], linestub.Response{Status: http.StatusInternalServerError})
@@ -87,7 +95,8 @@ SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g`); err != nil
 	}
 
 	status, got := call(h, "POST", `{"max_rows": 10}`)
-	if want := map[string]any{"sent": 1.0, "retry_later": 1.0, "parked": 1.0, "skipped": 1.0}; status != 200 || !maps.Equal(got, want) {
+	if want := map[string]any{"sent": 1.0, "retry_later": 1.0, "parked": 1.0, "skipped": 3.0,
+		"skipped_reasons": map[string]any{"no_line_account": 1.0, "voided": 1.0, "expired": 1.0}}; status != 200 || !reflect.DeepEqual(got, want) {
 		t.Errorf("run: %d %v, want 200 %v", status, got, want)
 	}
 	if status, got = call(h, "POST", ""); status != 200 {

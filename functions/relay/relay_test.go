@@ -84,12 +84,13 @@ RETURNING coupon_id::text`)
 SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND attempts = 1),
        count(*) FILTER (WHERE parked_at IS NOT NULL),
-       count(*) FILTER (WHERE skipped_at IS NOT NULL)
-  FROM notification_outbox`).Scan(&want.Sent, &want.RetryLater, &want.Parked, &want.Skipped)
+       count(*) FILTER (WHERE skipped_at IS NOT NULL),
+       count(*) FILTER (WHERE skipped_at IS NOT NULL AND skip_reason = 'no_line_account')
+  FROM notification_outbox`).Scan(&want.Sent, &want.RetryLater, &want.Parked, &want.Skipped, &want.SkippedReasons.NoLINEAccount)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want || want != (outbox.Result{Sent: 15, RetryLater: 5, Parked: 5, Skipped: 5}) {
+	if got != want || want != (outbox.Result{Sent: 15, RetryLater: 5, Parked: 5, Skipped: 5, SkippedReasons: outbox.SkippedReasons{NoLINEAccount: 5}}) {
 		t.Errorf("answer %+v, table %+v; want them equal at 15 sent, 5 retry_later, 5 parked, 5 skipped", got, want)
 	}
 

@@ -390,3 +390,72 @@ func TestAuditFollowsCampaignChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditFollowsCouponExpiry: a campaign whose fixed coupon expiry is moved (a validity change,
+// in its history) to an instant that then passes (the stripe and the change row moved to the
+// database's now, as if the change had set that instant). A coupon issued before it, and an ENDED refusal after it, are not contradicted; an ISSUED
+// answered after the expiry, and a PAUSED after it, are each found.
+func TestAuditFollowsCouponExpiry(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	in := time.Now().Add(time.Hour)
+	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "X", DiscountYen: 1000, BudgetYen: 1_000_000, CouponsExpireAt: &in}); err != nil {
+		t.Fatal(err)
+	}
+	later := in.Add(time.Hour)
+	if _, err := campaign.Update(ctx, pool, "X", campaign.Changes{ExpireAt: &later, SetValidity: true, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	out, err := svc.Issue(ctx, "m1", "X")
+	if err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("issue: %+v %v", out, err)
+	}
+	time.Sleep(10 * time.Millisecond) // the answers around the expiry lie clear of the 1 ms skew
+	var expired time.Time
+	// The instant the validity change set passes: as if it had set now.
+	if err := pool.QueryRow(ctx, `
+WITH h AS (UPDATE campaign_changes SET after = jsonb_set(after, '{coupons_expire_at}', to_jsonb(now()))
+            WHERE campaign_id = 'X' AND what = 'validity')
+UPDATE campaign_budgets SET coupons_expire_at = now() WHERE campaign_id = 'X' RETURNING coupons_expire_at`).
+		Scan(&expired); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	answers := []answerlog.Answer{answerOf(sent, "m1", "X", "ISSUED", out.CouponID), notActive(time.Now(), "m2", "X", "ENDED")}
+	rep, err := Run(ctx, pool, answers, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("violations on the log:\n%s", strings.Join(v, "\n"))
+	}
+	for _, tc := range []struct {
+		name  string
+		extra answerlog.Answer
+		want  string
+	}{
+		{"ISSUED after the expiry", answerOf(expired.Add(5*time.Millisecond), "m1", "X", "ISSUED", out.CouponID), "ENDED throughout"},
+		{"PAUSED after the expiry", notActive(time.Now(), "m9", "X", "PAUSED"), "the campaign was never PAUSED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := slices.Clone(answers)
+			if tc.extra.Result == "ISSUED" {
+				log[0] = tc.extra
+			} else {
+				log = append(log, tc.extra)
+			}
+			rep, err := Run(ctx, pool, log, testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := strings.Join(rep.Violations(), "\n"); !strings.Contains(v, tc.want) {
+				t.Errorf("violations %q, want one with %q", v, tc.want)
+			}
+		})
+	}
+}

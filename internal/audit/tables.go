@@ -38,6 +38,7 @@ type campaignRow struct {
 	createdAt                  time.Time
 	discountYen                int
 	startsAt, endsAt, pausedAt *time.Time
+	couponsExpireAt            *time.Time // the fixed coupon expiry, which ends the campaign
 	room                       bool
 	history                    *history   // its state over time, from campaign_changes
 	lastVoidAt                 *time.Time // the latest void of one of its coupons (yen given back)
@@ -66,7 +67,7 @@ SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at, i.voided_at
  WHERE NOT i.legacy_duplicate`
 
 const sqlCampaigns = `
-SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at, z.paused_at,
+SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at, z.paused_at, z.coupons_expire_at,
        EXISTS (SELECT 1 FROM campaign_budgets s
                 WHERE s.campaign_id = z.campaign_id AND s.issued_yen + s.discount_yen <= s.budget_yen),
        (SELECT max(i.voided_at) FROM issued_coupons i WHERE i.campaign_id = z.campaign_id AND NOT i.legacy_duplicate)
@@ -134,7 +135,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "campaigns", sqlCampaigns, []any{campaignIDs}, func(r pgx.Rows) error {
 			var id string
 			var c campaignRow
-			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.room, &c.lastVoidAt); err != nil {
+			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.couponsExpireAt, &c.room, &c.lastVoidAt); err != nil {
 				return err
 			}
 			t.campaigns[id] = c
@@ -157,7 +158,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		if err != nil {
 			break
 		}
-		if c.history, err = newHistory(stateSpan{startsAt: c.startsAt, endsAt: c.endsAt, pausedAt: c.pausedAt}, changes[id]); err == nil {
+		if c.history, err = newHistory(stateSpan{startsAt: c.startsAt, endsAt: c.endsAt, pausedAt: c.pausedAt, expireAt: c.couponsExpireAt}, changes[id]); err == nil {
 			t.campaigns[id] = c
 		}
 	}

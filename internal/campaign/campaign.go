@@ -80,12 +80,12 @@ const (
 	StateNotStarted = "not started"
 )
 
-// State is the campaign's state at now: ended (at or after EndsAt), else paused, else not
-// started (before StartsAt), else active, the order in which issue_coupon names the reason
-// of CAMPAIGN_NOT_ACTIVE (schema/current/campaign_inactive_reason.sql).
+// State is the campaign's state at now: ended (at or after EndsAt or CouponsExpireAt), else
+// paused, else not started (before StartsAt), else active, the order in which the issuance names
+// the reason of CAMPAIGN_NOT_ACTIVE (campaign_inactive_reason, schema/current).
 func (s Status) State(now time.Time) string {
 	switch {
-	case s.EndsAt != nil && !now.Before(*s.EndsAt):
+	case s.EndsAt != nil && !now.Before(*s.EndsAt), s.CouponsExpireAt != nil && !now.Before(*s.CouponsExpireAt):
 		return StateEnded
 	case s.PausedAt != nil:
 		return StatePaused

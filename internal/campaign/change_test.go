@@ -671,7 +671,7 @@ func TestPauseJudgedOnTheStripe(t *testing.T) {
 		guard          string
 	}{
 		{"issue_coupon", single, "issue_coupon", "campaign_inactive_reason(starts_at, ends_at, paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL"},
-		{"issue_coupons_batch", batch, "issue_coupons_batch", "campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, greatest(v_latest, clock_timestamp())) IS NULL"},
+		{"issue_coupons_batch", batch, "issue_coupons_batch", "campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL"},
 	} {
 		for _, broken := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s broken=%v", c.name, broken), func(t *testing.T) {

@@ -26,17 +26,17 @@ const (
 	ResultAlreadyIssued     Result = "ALREADY_ISSUED"      // R2: this member holds this campaign's coupon (double tap, re-send)
 	ResultMonthlyCap        Result = "MONTHLY_CAP"         // R3 would be broken
 	ResultBudgetExceeded    Result = "BUDGET_EXCEEDED"     // R1 would be broken
-	ResultCampaignNotActive Result = "CAMPAIGN_NOT_ACTIVE" // outside starts_at..ends_at, or paused: see [Outcome.Reason]
+	ResultCampaignNotActive Result = "CAMPAIGN_NOT_ACTIVE" // outside starts_at..ends_at, past the coupons' fixed expiry, or paused: see [Outcome.Reason]
 	ResultUnknownCampaign   Result = "UNKNOWN_CAMPAIGN"    // no such campaign
 	ResultCouponVoided      Result = "COUPON_VOIDED"       // the member's coupon of the campaign was voided: see [Outcome.CouponID]
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
 )
 
-// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupon on the campaign's
-// budget stripes (campaign_inactive_reason, schema/current/campaign_inactive_reason.sql).
+// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by the issuance on the campaign's
+// budget stripes (campaign_inactive_reason, schema/current).
 const (
 	ReasonNotStarted = "NOT_STARTED" // before starts_at
-	ReasonEnded      = "ENDED"       // at or after ends_at, by the request's time or the commit's
+	ReasonEnded      = "ENDED"       // at or after ends_at or coupons_expire_at, by the request's time or the commit's
 	ReasonPaused     = "PAUSED"      // paused by an operator (couponctl campaign pause)
 )
 

@@ -27,8 +27,9 @@
 //
 // # How a row ends
 //
-//   - its coupon was voided before the claim: marked skipped, never pushed;
-//   - its member has no LINE account linked: marked skipped, never pushed;
+//   - its coupon was voided, or expires before the claim's lease ends, or its member has no
+//     LINE account linked: closed as skipped by the claim itself, in the database, with its
+//     reason ([outboxdb.Claimed.SkipReason]), never pushed, counted in [Result.SkippedReasons];
 //   - it was first pushed more than [RetryKeyWindow] ago: parked, not re-sent;
 //   - LINE answered 2xx (even if the body could not be read) or 409: marked sent;
 //   - a 4xx other than 401, 403, 409 and 429: parked with the reason ([ErrPushRejected]);

@@ -18,7 +18,7 @@ func RegisterGauges(mp metric.MeterProvider, q db.Querier) (metric.Registration,
 	unsent := gs.Int64(telemetry.MetricOutboxUnsent, "{row}", "Open outbox rows: neither sent, parked nor skipped")
 	age := gs.Float64(telemetry.MetricOutboxOldestAge, "s", "Age of the oldest unsent outbox row")
 	parked := gs.Int64(telemetry.MetricOutboxParked, "{row}", "Dead-lettered outbox rows")
-	skipped := gs.Int64(telemetry.MetricOutboxSkipped, "{row}", "Outbox rows skipped in the last 24 hours: the member has no LINE account")
+	skipped := gs.Int64(telemetry.MetricOutboxSkipped, "{row}", "Outbox rows skipped in the last 24 hours: no LINE account linked, or the coupon voided or expired")
 	return gs.Register("outbox gauges", func(ctx context.Context, o metric.Observer) error {
 		g, err := outboxdb.ReadGauges(ctx, q)
 		if err != nil {

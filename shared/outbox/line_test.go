@@ -35,7 +35,7 @@ func TestUnlinkedMembersAreSkipped(t *testing.T) {
 	exec(t, b, `DELETE FROM member_line_accounts WHERE member_id IN ('m000002', 'm000005', 'm000009')`)
 	r := newRelay(t, b)
 
-	if got := run(t, r, 0); got != (outbox.Result{Sent: 7, Skipped: 3}) {
+	if got := run(t, r, 0); got != (outbox.Result{Sent: 7, Skipped: 3, SkippedReasons: outbox.SkippedReasons{NoLINEAccount: 3}}) {
 		t.Fatalf("run 1: %+v, want 7 sent, 3 skipped", got)
 	}
 	for _, p := range b.stub.Pushes() {

@@ -75,12 +75,17 @@ func (r *Relay) push(ctx context.Context, row outboxdb.Claimed) (sent bool, err 
 
 // Message is the push text for a coupon of campaignID worth amountYen yen, valid until expiresAt
 // (nil: no expiry), in Japanese: which coupon the member received, its value, and until when it
-// may be used, in Asia/Tokyo time (the last minute of validity: a coupon expiring at 00:00 on the
-// 8th is valid until 23:59 on the 7th).
+// may be used, in Asia/Tokyo time: the last minute in which it is valid ("23:59まで" for a coupon
+// expiring at 00:00 on the 8th). An expiry inside a minute (12:30:30) names that minute (12:30),
+// so the text never names an end earlier than the stored expiry.
 func Message(campaignID string, amountYen int, expiresAt *time.Time) string {
 	until := ""
 	if expiresAt != nil {
-		last := expiresAt.Add(-time.Minute).In(tokyo)
+		end := expiresAt.Truncate(time.Minute)
+		if end.Before(*expiresAt) {
+			end = end.Add(time.Minute)
+		}
+		last := end.Add(-time.Minute).In(tokyo)
 		until = fmt.Sprintf("\n有効期限：%d年%d月%d日 %02d:%02dまで", last.Year(), int(last.Month()), last.Day(), last.Hour(), last.Minute())
 	}
 	return fmt.Sprintf("クーポンが届きました！\nキャンペーン「%s」の%s円引きクーポンです。アプリのクーポン一覧からご利用ください。%s",

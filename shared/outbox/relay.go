@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +30,19 @@ type Result struct {
 	// Parked rows were dead-lettered: refused by LINE, out of attempts, or past LINE's retry-key
 	// window ([RetryKeyWindow]).
 	Parked int `json:"parked"`
-	// Skipped rows were closed without a push: their member has no LINE account linked.
-	Skipped int `json:"skipped"`
+	// Skipped rows were closed by the claim without a push, never to be pushed; SkippedReasons
+	// counts them by reason.
+	Skipped        int            `json:"skipped"`
+	SkippedReasons SkippedReasons `json:"skipped_reasons"`
+}
+
+// SkippedReasons counts the skipped rows of a run by the reason the claim gave
+// ([outboxdb.Claimed.SkipReason]), in rows. Their sum is [Result.Skipped], less any row of a
+// reason a later schema adds, which is counted in Skipped alone.
+type SkippedReasons struct {
+	NoLINEAccount int `json:"no_line_account"` // the member has no LINE account linked
+	Voided        int `json:"voided"`          // the coupon was voided before its push
+	Expired       int `json:"expired"`         // the coupon expired before its push could reach LINE
 }
 
 // Rows is the number of rows the run handled.
@@ -103,7 +115,11 @@ func (r *Relay) Run(ctx context.Context, maxRows int) (Result, error) {
 
 func add(a, b Result) Result {
 	return Result{Sent: a.Sent + b.Sent, RetryLater: a.RetryLater + b.RetryLater,
-		Parked: a.Parked + b.Parked, Skipped: a.Skipped + b.Skipped}
+		Parked: a.Parked + b.Parked, Skipped: a.Skipped + b.Skipped,
+		SkippedReasons: SkippedReasons{
+			NoLINEAccount: a.SkippedReasons.NoLINEAccount + b.SkippedReasons.NoLINEAccount,
+			Voided:        a.SkippedReasons.Voided + b.SkippedReasons.Voided,
+			Expired:       a.SkippedReasons.Expired + b.SkippedReasons.Expired}}
 }
 
 // withTimeout runs f under ctx bounded by MarkTimeout.
@@ -152,13 +168,20 @@ const (
 	outcomeSent outcome = iota
 	outcomeRetryLater
 	outcomeParked
-	outcomeSkipped
 	outcomeReleased
 )
 
-// deliver pushes one claimed batch and records every row's outcome; it returns when each row
-// is recorded or BatchTimeout + MarkTimeout has passed since it started.
+// deliver counts the rows the claim closed as skipped, pushes the others and records every
+// row's outcome; it returns when each row is recorded or BatchTimeout + MarkTimeout has passed
+// since it started.
 func (r *Relay) deliver(ctx context.Context, run *runState, rows []outboxdb.Claimed) Result {
+	var res Result
+	rows = slices.DeleteFunc(rows, func(row outboxdb.Claimed) bool {
+		if row.SkipReason != "" {
+			r.countSkipped(ctx, &res, row)
+		}
+		return row.SkipReason != ""
+	})
 	begin := time.Now()
 	batchCtx, cancel := context.WithDeadline(ctx, begin.Add(r.cfg.BatchTimeout))
 	defer cancel()
@@ -175,7 +198,6 @@ func (r *Relay) deliver(ctx context.Context, run *runState, rows []outboxdb.Clai
 		})
 	}
 	_ = g.Wait() // the goroutines report through outcomes, never an error
-	var res Result
 	released := 0
 	for _, o := range outcomes {
 		switch o {
@@ -185,8 +207,6 @@ func (r *Relay) deliver(ctx context.Context, run *runState, rows []outboxdb.Clai
 			res.RetryLater++
 		case outcomeParked:
 			res.Parked++
-		case outcomeSkipped:
-			res.Skipped++
 		case outcomeReleased:
 			released++
 		}
@@ -197,11 +217,21 @@ func (r *Relay) deliver(ctx context.Context, run *runState, rows []outboxdb.Clai
 	return res
 }
 
-// couponVoided is last_error for a row skipped because its coupon was voided before its push.
-const couponVoided = "skipped: the coupon was voided (couponctl coupon show)"
-
-// noLINEAccount is last_error for a skipped row.
-const noLINEAccount = "skipped: the member has no LINE account linked (couponctl line link, then outbox requeue)"
+// countSkipped counts a row the claim closed without a push under its reason.
+func (r *Relay) countSkipped(ctx context.Context, res *Result, row outboxdb.Claimed) {
+	res.Skipped++
+	switch row.SkipReason {
+	case outboxdb.SkipNoLINEAccount:
+		res.SkippedReasons.NoLINEAccount++
+	case outboxdb.SkipVoided:
+		res.SkippedReasons.Voided++
+	case outboxdb.SkipExpired:
+		res.SkippedReasons.Expired++
+	default:
+		r.cfg.Logger.WarnContext(ctx, "outbox: the claim skipped a row for a reason this release does not know",
+			"coupon_id", row.CouponID, "skip_reason", row.SkipReason)
+	}
+}
 
 // keyExpiredReason is last_error for a row parked because its retry key expired.
 var keyExpiredReason = fmt.Sprintf("not re-sent: first pushed more than %s ago, and LINE honours a retry key for 24 hours only, "+
@@ -210,14 +240,7 @@ var keyExpiredReason = fmt.Sprintf("not re-sent: first pushed more than %s ago, 
 // handle pushes one row inside the batch's time and records the outcome with markCtx.
 func (r *Relay) handle(batchCtx, markCtx context.Context, run *runState, row outboxdb.Claimed) outcome {
 	log := r.cfg.Logger.With("coupon_id", row.CouponID, "attempt", row.Attempts+1)
-	switch {
-	case row.Voided:
-		logMark(markCtx, log, outboxdb.MarkSkipped(markCtx, r.pool, run.id, row.CouponID, couponVoided))
-		return outcomeSkipped
-	case row.LineUserID == "":
-		logMark(markCtx, log, outboxdb.MarkSkipped(markCtx, r.pool, run.id, row.CouponID, noLINEAccount))
-		return outcomeSkipped
-	case row.KeyExpired:
+	if row.KeyExpired {
 		logMark(markCtx, log, outboxdb.MarkParked(markCtx, r.pool, run.id, row.CouponID, keyExpiredReason, outboxdb.NotPushed))
 		return outcomeParked
 	}

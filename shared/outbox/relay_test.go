@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/mops/coupon-api/internal/linestub"
 	"github.com/mops/coupon-api/internal/outboxadmin"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -421,5 +424,50 @@ func TestMessageNamesCouponAndValue(t *testing.T) {
 	if p.RetryKey != b.coupons[0] || p.To != lineUser("m000001") ||
 		!strings.Contains(p.Text, "「T」") || !strings.Contains(p.Text, "1,000円") {
 		t.Errorf("push %+v: want retry key %s, to %s, campaign T and 1,000円", p, b.coupons[0], lineUser("m000001"))
+	}
+}
+
+// TestMessageNeverNamesAnEarlierEnd: the push text's "有効期限：... HH:MMまで" names the last
+// minute in which the coupon is valid; the end of that minute is never before the stored expiry,
+// nor a minute or more after it. An expiry on the minute (00:00) names the minute before (23:59);
+// one inside a minute (12:30:30, 12:30:00.5) names that minute. The broken variant, the minute
+// before the expiry's own (the text before 00015), names 12:29 for 12:30:30: the check sees that.
+func TestMessageNeverNamesAnEarlierEnd(t *testing.T) {
+	t.Parallel()
+	tokyo := issuance.Tokyo
+	broken := func(exp time.Time) string {
+		last := exp.Add(-time.Minute).In(tokyo)
+		return fmt.Sprintf("有効期限：%d年%d月%d日 %02d:%02dまで", last.Year(), int(last.Month()), last.Day(), last.Hour(), last.Minute())
+	}
+	re := regexp.MustCompile(`有効期限：(\d+)年(\d+)月(\d+)日 (\d\d):(\d\d)まで`)
+	// namedEnd is the end of the minute text names as the last one of validity.
+	namedEnd := func(text string) time.Time {
+		m := re.FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no expiry in %q", text)
+		}
+		n := make([]int, 5)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[i+1])
+		}
+		return time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], 0, 0, tokyo).Add(time.Minute)
+	}
+	for _, c := range []struct {
+		exp  time.Time
+		want string
+	}{
+		{time.Date(2026, 10, 8, 0, 0, 0, 0, tokyo), "2026年10月7日 23:59まで"},
+		{time.Date(2026, 10, 8, 12, 30, 30, 0, tokyo), "2026年10月8日 12:30まで"},
+		{time.Date(2026, 10, 8, 12, 30, 0, 500_000_000, tokyo), "2026年10月8日 12:30まで"},
+		{time.Date(2026, 10, 8, 12, 30, 59, 999_999_000, tokyo), "2026年10月8日 12:30まで"},
+	} {
+		text := outbox.Message("T", 1000, &c.exp)
+		end := namedEnd(text)
+		if !strings.Contains(text, c.want) || end.Before(c.exp) || end.Sub(c.exp) >= time.Minute {
+			t.Errorf("expiry %s: %q (valid to %s), want %q, never before the expiry nor a minute after", c.exp, text, end, c.want)
+		}
+		if !c.exp.Equal(c.exp.Truncate(time.Minute)) && !namedEnd(broken(c.exp)).Before(c.exp) {
+			t.Errorf("expiry %s: the broken variant %q does not name an earlier end: the check would not see it", c.exp, broken(c.exp))
+		}
 	}
 }

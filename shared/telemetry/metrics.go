@@ -39,8 +39,8 @@ const (
 	MetricOutboxOldestAge = "coupon.outbox.oldest_unsent.age"
 	// MetricOutboxParked is the dead-lettered outbox rows ({row}).
 	MetricOutboxParked = "coupon.outbox.parked"
-	// MetricOutboxSkipped is the outbox rows skipped in the last 24 hours because their member
-	// has no LINE account linked ({row}).
+	// MetricOutboxSkipped is the outbox rows skipped in the last 24 hours, never to be pushed:
+	// their member has no LINE account linked, or their coupon was voided or expired ({row}).
 	MetricOutboxSkipped = "coupon.outbox.skipped"
 	// MetricLINEPushes counts pushes to LINE by http.response.status_code; a push with no
 	// answer (timeout, refused) has error.type instead ({push}).

@@ -54,7 +54,7 @@ type Gauges struct {
 	Open           int64         // neither sent, parked nor skipped
 	OldestOpenAge  time.Duration // age of the oldest open row; 0 when none
 	Parked         int64         // dead letters
-	SkippedLastDay int64         // skipped in the last 24 hours: the member has no LINE account
+	SkippedLastDay int64         // skipped in the last 24 hours (any reason)
 }
 
 // ReadGauges reads [Gauges] in one statement.
@@ -68,9 +68,20 @@ func ReadGauges(ctx context.Context, q db.Querier) (Gauges, error) {
 	return g, nil
 }
 
+// sqlCounts: a row the previous release skipped has no skip_reason; its last_error says which
+// of its two reasons it was.
 const sqlCounts = `
+WITH o AS (
+  SELECT sent_at, skipped_at, parked_at, next_attempt_at, claimed_by,
+         CASE WHEN skipped_at IS NOT NULL THEN COALESCE(skip_reason, CASE WHEN last_error LIKE 'skipped: the coupon was voided%'
+                                                                         THEN 'voided' ELSE 'no_line_account' END) END AS skip_reason
+    FROM notification_outbox
+)
 SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE skipped_at IS NOT NULL),
+       count(*) FILTER (WHERE skip_reason = 'no_line_account'),
+       count(*) FILTER (WHERE skip_reason = 'voided'),
+       count(*) FILTER (WHERE skip_reason = 'expired'),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
                           AND next_attempt_at <= now()),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
@@ -78,22 +89,26 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
                           AND next_attempt_at > now() AND claimed_by IS NOT NULL),
        count(*) FILTER (WHERE parked_at IS NOT NULL)
-  FROM notification_outbox`
+  FROM o`
 
 // Counts counts the outbox rows by state, in rows.
 type Counts struct {
-	Sent     int64 // delivered (sent_at set)
-	Skipped  int64 // closed without a push: the member has no LINE account linked (skipped_at set)
-	Due      int64 // waiting for the next run
-	Waiting  int64 // backing off after a failed push (next_attempt_at in the future)
-	InFlight int64 // claimed by a run whose lease has not ended
-	Parked   int64 // dead letters (parked_at set)
+	Sent    int64 // delivered (sent_at set)
+	Skipped int64 // closed without a push (skipped_at set), never to be pushed: the three below
+	// Skipped by reason (notification_outbox.skip_reason, 00015_expiry.sql).
+	SkippedNoLINEAccount int64 // the member has no LINE account linked
+	SkippedVoided        int64 // the coupon was voided before its push
+	SkippedExpired       int64 // the coupon expired before its push
+	Due                  int64 // waiting for the next run
+	Waiting              int64 // backing off after a failed push (next_attempt_at in the future)
+	InFlight             int64 // claimed by a run whose lease has not ended
+	Parked               int64 // dead letters (parked_at set)
 }
 
 // ReadCounts counts the rows by state in one scan of the table.
 func ReadCounts(ctx context.Context, q db.Querier) (Counts, error) {
 	var c Counts
-	err := q.QueryRow(ctx, sqlCounts).Scan(&c.Sent, &c.Skipped, &c.Due, &c.Waiting, &c.InFlight, &c.Parked)
+	err := q.QueryRow(ctx, sqlCounts).Scan(&c.Sent, &c.Skipped, &c.SkippedNoLINEAccount, &c.SkippedVoided, &c.SkippedExpired, &c.Due, &c.Waiting, &c.InFlight, &c.Parked)
 	return c, err
 }
 

@@ -29,35 +29,18 @@ func Now(ctx context.Context, q db.Querier) (time.Time, error) {
 	return t, err
 }
 
-// sqlClaim claims and leases open rows; see [Claim]. $1 limit, $2 run, $3 lease, $4 due at,
-// $5 retry-key window.
-//
-// The LIMIT ... FOR UPDATE SKIP LOCKED sits in a MATERIALIZED CTE, which PostgreSQL evaluates
-// exactly once. In a plain `WHERE coupon_id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` the
-// planner may re-run the subquery (e.g. as the inner side of a nested loop), and each re-run
-// skips the rows the previous one locked, so one claim can take more than n rows. SKIP LOCKED
-// makes concurrent claims take disjoint rows instead of waiting (PostgreSQL 15 docs, SELECT,
-// "The Locking Clause"); a row another claim changed meanwhile is re-checked against the WHERE
-// on its newest version (13.2.1 "Read Committed Isolation Level"), so a just-claimed row, whose
-// next_attempt_at is now in the future, is not taken twice.
-const sqlClaim = `
-WITH due AS MATERIALIZED (
-  SELECT coupon_id, member_id, next_attempt_at, first_pushed_at FROM notification_outbox
-   WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL AND next_attempt_at <= $4
-   ORDER BY next_attempt_at
-   LIMIT $1
-   FOR UPDATE SKIP LOCKED
+// sqlClaim runs the claim, outbox_claim (schema/migrations/00015_expiry.sql): $1 limit, $2 run,
+// $3 lease, $4 due at, $5 retry-key window.
+const sqlClaim = `SELECT coupon_id, member_id, attempts, campaign_id, amount_yen, line_user_id, key_expired,
+       prev_next_attempt_at, prev_first_pushed_at, trace_parent, expires_at, COALESCE(skip_reason, '')
+  FROM outbox_claim($1, $2, $3, $4, $5)`
+
+// The reasons the claim gives for a row it closed without a push ([Claimed.SkipReason]).
+const (
+	SkipNoLINEAccount = "no_line_account" // the member has no LINE account linked
+	SkipVoided        = "voided"          // the coupon was voided before its push
+	SkipExpired       = "expired"         // the coupon expires before the claim's lease ends
 )
-UPDATE notification_outbox o
-   SET next_attempt_at = now() + $3::interval, claimed_by = $2,
-       first_pushed_at = CASE WHEN l.line_user_id IS NULL OR i.voided_at IS NOT NULL THEN o.first_pushed_at
-                              ELSE COALESCE(o.first_pushed_at, now()) END
-  FROM due JOIN issued_coupons i USING (coupon_id)
-       LEFT JOIN member_line_accounts l ON l.member_id = due.member_id
- WHERE o.coupon_id = due.coupon_id
-RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_yen, COALESCE(l.line_user_id, ''),
-          COALESCE(o.first_pushed_at < now() - $5::interval, false), due.next_attempt_at, due.first_pushed_at,
-          o.trace_parent, i.voided_at IS NOT NULL, i.expires_at`
 
 // ClaimParams says what [Claim] takes.
 type ClaimParams struct {
@@ -68,7 +51,8 @@ type ClaimParams struct {
 	KeyWindow time.Duration // a row first pushed longer ago is KeyExpired
 }
 
-// Claimed is one claimed row: what its push needs, and what [Release] restores.
+// Claimed is one claimed row: what its push needs, and what [Release] restores; or, when
+// SkipReason is set, a row the claim closed without a push.
 type Claimed struct {
 	CouponID, MemberID string
 	Attempts           int // pushes sent before this claim
@@ -79,15 +63,20 @@ type Claimed struct {
 	PrevNextAttemptAt  time.Time
 	PrevFirstPushedAt  *time.Time
 	TraceParent        *string    // the issuing request's W3C traceparent
-	Voided             bool       // the coupon was voided (couponctl coupon void): never pushed
 	ExpiresAt          *time.Time // the coupon's expiry, nil when its campaign gives none
+	// SkipReason is why the claim closed the row as skipped, never to be pushed ([SkipVoided],
+	// [SkipExpired], [SkipNoLINEAccount], or a reason a later schema adds), "" for a row leased
+	// to the run for its push.
+	SkipReason string
 }
 
-// Claim takes up to p.Limit open rows due at p.DueAt for run p.Run and leases them for p.Lease
-// by moving next_attempt_at past it, in one autocommit statement: no transaction stays open
-// while they are pushed. It charges no attempt (the marks do). For a member with a LINE account
-// whose coupon is not voided it sets first_pushed_at if unset, before the push goes out, so a crash between push and mark
-// cannot lose the start of LINE's retry-key window.
+// Claim takes up to p.Limit open rows due at p.DueAt for run p.Run in one autocommit statement,
+// the database function outbox_claim: no transaction stays open while they are pushed. The
+// database decides what may be pushed: a row whose coupon was voided or expires before the lease
+// ends, or whose member has no LINE account, is closed as skipped with its [Claimed.SkipReason];
+// every other row is leased for p.Lease (next_attempt_at moved past it) with first_pushed_at set
+// if unset, before the push goes out, so a crash between push and mark cannot lose the start of
+// LINE's retry-key window. It charges no attempt (the marks do).
 func Claim(ctx context.Context, q db.Querier, p ClaimParams) ([]Claimed, error) {
 	rows, err := q.Query(ctx, sqlClaim, p.Limit, p.Run, p.Lease, p.DueAt, p.KeyWindow)
 	if err != nil {
@@ -147,17 +136,6 @@ func MarkParked(ctx context.Context, e Execer, run uuid.UUID, couponID, reason s
 		return fmt.Errorf("outboxdb: charge %d: want NotPushed or Pushed", c)
 	}
 	_, err := e.Exec(ctx, sqlMarkParked, couponID, run, reason, int(c))
-	return err
-}
-
-// sqlMarkSkipped: $3 last_error.
-const sqlMarkSkipped = `
-UPDATE notification_outbox SET skipped_at = now(), last_error = $3, claimed_by = NULL
- WHERE coupon_id = $1 AND claimed_by = $2 AND sent_at IS NULL`
-
-// MarkSkipped closes the row without a push (its member has no LINE account linked), with reason.
-func MarkSkipped(ctx context.Context, e Execer, run uuid.UUID, couponID, reason string) error {
-	_, err := e.Exec(ctx, sqlMarkSkipped, couponID, run, reason)
 	return err
 }
 

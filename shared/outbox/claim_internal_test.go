@@ -1,0 +1,175 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/internal/coupon"
+	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox/outboxdb"
+)
+
+// previousClaim is the previous release's claim, inline SQL on the tables (shared/outbox/outboxdb
+// before 00015_expiry.sql), the broken variant of outbox_claim: it leases every due row, voided,
+// expired or unlinked alike, and leaves the decision to the relay's Go code. It is kept here as a
+// fixture; the tables it reads stay, so the previous release keeps running beside this one.
+const previousClaim = `
+WITH due AS MATERIALIZED (
+  SELECT coupon_id, member_id, next_attempt_at, first_pushed_at FROM notification_outbox
+   WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL AND next_attempt_at <= $4
+   ORDER BY next_attempt_at
+   LIMIT $1
+   FOR UPDATE SKIP LOCKED
+)
+UPDATE notification_outbox o
+   SET next_attempt_at = now() + $3::interval, claimed_by = $2,
+       first_pushed_at = CASE WHEN l.line_user_id IS NULL OR i.voided_at IS NOT NULL THEN o.first_pushed_at
+                              ELSE COALESCE(o.first_pushed_at, now()) END
+  FROM due JOIN issued_coupons i USING (coupon_id)
+       LEFT JOIN member_line_accounts l ON l.member_id = due.member_id
+ WHERE o.coupon_id = due.coupon_id
+RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_yen, COALESCE(l.line_user_id, ''),
+          COALESCE(o.first_pushed_at < now() - $5::interval, false), due.next_attempt_at, due.first_pushed_at,
+          o.trace_parent, i.expires_at, ''`
+
+// TestClaimClosesVoidedAndExpiredCoupons: the relay as coupon_relay. Six coupons issued, then m2's voided, m3's past its
+// expiry, m4's expiring inside the relay's lease, m5's member without a LINE account; m1's and
+// m6's (expiring after the lease) are live. The relay pushes m1 and m6 alone; the claim closes the
+// four others as skipped, each with its reason, counted apart in the run's answer; LINE never sees
+// m2, m3 or m4. Judged by the outbox rows (SQL) and by the requests at the LINE stand-in. The
+// broken variants, the previous release's inline claim (which still runs, as coupon_relay, on this
+// schema) and outbox_claim without its expiry rule (pgtest.BreakFunction), push the expired
+// coupon: the check sees that.
+func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
+	t.Parallel()
+	const lease = 10 * time.Second
+	for _, variant := range []string{"outbox_claim", "previous inline claim", "outbox_claim without expiry"} {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			url := pgtest.URL(t)
+			pool, err := pgxpool.New(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			ids := issueSix(t, pool, lease)
+			// The relay as RelayOutbox runs it: a login in coupon_relay (00008_roles.sql).
+			relayPool, err := pgxpool.New(ctx, pgtest.LoginAs(t, url, "coupon_relay"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(relayPool.Close)
+			stub := linestub.New()
+			srv := httptest.NewServer(stub)
+			r, err := New(relayPool, Config{ChannelAccessToken: "t", BaseURL: srv.URL, BatchSize: 10, Parallelism: 2,
+				PushTimeout: time.Second, BatchTimeout: 5 * time.Second, Lease: lease, RunBudget: 20 * time.Second,
+				MaxAttempts: 5, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res Result
+			switch variant {
+			case "previous inline claim":
+				res = deliverClaimedBy(t, r, previousClaim)
+			case "outbox_claim without expiry":
+				pgtest.BreakFunction(t, pool, "outbox_claim", [2]string{"WHEN i.expires_at <= now() + p_lease THEN 'expired'", ""})
+				fallthrough
+			default:
+				if res, err = r.Run(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.Close()
+			if variant != "outbox_claim" {
+				if stub.Calls(ids["m3"]) == 0 {
+					t.Errorf("%s pushed no expired coupon: the test would not see a claim that ignores expiry", variant)
+				}
+				return
+			}
+			for _, m := range []string{"m2", "m3", "m4", "m5"} {
+				if n := stub.Calls(ids[m]); n != 0 {
+					t.Errorf("%s's coupon: %d push requests at LINE, want none", m, n)
+				}
+			}
+			want := Result{Sent: 2, Skipped: 4, SkippedReasons: SkippedReasons{NoLINEAccount: 1, Voided: 1, Expired: 2}}
+			if res != want {
+				t.Errorf("relay run %+v, want %+v", res, want)
+			}
+			var rows string
+			if err := pool.QueryRow(ctx, `SELECT string_agg(member_id || ':' || CASE
+			    WHEN sent_at IS NOT NULL THEN 'sent' WHEN skipped_at IS NOT NULL THEN 'skipped/' || skip_reason
+			    ELSE 'open' END, ' ' ORDER BY member_id)
+			  FROM notification_outbox WHERE claimed_by IS NULL AND first_pushed_at IS NOT DISTINCT FROM
+			    CASE WHEN sent_at IS NOT NULL THEN first_pushed_at END`).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if w := "m1:sent m2:skipped/voided m3:skipped/expired m4:skipped/expired m5:skipped/no_line_account m6:sent"; rows != w {
+				t.Errorf("outbox rows (released, first pushed only when sent): %q, want %q", rows, w)
+			}
+		})
+	}
+}
+
+// issueSix issues campaign X to m1..m6 through the issuance service, links m1..m4 and m6 to LINE,
+// voids m2's coupon, and moves m3's expiry into the past and m4's to half the lease from now,
+// m6's to an hour away: the states the passing of time would give, without waiting for it.
+func issueSix(t *testing.T, pool *pgxpool.Pool, lease time.Duration) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO campaigns (campaign_id, discount_yen, budget_yen) VALUES ('X', 100, 1000000);
+		INSERT INTO campaign_budgets (campaign_id, discount_yen, budget_yen, coupon_valid_days) VALUES ('X', 100, 1000000, 30);
+		INSERT INTO member_line_accounts (member_id, line_user_id)
+		SELECT 'm' || g, 'U' || md5('m' || g::text) FROM generate_series(1, 6) g WHERE g <> 5`); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, m := range []string{"m1", "m2", "m3", "m4", "m5", "m6"} {
+		out, err := svc.Issue(ctx, m, "X")
+		if err != nil || out.Result != issuance.ResultIssued {
+			t.Fatalf("issue %s: %+v %v", m, out, err)
+		}
+		ids[m] = out.CouponID
+	}
+	if v, err := coupon.Void(ctx, pool, ids["m2"], "fraud ring", false); err != nil || v.Push != "not sent" {
+		t.Fatalf("void: %+v %v, want voided before its push", v, err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE issued_coupons SET expires_at = now() - interval '1 minute' WHERE coupon_id = $1`, ids["m3"])
+	b.Queue(`UPDATE issued_coupons SET expires_at = now() + $2::interval WHERE coupon_id = $1`, ids["m4"], lease/2)
+	b.Queue(`UPDATE issued_coupons SET expires_at = now() + interval '1 hour' WHERE coupon_id = $1`, ids["m6"])
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// deliverClaimedBy claims the due rows with claim (outboxdb.Claim's parameters) and delivers
+// them as a run does.
+func deliverClaimedBy(t *testing.T, r *Relay, claim string) Result {
+	t.Helper()
+	ctx := context.Background()
+	run := runState{id: uuid.New(), breaker: &breaker{threshold: r.cfg.BreakerFailures}}
+	rows, err := r.pool.Query(ctx, claim, 10, run.id, r.cfg.Lease, time.Now().Add(time.Minute), RetryKeyWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outboxdb.Claimed])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.deliver(ctx, &run, claimed)
+}
