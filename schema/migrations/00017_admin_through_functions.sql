@@ -245,7 +245,7 @@ $$;
 -- campaign_changes.what gains the two new kinds of history row. After the stripes above: a
 -- change function holds its stripes, then inserts its history row; this takes them in that order.
 ALTER TABLE campaign_changes DROP CONSTRAINT what_known,
-  ADD CONSTRAINT what_known CHECK (what IN ('budget', 'stripes', 'period', 'pause', 'resume', 'end', 'create', 'repair')) NOT VALID;
+  ADD CONSTRAINT what_known CHECK (what IN ('budget', 'stripes', 'period', 'pause', 'resume', 'end', 'validity', 'create', 'repair')) NOT VALID;
 ALTER TABLE campaign_changes VALIDATE CONSTRAINT what_known;
 
 REVOKE ALL ON FUNCTION campaign_create(text, integer, integer, integer, timestamptz, timestamptz, integer, timestamptz, text),
