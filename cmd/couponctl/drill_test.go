@@ -35,7 +35,9 @@ func drillBinary(t *testing.T, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), drillTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"drill"}, args...)...)
-	cmd.Env = proctest.Env("DATABASE_URL=")
+	// Its temporary answer log and serving log, which a finished drill keeps and names, go
+	// with the test.
+	cmd.Env = proctest.Env("DATABASE_URL=", "TMPDIR="+childTMPDIR(t))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -134,15 +136,7 @@ func TestDrillInterruptedLeavesNoTemporaryFiles(t *testing.T) {
 	bin := proctest.Build(t, ".")
 	for _, withRecord := range []bool{false, true} {
 		t.Run(fmt.Sprintf("record=%v", withRecord), func(t *testing.T) {
-			// A TMPDIR of its own, open to all: the throwaway server's initdb runs as postgres.
-			tmp, err := os.MkdirTemp("", "drill-tmpdir-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(tmp) })
-			if err := os.Chmod(tmp, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			tmp := childTMPDIR(t)
 			args := []string{"drill", "--duration", "60s", "--faults", "line-outage"}
 			record := filepath.Join(t.TempDir(), "answers.jsonl")
 			if withRecord {
@@ -169,11 +163,24 @@ func TestDrillInterruptedLeavesNoTemporaryFiles(t *testing.T) {
 				}
 				return nil
 			})
-			time.Sleep(time.Second) // into the load, answers recorded
+			// Into the load: answers recorded, in --record or the temporary answer log.
+			answerLog := filepath.Join(tmp, "couponctl-drill-*.jsonl")
+			if withRecord {
+				answerLog = record
+			}
+			pgtest.Eventually(t, drillTimeout, func() error {
+				logs, _ := filepath.Glob(answerLog)
+				for _, l := range logs {
+					if info, err := os.Stat(l); err == nil && info.Size() > 0 {
+						return nil
+					}
+				}
+				return fmt.Errorf("no answer recorded yet in %s", answerLog)
+			})
 			if err := cmd.Process.Signal(os.Interrupt); err != nil {
 				t.Fatal(err)
 			}
-			err = <-exited
+			err := <-exited
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(stderr.String(), "couponctl: interrupted") {
 				t.Fatalf("interrupted drill: %v, want exit 130 and couponctl: interrupted:\n%s", err, stderr.String())
