@@ -25,7 +25,7 @@ import (
 // server runs as when the tests run as root (t.TempDir is not).
 func childTMPDIR(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "couponctl-test-")
+	dir, err := os.MkdirTemp("", "cc-") // short: the server's socket path inside has at most 107 bytes
 	if err != nil {
 		t.Fatal(err)
 	}

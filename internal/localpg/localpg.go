@@ -33,6 +33,10 @@ const startTimeout = 60 * time.Second
 // dirPrefix names the temporary directories of this package's servers.
 const dirPrefix = "coupon-localpg-"
 
+// maxSocketPath is the longest path a Unix socket may have on Linux (sun_path holds 108 bytes,
+// its terminating NUL included), which postgres refuses to start beyond.
+const maxSocketPath = 107
+
 // staleAfter is how old a server directory without a live postmaster must be before
 // [removeStale] deletes it: far longer than an initdb takes, so a server still starting is never
 // taken for a stale one.
@@ -118,6 +122,10 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
+	if socket := filepath.Join(dir, ".s.PGSQL.65535"); len(socket) > maxSocketPath {
+		return nil, fmt.Errorf("localpg: the server's Unix socket %s would be longer than the %d bytes a socket path may have: "+
+			"point TMPDIR at a shorter directory", socket, maxSocketPath)
+	}
 	if cred != nil {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("localpg: chown %s: %w", dir, err)
@@ -167,9 +175,14 @@ func (s *Server) launch(ctx context.Context) error {
 		return fmt.Errorf("localpg: start postgres: %w", err)
 	}
 	s.cmd = cmd
+	// Closed after its one value: waitReady may take the value (postgres exited during
+	// start-up) before this function, or halt, waits on it.
 	done := make(chan error, 1)
 	s.done = done
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		done <- cmd.Wait()
+		close(done)
+	}()
 	if err := s.waitReady(ctx); err != nil {
 		_ = cmd.Process.Kill()
 		<-done

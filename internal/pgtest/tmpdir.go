@@ -11,8 +11,10 @@ import (
 )
 
 // tmpPrefix names the temporary directory [Main] gives each test binary; the binary's pid follows
-// it, so that a later binary can tell a directory whose binary died (see [removeOrphans]).
-const tmpPrefix = "coupon-test-"
+// it, so that a later binary can tell a directory whose binary died (see [removeOrphans]). It is
+// short: a throwaway server's Unix socket is made in a directory inside it, and a socket path
+// may have at most 107 bytes (localpg refuses a longer one).
+const tmpPrefix = "pgt-"
 
 // ownTMPDIR makes a new directory and points TMPDIR at it for the rest of the test binary (its
 // children inherit it: the servers it starts, couponctl and the functions it runs), so that
