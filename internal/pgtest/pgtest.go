@@ -5,7 +5,8 @@
 // (its user must be allowed to create roles and databases; a Unix-socket URL such as the
 // README's postgres:///coupons?host=/var/run/postgresql is taken too, see [overTCP]); without
 // it, Main starts a throwaway server with [localpg] for the test binary and removes it
-// afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries.
+// afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries. Main also runs
+// the test binary in a TMPDIR of its own and fails it if its tests leave anything there.
 //
 // Lock tests share one kit (wait.go): [HoldCampaign], a session holding a campaign's budget rows
 // until released, [Hold.WaitBlocked] and [WaitBlockedBy], which wait until exactly n sessions
