@@ -111,9 +111,9 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	removeStale()
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := serverDir()
 	if err != nil {
-		return nil, fmt.Errorf("localpg: temp dir: %w", err)
+		return nil, err
 	}
 	s := &Server{dir: dir, bin: bin, version: ver}
 	ok := false
@@ -122,10 +122,6 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if socket := filepath.Join(dir, ".s.PGSQL.65535"); len(socket) > maxSocketPath {
-		return nil, fmt.Errorf("localpg: the server's Unix socket %s would be longer than the %d bytes a socket path may have: "+
-			"point TMPDIR at a shorter directory", socket, maxSocketPath)
-	}
 	if cred != nil {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("localpg: chown %s: %w", dir, err)
@@ -156,6 +152,22 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// serverDir makes a new temporary directory for a server, its data and its Unix socket. It
+// refuses one whose socket path would be longer than [maxSocketPath], which postgres would
+// refuse at start-up, naming TMPDIR.
+func serverDir() (string, error) {
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return "", fmt.Errorf("localpg: temp dir: %w", err)
+	}
+	if socket := filepath.Join(dir, ".s.PGSQL.65535"); len(socket) > maxSocketPath {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("localpg: the server's Unix socket %s would be longer than the %d bytes a socket path may have: "+
+			"point TMPDIR at a shorter directory", socket, maxSocketPath)
+	}
+	return dir, nil
 }
 
 // launch starts postgres on the server's directory and port and waits until it accepts
