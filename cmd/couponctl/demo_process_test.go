@@ -19,12 +19,13 @@ import (
 	"github.com/mops/coupon-api/internal/syncbuf"
 )
 
-// demoTempDir is a temporary directory for a demo child's TMPDIR: its throwaway server's
-// directory and its log file go there, so that a test sees what it leaves behind. It is
-// readable by the unprivileged account the server runs as when the tests run as root.
-func demoTempDir(t *testing.T) string {
+// childTMPDIR is a temporary directory for the TMPDIR of a demo or drill the test runs: its
+// throwaway server's directory and its log files go there, so that a test sees what it leaves
+// behind, and they are removed when t ends. It is readable by the unprivileged account the
+// server runs as when the tests run as root (t.TempDir is not).
+func childTMPDIR(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "demo-test-")
+	dir, err := os.MkdirTemp("", "cc-") // short: the server's socket path inside has at most 107 bytes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func fileLevel(line string) string {
 func TestDemoLogCountsMatchFile(t *testing.T) {
 	summary := regexp.MustCompile(`Function logs: (\S+) \((\d+) lines: (\d+) ERROR, (\d+) WARN, (\d+) INFO`)
 	for _, mode := range []string{"off", "show"} {
-		tmp := demoTempDir(t)
+		tmp := childTMPDIR(t)
 		cmd, out := startDemo(t, tmp, "--members", "40", "--telemetry="+mode)
 		if code := waitExit(t, cmd, out, 3*time.Minute); code != 0 {
 			t.Fatalf("--telemetry=%s: exit %d:\n%s", mode, code, out.String())
@@ -132,7 +133,7 @@ func TestDemoInterrupted(t *testing.T) {
 		{"relaying", "Relay (RelayOutbox"},
 	} {
 		t.Run(phase.name, func(t *testing.T) {
-			tmp := demoTempDir(t)
+			tmp := childTMPDIR(t)
 			cmd, out := startDemo(t, tmp)
 			pgtest.Eventually(t, 4*pgtest.PollTimeout, func() error { // a loaded machine starts a server slowly
 				if !strings.Contains(out.String(), phase.after) {

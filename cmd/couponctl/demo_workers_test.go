@@ -15,7 +15,8 @@ import (
 // 3 s depends on how busy the machine is: that is the drill's and the audit's to judge, so a
 // demo that ends FAILED on answers alone passes here.
 func TestDemoWithMoreWorkersThanConnections(t *testing.T) {
-	t.Setenv("DATABASE_URL", "") // a throwaway server
+	t.Setenv("DATABASE_URL", "")       // a throwaway server
+	t.Setenv("TMPDIR", childTMPDIR(t)) // the functions' log file, which the demo keeps, goes with the test
 	var out bytes.Buffer
 	cmd := rootCmd()
 	cmd.SetArgs([]string{"demo", "--workers", "320"})

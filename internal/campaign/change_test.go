@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -395,8 +396,10 @@ func latest(a, b time.Time) time.Time {
 func returned(err error) (time.Time, error) { return time.Now(), err }
 
 // TestPauseUnderLoad: a pause under load stops every coupon once it returns, on one stripe and
-// on 16; a resume issues again. The broken variant, a pause judged only by the reads before the
-// writes, lets the issuances in flight commit after the pause returned.
+// on 16; a resume issues again. Over a queued call, the race is made to happen instead of hoped
+// for (pauseOverAQueuedCall): a call that read the campaign active waits behind the pause, and
+// is refused once the pause commits. The broken variant, a pause judged only by the reads before
+// the writes, lets that call commit after the pause returned.
 func TestPauseUnderLoad(t *testing.T) {
 	t.Parallel()
 	for _, stripes := range []int{1, 16} {
@@ -423,24 +426,88 @@ func TestPauseUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	t.Run("broken: judged only before the writes", func(t *testing.T) {
-		t.Parallel()
-		// One call per request, so that many calls queue on the stripe behind the pause
-		// (TestPauseJudgedOnTheStripe shows the batch's judgement apart).
-		l := newLiveWith(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon}, issuance.Config{BatchMax: 1})
-		pgtest.BreakFunction(t, l.pool, "issue_coupon",
-			[2]string{"campaign_inactive_reason(starts_at, ends_at, paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"},
-			[2]string{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"})
-		wrong, tr := stopsIssuing(t, l, "RUN", issuance.ReasonPaused, func() (time.Time, error) {
-			_, err := campaign.Pause(context.Background(), l.admin, "RUN", "runaway discount")
-			return returned(err)
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("over a queued call broken=%v", broken), func(t *testing.T) {
+			t.Parallel()
+			l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon})
+			if broken {
+				pgtest.BreakFunction(t, l.pool, "issue_coupon",
+					[2]string{"campaign_inactive_reason(starts_at, ends_at, paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"},
+					[2]string{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, greatest(p_issued_at, clock_timestamp())) IS NULL", "true"})
+			}
+			answer := pauseOverAQueuedCall(t, l, "RUN")
+			var wrong []string
+			if n := l.coupons(t, "RUN"); n != 0 {
+				wrong = append(wrong, fmt.Sprintf("the call queued behind the pause wrote %d coupon (answered %q)", n, answer))
+			}
+			if want := "CAMPAIGN_NOT_ACTIVE " + issuance.ReasonPaused; answer != want {
+				wrong = append(wrong, fmt.Sprintf("the call queued behind the pause answered %q, want %q", answer, want))
+			}
+			if broken {
+				if len(wrong) == 0 {
+					t.Fatal("the broken variant passed: the test would not see a pause that lets issuances in flight commit")
+				}
+				t.Logf("the broken variant: %d findings, first %q", len(wrong), wrong[0])
+				return
+			}
+			for _, w := range wrong {
+				t.Error(w)
+			}
+			for _, v := range l.violations(t, "RUN", 1, 100_000*coupon) {
+				t.Error(v)
+			}
 		})
-		tr.stop(t)
-		if len(wrong) == 0 {
-			t.Error("the broken variant passed: the test would not see a pause that lets issuances in flight commit")
+	}
+}
+
+// pauseOverAQueuedCall pauses campaign id (one stripe, no coupon yet, no traffic) with
+// campaign.Pause while a call of issue_coupon waits behind the pause, a call that read the
+// campaign active before the pause committed, and returns the call's answer: "RESULT REASON", or
+// for the refusal issue_coupon raises after its writes (CI409, rolled back) "MESSAGE DETAIL".
+// The order is made, not hoped for: a session of the test holds the stripe FOR UPDATE, the pause
+// queues behind it, the call queues behind the pause (it names the pause in pg_blocking_pids),
+// and the hold commits. The hold only locked the row, so the pause, first in its queue, locks
+// that same row version before the call. Traffic beside it would break that order: an UPDATE
+// that commits first makes a new row version, for which the queue starts afresh.
+func pauseOverAQueuedCall(t *testing.T, l *live, id string) string {
+	t.Helper()
+	ctx := context.Background()
+	hold := pgtest.HoldCampaign(t, l.url, id)
+	paused := make(chan error, 1)
+	go func() {
+		_, err := campaign.Pause(ctx, l.admin, id, "runaway discount")
+		paused <- err
+	}()
+	pause := hold.WaitBlocked(1)[0]
+	conn, err := pgx.Connect(ctx, l.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	call := int(conn.PgConn().PID())
+	answered := make(chan string, 1)
+	go func() {
+		var result, reason string
+		err := conn.QueryRow(ctx, `SELECT result, coalesce(reason, '') FROM issue_coupon(gen_random_uuid(), $1, 'm1', now(), 2000, NULL)`,
+			id).Scan(&result, &reason)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "CI409":
+			answered <- pgErr.Message + " " + pgErr.Detail
+		case err != nil:
+			answered <- "error: " + err.Error()
+		default:
+			answered <- strings.TrimSpace(result + " " + reason)
 		}
-		t.Logf("the broken variant: %d findings, first %q", len(wrong), wrong[0])
-	})
+	}()
+	if waiters := pgtest.WaitBlockedBy(t, l.pool, pause, 1); waiters[0] != call {
+		t.Fatalf("backend %d waits behind the pause (backend %d), want the call's %d", waiters[0], pause, call)
+	}
+	hold.Release()
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	return <-answered
 }
 
 // TestEndUnderLoad: ending now, and moving the end to now, stop every coupon once the change

@@ -50,12 +50,13 @@ var breakSettings = map[string]string{
 }
 
 // breakHold is how long, under [BreakSyncCommitOff], the crash holds the WAL writer stopped
-// before it: synchronous_commit=off alone loses only the commits of the last, partly filled WAL
-// page (the WAL writer writes every full page to the operating system as soon as it fills, and
-// an immediate stop keeps what the operating system has), which is sometimes none. Held, it
-// writes nothing, and every coupon answered in those 200 ms (dozens under the drill's load) is
-// lost; with synchronous_commit on, holding it loses nothing (internal/localpg's
-// TestHeldWALWriterLosesOnlyAsyncCommits).
+// before it at least, then on until a coupon was answered ISSUED meanwhile
+// ([injector.awaitIssuedAfter]): synchronous_commit=off alone loses only the commits of the
+// last, partly filled WAL page (the WAL writer writes every full page to the operating system
+// as soon as it fills, and an immediate stop keeps what the operating system has), which is
+// sometimes none. Held, it writes nothing, and every coupon answered meanwhile (dozens in
+// 200 ms under the drill's load) is lost; with synchronous_commit on, holding it loses nothing
+// (internal/localpg's TestHeldWALWriterLosesOnlyAsyncCommits).
 const breakHold = 200 * time.Millisecond
 
 // servePoolMax caps the serving process's pool, in connections: as couponctl demo does, sized

@@ -107,7 +107,8 @@ type injector struct {
 	svc     *service
 	stub    *linestub.Stub
 	// holdWALWriter, when positive, is how long [DBCrash] holds the WAL writer stopped before
-	// the crash ([BreakSyncCommitOff]).
+	// the crash at least ([BreakSyncCommitOff]): it holds it on until a request sent after the
+	// hold began is answered ISSUED, at most [breakHoldMax].
 	holdWALWriter time.Duration
 }
 
@@ -163,10 +164,14 @@ func (in *injector) crashDatabase(ctx context.Context, hold time.Duration, ev *e
 		if err := in.db.HoldWALWriter(); err != nil {
 			return err
 		}
+		heldAt := time.Now()
 		if err := sleep(ctx, in.holdWALWriter); err != nil {
 			return err
 		}
-		held = fmt.Sprintf("WAL writer held %.1f s first (--break); ", in.holdWALWriter.Seconds())
+		if err := in.awaitIssuedAfter(ctx, heldAt); err != nil {
+			return err
+		}
+		held = fmt.Sprintf("WAL writer held %.1f s first (--break); ", time.Since(heldAt).Seconds())
 	}
 	crashed := time.Since(ev.start)
 	if err := in.db.Crash(); err != nil {
@@ -305,6 +310,23 @@ func (in *injector) rush(ctx context.Context, hold time.Duration, ev *event) err
 const sqlCoupons = `SELECT count(*) FROM issued_coupons WHERE campaign_id = $1`
 
 func ptr[T any](v T) *T { return &v }
+
+// breakHoldMax bounds how long [injector.awaitIssuedAfter] waits for a coupon answered ISSUED
+// while the WAL writer is held: a service that answers none in that time has nothing to lose.
+const breakHoldMax = 30 * time.Second
+
+// awaitIssuedAfter waits until a request sent after at has been answered ISSUED, a coupon whose
+// commit the held WAL writer never wrote, so that the crash loses one however slowly the
+// machine serves; at most [breakHoldMax].
+func (in *injector) awaitIssuedAfter(ctx context.Context, at time.Time) error {
+	deadline := time.Now().Add(breakHoldMax)
+	for !in.traffic.issuedSentAfter(at) && time.Now().Before(deadline) {
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // sleep waits d (nothing when d <= 0), or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

@@ -67,8 +67,10 @@ type traffic struct {
 	burst   []silverweek.Request // the current member's requests not yet taken
 	wrapped bool
 	counts  map[string]int // answers by progress class (see classOf)
-	err     error          // the first failure to record an answer
-	hot     string         // while set, every member asks for this campaign alone (HotCampaign)
+	// issuedSent is the latest send time of a request answered ISSUED.
+	issuedSent time.Time
+	err        error  // the first failure to record an answer
+	hot        string // while set, every member asks for this campaign alone (HotCampaign)
 }
 
 // setHot makes every new member ask for campaign alone, twice (a double tap), until called with "".
@@ -150,6 +152,9 @@ func (t *traffic) send(r silverweek.Request) answerlog.Answer {
 	werr := t.log.Write(a)
 	t.mu.Lock()
 	t.counts[classOf(a)]++
+	if classOf(a) == string(issuance.ResultIssued) && sent.After(t.issuedSent) {
+		t.issuedSent = sent
+	}
 	if werr != nil && t.err == nil {
 		t.err = werr
 	}
@@ -186,6 +191,13 @@ func classOf(a answerlog.Answer) string {
 		return "outside"
 	}
 	return a.Result
+}
+
+// issuedSentAfter reports whether a request sent after at has been answered ISSUED.
+func (t *traffic) issuedSentAfter(at time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.issuedSent.After(at)
 }
 
 // snapshot returns the answers so far by progress class and their total.

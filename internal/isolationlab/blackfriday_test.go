@@ -110,14 +110,16 @@ func TestBlackFridayCountsFalseRejections(t *testing.T) {
 	}
 }
 
-// TestBlackFridayCatchesTheBeforeCode runs the incident's code through the same first-come load:
-// its lost updates on the budget counter must show as coupons over the budget, which proves that
-// the exact-budget checks above can fail.
+// TestBlackFridayCatchesTheBeforeCode runs the incident's code through the same first-come load,
+// the first 32 requests held in their transactions by a gate in the push until all have read the
+// counter (pushGate): its lost updates on the budget counter must show as coupons over the
+// budget, which proves that the exact-budget checks above can fail.
 func TestBlackFridayCatchesTheBeforeCode(t *testing.T) {
 	t.Parallel()
+	gate := newPushGate(t, 32)
 	before := isolationlab.FirstComeStrategy{Name: "before", Stripes: 1, BeforeSchema: true,
 		New: func(env isolationlab.FirstComeEnv) (isolationlab.IssueFunc, func(context.Context) (int, error), error) {
-			b := &isolationlab.Before{Pool: env.Pool, CapYen: env.Load.CapYen, Month: "2026-11"}
+			b := &isolationlab.Before{Pool: env.Pool, CapYen: env.Load.CapYen, Month: "2026-11", Push: gate.wrap(nil)}
 			return b.IssueOutcome, nil, nil
 		}}
 	m := runFriday(t, before, 32)

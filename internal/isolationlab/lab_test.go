@@ -41,6 +41,12 @@ func runOne(t *testing.T, name string, workers, run int, load isolationlab.Load)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runStrategy(t, s, workers, run, load)
+}
+
+func runStrategy(t *testing.T, s isolationlab.Strategy, workers, run int, load isolationlab.Load) isolationlab.Measurement {
+	t.Helper()
+	name := s.Name
 	m, err := isolationlab.RunOne(context.Background(), s, workers, run, load, fresh(t))
 	if err != nil {
 		t.Fatal(err)
@@ -80,10 +86,12 @@ func TestGoodAndSerializableHoldTheRules(t *testing.T) {
 }
 
 // TestBeforeBreaksR1AndR2: the incident's code loses updates on the budget counter (R1) and
-// inserts duplicates (R2) under the same load. This proves the checks can fail.
+// inserts duplicates (R2) under the same load, its races made to happen by a gate in its push
+// (pushGate): the first 16 requests, two members' taps and some of a third's, all read before
+// any writes. This proves the checks can fail.
 func TestBeforeBreaksR1AndR2(t *testing.T) {
 	t.Parallel()
-	m := runOne(t, "before", 16, 1, smallWeek())
+	m := runStrategy(t, gated(t, "before", 16), 16, 1, smallWeek())
 	r1 := false
 	for _, c := range m.Campaigns {
 		if c.OvershootYen > 0 || c.CounterYen != c.ActualYen {
@@ -98,12 +106,12 @@ func TestBeforeBreaksR1AndR2(t *testing.T) {
 	}
 }
 
-// TestRepeatableReadLetsTheWriteSkewThrough: one member asks for ten campaigns at once. At
-// REPEATABLE READ every transaction sums the member's coupons in its own snapshot, finds none,
-// and writes a row of a different campaign: nothing collides, so R3 breaks (write skew). The
-// double taps do collide on the campaign row (40001), so R1 and R2 hold, and the pushes sent
-// before the 40001 are for coupons that never existed. Up to five rounds, each on a fresh
-// database, until the write skew shows.
+// TestRepeatableReadLetsTheWriteSkewThrough: one member asks for ten campaigns at once, each
+// twice, all 20 requests held in their transactions by a gate in the push (pushGate) until each
+// has read. At REPEATABLE READ every transaction sums the member's coupons in its own snapshot,
+// finds none, and writes a row of a different campaign: nothing collides, so R3 breaks (write
+// skew). The double taps do collide on the campaign row (40001), so R1 and R2 hold, and the
+// pushes sent before the 40001 are for coupons that never existed.
 func TestRepeatableReadLetsTheWriteSkewThrough(t *testing.T) {
 	t.Parallel()
 	ids, err := isolationlab.CampaignLetters(10)
@@ -117,22 +125,17 @@ func TestRepeatableReadLetsTheWriteSkewThrough(t *testing.T) {
 	for _, id := range ids {
 		load.Campaigns = append(load.Campaigns, silverweek.Campaign{ID: id, DiscountYen: 1000, BudgetYen: 100_000})
 	}
-	workers := 2 * len(ids) // every request at once, released from the barrier
-	var skew, phantomPushes bool
-	for round := 1; round <= 5 && !(skew && phantomPushes); round++ {
-		m := runOne(t, "repeatable-read", workers, round, load)
-		if m.DuplicatePairs != 0 || m.CounterDriftYen != 0 || m.OvershootYen() != 0 {
-			t.Errorf("round %d: R1/R2 broken at REPEATABLE READ (R2 %d, drift %d yen, overshoot %d yen); want them held by 40001",
-				round, m.DuplicatePairs, m.CounterDriftYen, m.OvershootYen())
-		}
-		skew = skew || m.MembersOverCap > 0
-		phantomPushes = phantomPushes || m.PushesWithoutCoupon > 0
+	workers := 2 * len(ids) // every request at once
+	m := runStrategy(t, gated(t, "repeatable-read", workers), workers, 1, load)
+	if m.DuplicatePairs != 0 || m.CounterDriftYen != 0 || m.OvershootYen() != 0 {
+		t.Errorf("R1/R2 broken at REPEATABLE READ (R2 %d, drift %d yen, overshoot %d yen); want them held by 40001",
+			m.DuplicatePairs, m.CounterDriftYen, m.OvershootYen())
 	}
-	if !skew {
-		t.Errorf("repeatable-read: no member over the cap in five rounds; the write skew was not caught")
+	if m.MembersOverCap == 0 {
+		t.Errorf("repeatable-read: no member over the cap; the write skew was not caught")
 	}
-	if !phantomPushes {
-		t.Errorf("repeatable-read: no push for a rolled-back coupon in five rounds")
+	if m.PushesWithoutCoupon == 0 {
+		t.Errorf("repeatable-read: no push for a rolled-back coupon")
 	}
 }
 
@@ -190,8 +193,9 @@ func TestWriteTableAndChart(t *testing.T) {
 	}
 }
 
-// TestBeforeCodeIsCaught runs the incident's Before code through the full Silver Week traffic and
-// the same table check the issuance tests use (silverweek.Verify): the check must see it break R1
+// TestBeforeCodeIsCaught runs the incident's Before code through the full Silver Week traffic, its
+// races made to happen (pushGate), and the same table check the issuance tests use
+// (silverweek.Verify): the check must see it break R1
 // (lost update on the counter, budget overshoot) and R2 (duplicates). This proves that check,
 // which passes on the production path, can fail.
 func TestBeforeCodeIsCaught(t *testing.T) {
@@ -203,7 +207,10 @@ func TestBeforeCodeIsCaught(t *testing.T) {
 	if err := isolationlab.BreakSchema(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	before := &isolationlab.Before{Pool: pool, CapYen: issuance.DefaultMonthlyCapYen, Month: "2026-09"}
+	// Its races made to happen: the first 32 requests (every worker's first) all read before
+	// any writes (pushGate).
+	before := &isolationlab.Before{Pool: pool, CapYen: issuance.DefaultMonthlyCapYen, Month: "2026-09",
+		Push: newPushGate(t, 32).wrap(nil)}
 	reqs := silverweek.Requests(silverweek.DefaultMembers, silverweek.Campaigns, silverweek.DefaultTapGap, 32)
 	silverweek.Run(ctx, reqs, 32, func(ctx context.Context, r silverweek.Request) (string, error) {
 		return before.Issue(ctx, r.MemberID, r.CampaignID)

@@ -33,6 +33,10 @@ const startTimeout = 60 * time.Second
 // dirPrefix names the temporary directories of this package's servers.
 const dirPrefix = "coupon-localpg-"
 
+// maxSocketPath is the longest path a Unix socket may have on Linux (sun_path holds 108 bytes,
+// its terminating NUL included), which postgres refuses to start beyond.
+const maxSocketPath = 107
+
 // staleAfter is how old a server directory without a live postmaster must be before
 // [removeStale] deletes it: far longer than an initdb takes, so a server still starting is never
 // taken for a stale one.
@@ -107,9 +111,9 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	removeStale()
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := serverDir()
 	if err != nil {
-		return nil, fmt.Errorf("localpg: temp dir: %w", err)
+		return nil, err
 	}
 	s := &Server{dir: dir, bin: bin, version: ver}
 	ok := false
@@ -150,6 +154,22 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	return s, nil
 }
 
+// serverDir makes a new temporary directory for a server, its data and its Unix socket. It
+// refuses one whose socket path would be longer than [maxSocketPath], which postgres would
+// refuse at start-up, naming TMPDIR.
+func serverDir() (string, error) {
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return "", fmt.Errorf("localpg: temp dir: %w", err)
+	}
+	if socket := filepath.Join(dir, ".s.PGSQL.65535"); len(socket) > maxSocketPath {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("localpg: the server's Unix socket %s would be longer than the %d bytes a socket path may have: "+
+			"point TMPDIR at a shorter directory", socket, maxSocketPath)
+	}
+	return dir, nil
+}
+
 // launch starts postgres on the server's directory and port and waits until it accepts
 // connections.
 func (s *Server) launch(ctx context.Context) error {
@@ -167,9 +187,14 @@ func (s *Server) launch(ctx context.Context) error {
 		return fmt.Errorf("localpg: start postgres: %w", err)
 	}
 	s.cmd = cmd
+	// Closed after its one value: waitReady may take the value (postgres exited during
+	// start-up) before this function, or halt, waits on it.
 	done := make(chan error, 1)
 	s.done = done
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		done <- cmd.Wait()
+		close(done)
+	}()
 	if err := s.waitReady(ctx); err != nil {
 		_ = cmd.Process.Kill()
 		<-done

@@ -3,6 +3,8 @@ package localpg
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +24,42 @@ func TestExplicitBinDirWithoutBinaries(t *testing.T) {
 	}
 	if !errors.Is(err, ErrBinariesMissing) || !strings.Contains(err.Error(), "PG_BIN_DIR="+empty) {
 		t.Errorf("PG_BIN_DIR=%s: %v, want ErrBinariesMissing naming PG_BIN_DIR", empty, err)
+	}
+}
+
+// TestRefusesASocketPathTooLong: under a TMPDIR so long that the server's Unix socket path would
+// pass 107 bytes (which postgres refuses at start-up), Start says so and what to do, at once, and
+// leaves no directory behind.
+func TestRefusesASocketPathTooLong(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 80))
+	if err := os.Mkdir(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	srv, err := Start(context.Background(), Options{})
+	if err == nil {
+		_ = srv.Stop()
+		t.Fatalf("TMPDIR=%s: started on %s, want an error", long, srv.SocketDir())
+	}
+	if !strings.Contains(err.Error(), "longer than the 107 bytes") || !strings.Contains(err.Error(), "point TMPDIR at a shorter directory") {
+		t.Errorf("TMPDIR=%s: %v, want the socket path refused, naming TMPDIR", long, err)
+	}
+	if left, _ := os.ReadDir(long); len(left) != 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+}
+
+// TestServerExitingAtStartUp: a postgres that exits during start-up (here: a setting it refuses)
+// makes Start return its error with the server log's tail, instead of waiting on for the process
+// it already saw end.
+func TestServerExitingAtStartUp(t *testing.T) {
+	srv, err := Start(context.Background(), Options{Settings: map[string]string{"shared_buffers": "a lot"}})
+	if err == nil {
+		_ = srv.Stop()
+		t.Fatal("started with shared_buffers=a lot, want an error")
+	}
+	if !strings.Contains(err.Error(), "postgres exited during start-up") || !strings.Contains(err.Error(), "shared_buffers") {
+		t.Errorf("%v, want the exit during start-up and the log naming shared_buffers", err)
 	}
 }
 

@@ -30,9 +30,9 @@ func (s *Server) StartStandby(ctx context.Context, primaryAddr string) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("localpg: primary address %q: %w", primaryAddr, err)
 	}
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := serverDir()
 	if err != nil {
-		return nil, fmt.Errorf("localpg: temp dir: %w", err)
+		return nil, err
 	}
 	sb := &Server{dir: dir, bin: s.bin, version: s.version, postgres: s.postgres, cred: s.cred}
 	ok := false

@@ -5,7 +5,8 @@
 // (its user must be allowed to create roles and databases; a Unix-socket URL such as the
 // README's postgres:///coupons?host=/var/run/postgresql is taken too, see [overTCP]); without
 // it, Main starts a throwaway server with [localpg] for the test binary and removes it
-// afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries.
+// afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries. Main also runs
+// the test binary in a TMPDIR of its own and fails it if its tests leave anything there.
 //
 // Lock tests share one kit (wait.go): [HoldCampaign], a session holding a campaign's budget rows
 // until released, [Hold.WaitBlocked] and [WaitBlockedBy], which wait until exactly n sessions
@@ -47,9 +48,29 @@ var testRole = pgtestdb.Role{
 }
 
 // Main runs the package's tests against TEST_DATABASE_URL or a throwaway server, then the
-// after functions (such as proctest.RemoveBuilds), and exits.
+// after functions (such as proctest.RemoveBuilds), and exits. The test binary runs with a TMPDIR
+// of its own, which its children inherit; what is left in it once the server is stopped and the
+// after functions ran fails the run (exit 1), listed on stderr: tests remove what they write in
+// $TMPDIR. The directory is removed either way.
 func Main(m *testing.M, after ...func()) {
-	os.Exit(run(m, after))
+	tmp, restore, err := ownTMPDIR()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: a TMPDIR of the test binary's own: %v\n", err)
+		os.Exit(1)
+	}
+	code := run(m, after)
+	restore()
+	left, err := leftIn(tmp)
+	switch {
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "pgtest: list what the tests left in TMPDIR %s: %v\n", tmp, err)
+		code = 1
+	case left != "":
+		fmt.Fprintf(os.Stderr, "pgtest: the tests left these in TMPDIR (%s), now removed; a test must remove what it writes there:\n%s", tmp, left)
+		code = 1
+	}
+	_ = os.RemoveAll(tmp)
+	os.Exit(code)
 }
 
 func run(m *testing.M, after []func()) int {
