@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/mops/coupon-api/shared/reqbody"
 )
 
 // Instance is what a function's constructor builds once per instance.
@@ -122,6 +124,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() == nil {
 				slog.ErrorContext(r.Context(), f.name+": start-up", "err", err)
 			}
+			reqbody.SkipBody(w, r)
 			f.refuse(w, http.StatusInternalServerError)
 			return
 		}

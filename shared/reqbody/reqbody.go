@@ -42,16 +42,21 @@ func Encoding(h http.Header) string {
 	return ""
 }
 
-// SkipBody marks the answer to r, decided by its headers alone, as one that closes the
-// connection (Connection: close), the body left unread. Call it before the answer's
-// WriteHeader. Without it net/http reads the unread body, up to 256 KiB, before it writes the
-// answer, to keep the connection for the next request: a client that stalls after its headers
-// would get no answer, and its request would stay in flight through the shutdown's drain.
-// A request without a body (Content-Length: 0) keeps its connection.
+// SkipBody makes the answer to r, decided by its headers alone, go out at once and close the
+// connection, the body unread. Call it before the answer's WriteHeader. net/http reads an
+// unread body on its own, up to 256 KiB, to keep the connection for the next request: before
+// it writes the answer (unless the answer says Connection: close), and again after it, when it
+// closes the body (whatever the answer says). A client that stalls after its headers would get
+// no answer, or keep its connection, and with it the server's read, open. So SkipBody sets
+// Connection: close and the connection's read deadline to now: the server's read after the
+// answer fails at once. A request without a body (Content-Length: 0) keeps its connection.
 func SkipBody(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength != 0 { // -1: chunked, or a length not yet known
-		w.Header().Set("Connection", "close")
+	if r.ContentLength == 0 { // -1 is a chunked body, or one of a length not given
+		return
 	}
+	w.Header().Set("Connection", "close")
+	// A writer that cannot set one (httptest's recorder) has no connection to read.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // ErrNotJSONType is the refusal of a Content-Type other than application/json (415).
