@@ -203,3 +203,37 @@ func serveBothStoppable(t *testing.T) (string, func() error) {
 		return err
 	}
 }
+
+// TestHeaderDecidedAnswersDoNotWaitForTheBody: clients send serve their headers, announcing a
+// body, and then nothing. Each answer decided by the headers (405, 415, 413 by Content-Length),
+// of either function, reaches its client while it still stalls, says Connection: close, and
+// the server closes the connection. With those clients still connected, serve stops cleanly
+// (nil: SIGTERM exits 0).
+func TestHeaderDecidedAnswersDoNotWaitForTheBody(t *testing.T) {
+	port, stop := serveBothStoppable(t)
+	for _, c := range []struct {
+		fn, method, headers string
+		status              int
+	}{
+		{"IssueCoupon", "GET", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed},
+		{"IssueCoupon", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
+		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
+		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge},
+		{"RelayOutbox", "PUT", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed},
+		{"RelayOutbox", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
+		{"RelayOutbox", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge},
+	} {
+		s := proctest.Stall(t, "127.0.0.1:"+port, c.method+" /"+c.fn+" HTTP/1.1\r\nHost: x\r\n"+c.headers+"\r\n\r\n")
+		resp, body := s.Answer()
+		if resp.StatusCode != c.status || !resp.Close || !strings.Contains(body, "message") {
+			t.Errorf("%s %s with %q, its body never sent: %s %s (close %t), want %d in JSON, Connection: close",
+				c.method, c.fn, c.headers, resp.Status, body, resp.Close, c.status)
+		}
+		if !s.Closed() {
+			t.Errorf("%s %s with %q: the connection stays open after the answer", c.method, c.fn, c.headers)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Errorf("serve, stopped with stalled clients connected: %v, want nil", err)
+	}
+}
