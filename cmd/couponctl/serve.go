@@ -88,8 +88,8 @@ func serve(cmd *cobra.Command, listen string) error {
 		paths(fns), net.JoinHostPort(listen, lifecycle.Port()), reach(listen))
 	return lifecycle.Serve(ctx, lifecycle.Server{Host: listen, Port: lifecycle.Port(), Functions: fns,
 		NotFound: http.HandlerFunc(notFound),
-		Closers: []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry)},
-		Log:     slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
+		Closers:  []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry)},
+		Log:      slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
 }
 
 // paths says where each of fns is served: at / when it is the only one, else at /<Name>.
