@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -235,5 +236,29 @@ func TestHeaderDecidedAnswersDoNotWaitForTheBody(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Errorf("serve, stopped with stalled clients connected: %v, want nil", err)
+	}
+}
+
+// TestDemoServerBoundsStalledClients: the demo's and bench's server (serveLocal) is the same
+// path: a 415 decided by the headers reaches a client that stalls before its body, closing the
+// connection; a connection whose headers never end is closed; the server then stops cleanly.
+func TestDemoServerBoundsStalledClients(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.URL(t))
+	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "test-token")
+	t.Setenv("LINE_API_BASE_URL", "http://127.0.0.1:9")
+	s, err := serveLocal(context.Background(), slog.New(slog.DiscardHandler), servable...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(s.url, "http://")
+	body := proctest.Stall(t, addr, "POST /IssueCoupon HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n")
+	if resp, b := body.Answer(); resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !body.Closed() {
+		t.Errorf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed", resp.Status, b, resp.Close)
+	}
+	if !proctest.Stall(t, addr, "POST /RelayOutbox HTTP/1.1\r\nHost: x\r\n").Closed() {
+		t.Errorf("unended headers: the server sent something instead of closing the connection")
+	}
+	if err := s.close(); err != nil {
+		t.Errorf("the demo's server, stopped: %v, want nil", err)
 	}
 }
