@@ -79,14 +79,18 @@ func serve(cmd *cobra.Command, listen string) error {
 	if err != nil {
 		return err
 	}
+	port, err := lifecycle.Port()
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	shutdownTelemetry, err := telemetry.Setup(ctx)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "couponctl serve: %s on %s once started (%s; Ctrl-C stops)\n",
-		paths(fns), net.JoinHostPort(listen, lifecycle.Port()), reach(listen))
-	return lifecycle.Serve(ctx, lifecycle.Server{Host: listen, Port: lifecycle.Port(), Functions: fns,
+		paths(fns), net.JoinHostPort(listen, port), reach(listen))
+	return lifecycle.Serve(ctx, lifecycle.Server{Host: listen, Port: port, Functions: fns,
 		NotFound: http.HandlerFunc(notFound),
 		Closers:  []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry)},
 		Log:      slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})

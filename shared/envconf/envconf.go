@@ -57,14 +57,17 @@ func Bool(name string) (bool, error) {
 // start-up rather than quietly becoming the default.
 func IntIn(name string, def, lo, hi int) (int, error) {
 	n, err := Int(name, def)
-	if err == nil && (n < lo || n > hi) {
+	if err != nil {
+		return 0, fmt.Errorf("%w: must be in %d..%d", err, lo, hi)
+	}
+	if n < lo || n > hi {
 		unset := fmt.Sprintf("the default %d", def)
 		if def < lo { // a default that is not a value: the caller's own (DB_POOL_MAX_CONNS: pgx's)
 			unset = "the default"
 		}
 		return 0, fmt.Errorf("%s=%q: must be in %d..%d (unset it for %s)", name, os.Getenv(name), lo, hi, unset)
 	}
-	return n, err
+	return n, nil
 }
 
 // DurationIn is [Duration] for a setting bounded to lo..hi: it refuses a value outside the
@@ -72,8 +75,11 @@ func IntIn(name string, def, lo, hi int) (int, error) {
 // for one, reads lock_timeout=0 as "wait forever".
 func DurationIn(name string, def, lo, hi time.Duration) (time.Duration, error) {
 	d, err := Duration(name, def)
-	if err == nil && (d < lo || d > hi) {
+	if err != nil {
+		return 0, fmt.Errorf("%w: must be in %s..%s", err, lo, hi)
+	}
+	if d < lo || d > hi {
 		return 0, fmt.Errorf("%s=%q: must be in %s..%s (unset it for the default %s)", name, os.Getenv(name), lo, hi, def)
 	}
-	return d, err
+	return d, nil
 }

@@ -10,14 +10,13 @@ import (
 // range, an explicit zero included (never taken for "unset"), and so is an integer beyond int;
 // unset or empty takes the default; a value in range is taken.
 func TestBoundsAreNamed(t *testing.T) {
-	for _, v := range []string{"0", "-1", "11", "3000000000", "99999999999999999999"} {
+	for _, v := range []string{"0", "-1", "11", "3000000000", "99999999999999999999", "ten"} {
 		t.Setenv("X_INT", v)
-		if _, err := IntIn("X_INT", 7, 1, 10); err == nil || !strings.Contains(err.Error(), "X_INT") ||
-			(!strings.Contains(err.Error(), "1..10") && !strings.Contains(err.Error(), "bits")) {
+		if _, err := IntIn("X_INT", 7, 1, 10); err == nil || !strings.Contains(err.Error(), "X_INT") || !strings.Contains(err.Error(), "1..10") {
 			t.Errorf("IntIn(X_INT=%s, 1..10): %v, want an error naming X_INT and its range", v, err)
 		}
 	}
-	for _, v := range []string{"0s", "0", "-1ms", "999us", "3001ms"} {
+	for _, v := range []string{"0s", "0", "-1ms", "999us", "3001ms", "soon"} {
 		t.Setenv("X_DUR", v)
 		if _, err := DurationIn("X_DUR", time.Second, time.Millisecond, 3*time.Second); err == nil ||
 			!strings.Contains(err.Error(), "X_DUR") || !strings.Contains(err.Error(), "1ms..3s") {

@@ -10,13 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/envconf"
 )
 
 // Cloud Run's shutdown: SIGTERM, then SIGKILL 10 s later (Cloud Run docs, "Container runtime
@@ -104,10 +105,9 @@ func (d *DB) Serving(h http.Handler, err error, settings ...any) (*Instance, err
 	return &Instance{Handler: h, Settings: append(settings, "db", d.Settings), Closers: []Closer{d.Closer}}, nil
 }
 
-// Port is $PORT, where Cloud Run and the functions framework say to listen, or 8080.
-func Port() string {
-	if p := os.Getenv("PORT"); p != "" {
-		return p
-	}
-	return "8080"
+// Port is $PORT, where Cloud Run and the functions framework say to listen, or 8080. Errors: a
+// PORT that is not a TCP port, 1..65535, naming it.
+func Port() (string, error) {
+	p, err := envconf.IntIn("PORT", 8080, 1, 65535)
+	return strconv.Itoa(p), err
 }

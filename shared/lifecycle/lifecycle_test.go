@@ -218,3 +218,18 @@ func TestFunctionTargetMustNameTheFunction(t *testing.T) {
 		t.Errorf("FUNCTION_TARGET = %q after nameTarget, want Probe", got)
 	}
 }
+
+// TestPortIsBounded: PORT defaults to 8080, and a value that is not a TCP port is refused,
+// naming PORT and the range.
+func TestPortIsBounded(t *testing.T) {
+	t.Setenv("PORT", "")
+	if p, err := Port(); p != "8080" || err != nil {
+		t.Errorf("unset PORT: %q %v, want 8080", p, err)
+	}
+	for _, bad := range []string{"0", "65536", "http", "-1"} {
+		t.Setenv("PORT", bad)
+		if _, err := Port(); err == nil || !strings.Contains(err.Error(), "PORT") || !strings.Contains(err.Error(), "1..65535") {
+			t.Errorf("PORT=%s: %v, want an error naming PORT and 1..65535", bad, err)
+		}
+	}
+}

@@ -206,11 +206,15 @@ func runMain(ctx context.Context, f *Function) error {
 	if err := nameTarget(f.Name()); err != nil {
 		return err
 	}
+	port, err := Port()
+	if err != nil {
+		return err
+	}
 	shutdownTelemetry, err := telemetry.Setup(ctx)
 	if err != nil {
 		return err
 	}
-	return Serve(ctx, Server{Port: Port(), Functions: []*Function{f}, Closers: []Closer{TelemetryFlush(shutdownTelemetry)}})
+	return Serve(ctx, Server{Port: port, Functions: []*Function{f}, Closers: []Closer{TelemetryFlush(shutdownTelemetry)}})
 }
 
 // nameTarget sets FUNCTION_TARGET, the framework's way of choosing the function it serves at
