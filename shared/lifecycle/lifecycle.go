@@ -1,7 +1,8 @@
 // Package lifecycle runs the functions as Cloud Run runs an instance: a [Function] is one
 // function as the functions framework serves it (built once per instance, its requests counted),
 // [OpenDB] opens the pool and checks the database before anything serves, [Serve] serves
-// functions through the framework until SIGTERM, then drains them and closes what they opened,
+// functions at the framework's paths, on an http.Server that bounds a request's headers, until
+// SIGTERM, then drains them and closes what they opened,
 // and [Main] is a deployable main's body. docs/design.md, "One request", draws the path.
 package lifecycle
 
