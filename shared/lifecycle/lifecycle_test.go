@@ -233,3 +233,20 @@ func TestPortIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestPanicAnswers500: a handler that panics gets its caller the function's 500, as the
+// functions framework's server gave it, not a dropped connection; the request is counted out.
+func TestPanicAnswers500(t *testing.T) {
+	t.Parallel()
+	f := NewFunction("Panics", func(context.Context) (*Instance, error) {
+		return &Instance{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("a bug") })}, nil
+	}, refuseText)
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	if status, body := get(srv.URL); status != http.StatusInternalServerError || body != "refused" {
+		t.Errorf("a panicking handler: %d %q, want 500 and the function's refusal", status, body)
+	}
+	if n := f.InFlight(); n != 0 {
+		t.Errorf("in flight after the panic: %d, want 0", n)
+	}
+}
