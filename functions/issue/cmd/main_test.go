@@ -97,9 +97,10 @@ func TestMainNamesItsFunction(t *testing.T) {
 }
 
 // TestSIGTERMDrains: SIGTERM arrives while 10 requests wait on a locked campaign row. The main
-// refuses new requests at once (503 RETRY_EXHAUSTED, nothing written: the framework keeps its
-// listener, and Cloud Run routes nothing more to an instance it has sent SIGTERM), lets the 10
-// finish once the row is free (every one answered 201, none cut), closes the pool and exits 0.
+// refuses new requests at once (503 RETRY_EXHAUSTED, nothing written: the server keeps its
+// listener through the drain, and Cloud Run routes nothing more to an instance it has sent
+// SIGTERM), lets the 10 finish once the row is free (every one answered 201, none cut), closes
+// the pool and exits 0.
 func TestSIGTERMDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
