@@ -163,11 +163,11 @@ decides the figures; compare them only within one table.`,
 func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby time.Duration) error {
 	ctx := cmd.Context()
 	errOut := cmd.ErrOrStderr()
-	capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
+	capYen, err := issuance.MonthlyCapFromEnv()
 	if err != nil {
 		return err
 	}
-	batchMax, err := envconf.PositiveInt("ISSUE_BATCH_MAX", issuance.DefaultBatchMax)
+	batchMax, err := envconf.IntIn("ISSUE_BATCH_MAX", issuance.DefaultBatchMax, 1, issuance.MaxBatchMax)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -77,7 +76,7 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen in %d budget stripe(s)\n",
 				def.ID, def.DiscountYen, def.BudgetYen, max(def.Stripes, 1))
-			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
+			capYen, err := issuance.MonthlyCapFromEnv()
 			if err != nil {
 				return err
 			}

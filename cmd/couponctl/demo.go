@@ -25,6 +25,7 @@ import (
 	"github.com/mops/coupon-api/internal/reconcile"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -161,7 +162,7 @@ func (d *demo) setUp(ctx context.Context) error {
 		return err
 	}
 	if os.Getenv("DB_POOL_MAX_CONNS") != "" {
-		if _, err := envconf.PositiveInt("DB_POOL_MAX_CONNS", 0); err != nil {
+		if _, err := envconf.IntIn("DB_POOL_MAX_CONNS", 0, 1, db.MaxPoolConns); err != nil {
 			return err
 		}
 	}

@@ -12,8 +12,8 @@ import (
 )
 
 // functionLogs holds the process's standard output and error while the demo's functions run:
-// their log lines and the functions framework's "Serving function" lines go to a file instead of
-// between the report's lines.
+// their log lines, and any other line written there, go to a file instead of between the
+// report's lines.
 type functionLogs struct {
 	f              *os.File
 	stdout, stderr *os.File
@@ -88,7 +88,8 @@ var slogDefaultLine = regexp.MustCompile(`^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?
 var slogTextLevel = regexp.MustCompile(`(?:^| )level=(DEBUG|INFO|WARN|ERROR)(?:[+-]\d+)?(?: |$)`)
 
 // logLevel is the level of one line of the demo's log file, ERROR, WARN, INFO or DEBUG, or ""
-// for a line without one (the functions framework's "Serving function" lines). The file holds
+// for a line without one (a plain line, such as the functions framework's "Serving function"
+// lines when it serves). The file holds
 // the functions' lines in the shape telemetry gives them: JSON with Cloud Logging's "severity"
 // (or slog's "level") when telemetry is set up, slog's default text lines through the log
 // package when it is off (--telemetry=off), and the log package's own lines.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/legacy"
 	"github.com/mops/coupon-api/shared/db"
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -33,7 +32,7 @@ monthly cap (MONTHLY_CAP_YEN). It only reads.`,
 			if format != "text" && format != "json" {
 				return flagError("--format %q: want text or json", format)
 			}
-			capYen, err := envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
+			capYen, err := issuance.MonthlyCapFromEnv()
 			if err != nil {
 				return err
 			}

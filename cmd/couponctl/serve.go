@@ -9,10 +9,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/functions/issue"
@@ -32,9 +30,10 @@ func serveCmd() *cobra.Command {
 	var listen string
 	c := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve FUNCTION_TARGET on PORT through the functions framework, as deployed",
-		Long: `Serve the functions through the functions framework, as their deployable mains do on
-Cloud Run (shared/lifecycle): the same start-up check, the same drain on SIGTERM.
+		Short: "Serve FUNCTION_TARGET on PORT at the functions framework's paths, as deployed",
+		Long: `Serve the functions as their deployable mains do on Cloud Run (shared/lifecycle), at the
+functions framework's paths: the same start-up check, the same bounds on a request's headers
+and body, the same drain on SIGTERM.
 
 FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox), served at /; unset, both
 are served, at /IssueCoupon and /RelayOutbox, and any other path answers 404 with a JSON
@@ -53,9 +52,11 @@ credentials, migrated: otherwise run couponctl migrate), the effective settings 
 once, and serve exits 1 with the reason if anything is wrong.
 
 Telemetry follows the OTEL_* environment (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...;
-nothing is exported when neither is set). Ctrl-C or SIGTERM stops it as Cloud Run does: new
-requests are refused with 503, those in flight get 5 s to finish (a request body gets 3 s to
-arrive), then telemetry is flushed, the pools are closed, and serve exits 0.`,
+nothing is exported when neither is set). A request's headers get 3 s to arrive, and its body
+3 s more; an answer decided by the headers alone (405, 415, 413 by Content-Length) is sent at
+once and closes the connection, the body unread. Ctrl-C or SIGTERM stops it as Cloud Run does:
+new requests are refused with 503, those in flight get 5 s to finish, then the connections
+left are closed, telemetry is flushed, the pools are closed, and serve exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd, listen) },
 	}
@@ -78,19 +79,21 @@ func serve(cmd *cobra.Command, listen string) error {
 	if err != nil {
 		return err
 	}
+	port, err := lifecycle.Port()
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	shutdownTelemetry, err := telemetry.Setup(ctx)
 	if err != nil {
 		return err
 	}
-	if len(fns) > 1 {
-		registerNotFound()
-	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "couponctl serve: %s on %s once started (%s; Ctrl-C stops)\n",
-		paths(fns), net.JoinHostPort(listen, lifecycle.Port()), reach(listen))
-	return lifecycle.Serve(ctx, lifecycle.Server{Host: listen, Port: lifecycle.Port(), Functions: fns,
-		Closers: []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry)},
-		Log:     slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
+		paths(fns), net.JoinHostPort(listen, port), reach(listen))
+	return lifecycle.Serve(ctx, lifecycle.Server{Host: listen, Port: port, Functions: fns,
+		NotFound: http.HandlerFunc(notFound),
+		Closers:  []lifecycle.Closer{lifecycle.TelemetryFlush(shutdownTelemetry)},
+		Log:      slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
 }
 
 // paths says where each of fns is served: at / when it is the only one, else at /<Name>.
@@ -128,17 +131,9 @@ func serveTargets(target string) ([]*lifecycle.Function, error) {
 	return nil, fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon or RelayOutbox, or unset for both", target)
 }
 
-// registerNotFound registers, once per process, the framework's function at "/": with
-// FUNCTION_TARGET unset the framework serves each function at its own path and this one at
-// every other, so that an unknown path answers in the functions' JSON rather than Go's plain
-// "404 page not found". With FUNCTION_TARGET set the named function is served at "/" instead.
-var registerNotFound = sync.OnceFunc(func() {
-	if err := funcframework.RegisterHTTPFunctionContext(context.Background(), "/", notFound); err != nil {
-		panic(err) // only an empty path is refused
-	}
-})
-
-// notFound answers a path that names no function: 404 INVALID_REQUEST, saying where they are.
+// notFound answers, with FUNCTION_TARGET unset, a path that names no function: 404
+// INVALID_REQUEST in the functions' JSON, saying where they are, rather than Go's plain "404
+// page not found".
 func notFound(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(http.StatusNotFound)
@@ -167,11 +162,11 @@ func serveLocal(ctx context.Context, log *slog.Logger, fns ...*lifecycle.Functio
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	os.Unsetenv("FUNCTION_TARGET")
-	registerNotFound()
 	sctx, stop := context.WithCancel(ctx)
 	s := &localServer{url: "http://" + addr, stop: stop, done: make(chan error, 1)}
 	go func() {
-		s.done <- lifecycle.Serve(sctx, lifecycle.Server{Host: "127.0.0.1", Port: port, Functions: fns, Log: log})
+		s.done <- lifecycle.Serve(sctx, lifecycle.Server{Host: "127.0.0.1", Port: port, Functions: fns,
+			NotFound: http.HandlerFunc(notFound), Log: log})
 	}()
 	for {
 		if c, err := net.Dial("tcp", addr); err == nil {

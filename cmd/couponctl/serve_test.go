@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -201,5 +202,63 @@ func serveBothStoppable(t *testing.T) (string, func() error) {
 			err = <-served
 		})
 		return err
+	}
+}
+
+// TestHeaderDecidedAnswersDoNotWaitForTheBody: clients send serve their headers, announcing a
+// body, and then nothing. Each answer decided by the headers (405, 415, 413 by Content-Length),
+// of either function, reaches its client while it still stalls, says Connection: close, and
+// the server closes the connection. With those clients still connected, serve stops cleanly
+// (nil: SIGTERM exits 0).
+func TestHeaderDecidedAnswersDoNotWaitForTheBody(t *testing.T) {
+	port, stop := serveBothStoppable(t)
+	for _, c := range []struct {
+		fn, method, headers string
+		status              int
+	}{
+		{"IssueCoupon", "GET", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed},
+		{"IssueCoupon", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
+		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
+		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge},
+		{"RelayOutbox", "PUT", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed},
+		{"RelayOutbox", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
+		{"RelayOutbox", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge},
+	} {
+		s := proctest.Stall(t, "127.0.0.1:"+port, c.method+" /"+c.fn+" HTTP/1.1\r\nHost: x\r\n"+c.headers+"\r\n\r\n")
+		resp, body := s.Answer()
+		if resp.StatusCode != c.status || !resp.Close || !strings.Contains(body, "message") {
+			t.Errorf("%s %s with %q, its body never sent: %s %s (close %t), want %d in JSON, Connection: close",
+				c.method, c.fn, c.headers, resp.Status, body, resp.Close, c.status)
+		}
+		if !s.Closed() {
+			t.Errorf("%s %s with %q: the connection stays open after the answer", c.method, c.fn, c.headers)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Errorf("serve, stopped with stalled clients connected: %v, want nil", err)
+	}
+}
+
+// TestDemoServerBoundsStalledClients: the demo's and bench's server (serveLocal) is the same
+// path: a 415 decided by the headers reaches a client that stalls before its body, closing the
+// connection; a connection whose headers never end is closed; the server then stops cleanly.
+func TestDemoServerBoundsStalledClients(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.URL(t))
+	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "test-token")
+	t.Setenv("LINE_API_BASE_URL", "http://127.0.0.1:9")
+	s, err := serveLocal(context.Background(), slog.New(slog.DiscardHandler), servable...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(s.url, "http://")
+	body := proctest.Stall(t, addr, "POST /IssueCoupon HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n")
+	if resp, b := body.Answer(); resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !body.Closed() {
+		t.Errorf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed", resp.Status, b, resp.Close)
+	}
+	if !proctest.Stall(t, addr, "POST /RelayOutbox HTTP/1.1\r\nHost: x\r\n").Closed() {
+		t.Errorf("unended headers: the server sent something instead of closing the connection")
+	}
+	if err := s.close(); err != nil {
+		t.Errorf("the demo's server, stopped: %v, want nil", err)
 	}
 }

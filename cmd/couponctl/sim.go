@@ -13,7 +13,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/isolationlab"
 	"github.com/mops/coupon-api/internal/silverweek"
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -165,7 +164,7 @@ func (sf *simFlags) plan(cmd *cobra.Command) (isolationlab.Plan, string, error) 
 		return plan, "", err
 	}
 	if plan.Load.CapYen == 0 {
-		if plan.Load.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+		if plan.Load.CapYen, err = issuance.MonthlyCapFromEnv(); err != nil {
 			return plan, "", err
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/internal/isolationlab"
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -62,7 +61,7 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 	}
 	if capYen == 0 {
 		var err error
-		if capYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+		if capYen, err = issuance.MonthlyCapFromEnv(); err != nil {
 			return err
 		}
 	}

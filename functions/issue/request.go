@@ -24,17 +24,21 @@ type request struct {
 // the size (413: the whole body is read up to [MaxBodyBytes] before any of it is parsed, so an
 // oversized body is 413 whatever it holds, docs/api.md), then the content (400): one JSON object
 // with exactly the string fields member_id and campaign_id, each once, nothing after it, and
-// ids of the contract's formats.
+// ids of the contract's formats. The answers decided by the headers (405, 415, 413 by
+// Content-Length) close the connection without reading the body (reqbody.SkipBody).
 func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error) {
 	var req request
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
+		reqbody.SkipBody(w, r)
 		return req, http.StatusMethodNotAllowed, fmt.Errorf("method %s: use POST", r.Method)
 	}
 	if !reqbody.IsJSON(r.Header) {
+		reqbody.SkipBody(w, r)
 		return req, http.StatusUnsupportedMediaType, reqbody.ErrNotJSONType
 	}
 	if enc := reqbody.Encoding(r.Header); enc != "" {
+		reqbody.SkipBody(w, r)
 		return req, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Encoding %q: send the body uncompressed", enc)
 	}
 	body, status, err := reqbody.Read(w, r, MaxBodyBytes)

@@ -118,16 +118,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 1..[MaxRowsLimit], given at most once, nothing after it. Unlike IssueCoupon's, the body may be
 // empty: no bytes, with any Content-Type or none, as Cloud Scheduler and an operator's bare
 // POST send it, or {} or white space sent as JSON; that is the default run. null is not empty:
-// it is refused as IssueCoupon refuses it.
+// it is refused as IssueCoupon refuses it. The answers decided by the headers (405, 415, 413 by
+// Content-Length) close the connection without reading the body (reqbody.SkipBody).
 func decodeRequest(w http.ResponseWriter, r *http.Request) (int, int, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
+		reqbody.SkipBody(w, r)
 		return 0, http.StatusMethodNotAllowed, fmt.Errorf("method %s: use POST", r.Method)
 	}
 	if enc := reqbody.Encoding(r.Header); enc != "" {
+		reqbody.SkipBody(w, r)
 		return 0, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Encoding %q: send the body uncompressed", enc)
 	}
 	if r.ContentLength > 0 && !reqbody.IsJSON(r.Header) {
+		reqbody.SkipBody(w, r)
 		return 0, http.StatusUnsupportedMediaType, reqbody.ErrNotJSONType
 	}
 	body, status, err := reqbody.Read(w, r, MaxBodyBytes)

@@ -65,7 +65,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/answerlog"
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -89,11 +88,11 @@ type Config struct {
 	ClockSkew time.Duration
 }
 
-// CapYenFromEnv reads R3's cap as the service does: MONTHLY_CAP_YEN, a positive number of yen,
-// [issuance.DefaultMonthlyCapYen] when unset. It reads nothing else, so that an audit (or a
+// CapYenFromEnv reads R3's cap as the service does ([issuance.MonthlyCapFromEnv]). It reads
+// nothing else, so that an audit (or a
 // load's own check) is not refused for a setting of the service it does not use.
 func CapYenFromEnv() (int, error) {
-	return envconf.PositiveInt("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen)
+	return issuance.MonthlyCapFromEnv()
 }
 
 func (c Config) withDefaults() Config {

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/reconcile"
-	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -41,7 +40,7 @@ the alert on them.`,
 			}
 			cfg := reconcile.Config{}
 			var err error
-			if cfg.CapYen, err = envconf.Int("MONTHLY_CAP_YEN", issuance.DefaultMonthlyCapYen); err != nil {
+			if cfg.CapYen, err = issuance.MonthlyCapFromEnv(); err != nil {
 				return err
 			}
 			pool, closePool, err := OpenMigrated(cmd.Context())

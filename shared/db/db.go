@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"time"
@@ -43,9 +42,14 @@ type Config struct {
 	// DB_POOL_MAX_CONNS); it wins over a pool_max_conns in DatabaseURL. Zero keeps pgx's
 	// default, max(4, CPUs), or DatabaseURL's pool_max_conns. Size it for the database, not for
 	// the callers: a request waits for a free connection inside its budget, and more backends
-	// than the database has cores only queue on the CPU (docs/performance.md).
+	// than the database has cores only queue on the CPU (docs/performance.md). At most
+	// [MaxPoolConns].
 	MaxConns int
 }
+
+// MaxPoolConns bounds [Config.MaxConns]: PostgreSQL's largest max_connections (MAX_BACKENDS,
+// 2^18-1); a pool beyond it could never open its connections.
+const MaxPoolConns = 262_143
 
 // CancelGrace is how long a query whose context ends may take to stop after PostgreSQL is asked
 // to cancel it, before pgx gives up on the connection and closes it. A cancelled query on a live
@@ -71,7 +75,7 @@ func ConfigFromEnv() (Config, error) {
 		return c, err
 	}
 	if os.Getenv("DB_POOL_MAX_CONNS") != "" {
-		if c.MaxConns, err = envconf.PositiveInt("DB_POOL_MAX_CONNS", 0); err != nil {
+		if c.MaxConns, err = envconf.IntIn("DB_POOL_MAX_CONNS", 0, 1, MaxPoolConns); err != nil {
 			return c, fmt.Errorf("db: %w", err)
 		}
 	}
@@ -79,8 +83,8 @@ func ConfigFromEnv() (Config, error) {
 }
 
 func (c Config) validate() error {
-	if c.MaxConns < 0 || c.MaxConns > math.MaxInt32 {
-		return fmt.Errorf("db: pool size %d: must be a positive number of connections", c.MaxConns)
+	if c.MaxConns < 0 || c.MaxConns > MaxPoolConns {
+		return fmt.Errorf("db: pool size %d: must be 1..%d connections (0: pgx's default)", c.MaxConns, MaxPoolConns)
 	}
 	switch {
 	case c.InstanceConnectionName != "":

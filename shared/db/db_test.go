@@ -8,11 +8,11 @@ import (
 )
 
 // TestPoolMaxConns: DB_POOL_MAX_CONNS sizes the pool on both paths, the Cloud SQL connector's
-// included, and wins over DATABASE_URL's pool_max_conns; zero, negative or non-numeric values
-// are refused with the variable's name.
+// included, and wins over DATABASE_URL's pool_max_conns; zero, negative or non-numeric values,
+// and pools beyond PostgreSQL's largest max_connections, are refused with the variable's name.
 func TestPoolMaxConns(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://u@127.0.0.1:1/coupons?pool_max_conns=3")
-	for _, bad := range []string{"0", "-4", "many", "1.5"} {
+	for _, bad := range []string{"0", "-4", "many", "1.5", "262144", "4294967296"} {
 		t.Setenv("DB_POOL_MAX_CONNS", bad)
 		if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), "DB_POOL_MAX_CONNS") {
 			t.Errorf("DB_POOL_MAX_CONNS=%s: %v, want an error naming it", bad, err)

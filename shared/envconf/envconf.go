@@ -1,8 +1,9 @@
 // Package envconf reads typed settings from environment variables, with defaults, and errors
-// that name the variable.
+// that name the variable and, for a bounded setting, its range.
 package envconf
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,7 +17,9 @@ func Int(name string, def int) (int, error) {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil {
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("%s=%q: an integer beyond %d bits", name, v, strconv.IntSize)
+	} else if err != nil {
 		return 0, fmt.Errorf("%s=%q: not an integer", name, v)
 	}
 	return n, nil
@@ -49,24 +52,34 @@ func Bool(name string) (bool, error) {
 	return b, nil
 }
 
-// PositiveInt is [Int] for a setting where zero or less has no meaning: it refuses an explicit
-// value below 1 instead of taking it for "unset", so MONTHLY_CAP_YEN=0 fails at start-up rather
-// than quietly becoming the default.
-func PositiveInt(name string, def int) (int, error) {
+// IntIn is [Int] for a setting bounded to lo..hi: it refuses a value outside the range, naming
+// it. An explicit value is judged as given, never taken for "unset": MONTHLY_CAP_YEN=0 fails at
+// start-up rather than quietly becoming the default.
+func IntIn(name string, def, lo, hi int) (int, error) {
 	n, err := Int(name, def)
-	if err == nil && n < 1 {
-		return 0, fmt.Errorf("%s=%q: must be at least 1 (unset it for the default)", name, os.Getenv(name))
+	if err != nil {
+		return 0, fmt.Errorf("%w: must be in %d..%d", err, lo, hi)
 	}
-	return n, err
+	if n < lo || n > hi {
+		unset := fmt.Sprintf("the default %d", def)
+		if def < lo { // a default that is not a value: the caller's own (DB_POOL_MAX_CONNS: pgx's)
+			unset = "the default"
+		}
+		return 0, fmt.Errorf("%s=%q: must be in %d..%d (unset it for %s)", name, os.Getenv(name), lo, hi, unset)
+	}
+	return n, nil
 }
 
-// PositiveDuration is [Duration] for a setting where zero or less has no meaning: it refuses an
-// explicit value at or below zero instead of taking it for "unset". PostgreSQL, for one, reads
-// lock_timeout=0 as "wait forever".
-func PositiveDuration(name string, def time.Duration) (time.Duration, error) {
+// DurationIn is [Duration] for a setting bounded to lo..hi: it refuses a value outside the
+// range, naming it. An explicit zero is judged as given, never taken for "unset": PostgreSQL,
+// for one, reads lock_timeout=0 as "wait forever".
+func DurationIn(name string, def, lo, hi time.Duration) (time.Duration, error) {
 	d, err := Duration(name, def)
-	if err == nil && d <= 0 {
-		return 0, fmt.Errorf("%s=%q: must be above zero (unset it for the default %s)", name, os.Getenv(name), def)
+	if err != nil {
+		return 0, fmt.Errorf("%w: must be in %s..%s", err, lo, hi)
 	}
-	return d, err
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("%s=%q: must be in %s..%s (unset it for the default %s)", name, os.Getenv(name), lo, hi, def)
+	}
+	return d, nil
 }

@@ -14,6 +14,14 @@ const (
 	// (the member cap regulation, which protects the gross margin per member).
 	DefaultMonthlyCapYen = 2000
 
+	// MaxMonthlyCapYen bounds R3's cap, in yen: issue_coupon and issue_coupons_batch pass it as
+	// a PostgreSQL integer (int4) and add a coupon's yen to a member's used_yen before comparing
+	// with it. used_yen stays at most the cap, and a coupon above the cap is MONTHLY_CAP before
+	// any sum, so the sum stays at most twice the cap: 2,000,000,000 below int4's 2,147,483,647.
+	// A cap beyond it would end such a sum in SQLSTATE 22003 (numeric value out of range) and
+	// its request in 500.
+	MaxMonthlyCapYen = 1_000_000_000
+
 	// AppTimeout is how long the app gateway waits for IssueCoupon (3 s); the whole call,
 	// retries included, must end inside it.
 	AppTimeout = 3 * time.Second
@@ -86,7 +94,8 @@ const minBudget = db.CancelGrace + ResolveTimeout + 2*(minAttemptTime+serverMarg
 
 // Config tunes a [Service]. Zero fields take the defaults above.
 type Config struct {
-	// MonthlyCapYen is R3's cap in yen (env MONTHLY_CAP_YEN). Default [DefaultMonthlyCapYen].
+	// MonthlyCapYen is R3's cap in yen (env MONTHLY_CAP_YEN). Default [DefaultMonthlyCapYen]; at
+	// most [MaxMonthlyCapYen].
 	MonthlyCapYen int
 	// Budget bounds one whole call, all attempts and waits and the settlement of a lost answer
 	// included (env ISSUE_BUDGET). Default [DefaultBudget]; at least minBudget (0.84 s), at most
@@ -133,11 +142,11 @@ func (c Config) WithDefaults() Config {
 
 // Validate refuses a configuration that cannot keep the timeout order
 // 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, a Budget below minBudget (0.84 s),
-// or a cap that is not positive.
+// or a cap outside 1..[MaxMonthlyCapYen].
 func (c Config) Validate() error {
 	var errs []error
-	if c.MonthlyCapYen <= 0 {
-		errs = append(errs, fmt.Errorf("monthly cap %d yen: must be positive", c.MonthlyCapYen))
+	if c.MonthlyCapYen <= 0 || c.MonthlyCapYen > MaxMonthlyCapYen {
+		errs = append(errs, fmt.Errorf("monthly cap %d yen: must be in 1..%d", c.MonthlyCapYen, MaxMonthlyCapYen))
 	}
 	if c.Budget < minBudget || c.Budget > AppTimeout {
 		errs = append(errs, fmt.Errorf("budget %s: must be in [%s, %s]: inside the app's timeout, with room for an attempt, "+
@@ -172,23 +181,34 @@ func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Durati
 	return lock, statement
 }
 
-// ConfigFromEnv reads MONTHLY_CAP_YEN, ISSUE_BUDGET, ISSUE_LOCK_TIMEOUT, ISSUE_STATEMENT_TIMEOUT
-// and ISSUE_BATCH_MAX (docs/api.md, "Configuration"), defaults for the unset ones, and
-// refuses what [Config.Validate] refuses. An explicit zero or negative value is refused, never
-// taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be PostgreSQL's "wait forever".
+// minTimeout is the least lock or statement timeout: PostgreSQL takes them in whole
+// milliseconds, and 0 is its "wait forever".
+const minTimeout = time.Millisecond
+
+// ConfigFromEnv reads MONTHLY_CAP_YEN ([MonthlyCapFromEnv]), ISSUE_BUDGET (0.84s..3s),
+// ISSUE_LOCK_TIMEOUT and ISSUE_STATEMENT_TIMEOUT (1ms..3s each) and ISSUE_BATCH_MAX
+// (1..[MaxBatchMax]) (docs/api.md, "Configuration"), defaults for the unset ones, and refuses
+// a value outside its range, naming it, and what [Config.Validate] refuses. An explicit zero is
+// refused, never taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be PostgreSQL's "wait forever".
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	var errs [5]error
-	c.MonthlyCapYen, errs[0] = envconf.PositiveInt("MONTHLY_CAP_YEN", DefaultMonthlyCapYen)
-	c.BatchMax, errs[4] = envconf.PositiveInt("ISSUE_BATCH_MAX", DefaultBatchMax)
-	c.Budget, errs[1] = envconf.PositiveDuration("ISSUE_BUDGET", DefaultBudget)
-	c.LockTimeout, errs[2] = envconf.PositiveDuration("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout)
-	c.StatementTimeout, errs[3] = envconf.PositiveDuration("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout)
+	c.MonthlyCapYen, errs[0] = MonthlyCapFromEnv()
+	c.Budget, errs[1] = envconf.DurationIn("ISSUE_BUDGET", DefaultBudget, minBudget, AppTimeout)
+	c.LockTimeout, errs[2] = envconf.DurationIn("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout, minTimeout, AppTimeout)
+	c.StatementTimeout, errs[3] = envconf.DurationIn("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout, minTimeout, AppTimeout)
+	c.BatchMax, errs[4] = envconf.IntIn("ISSUE_BATCH_MAX", DefaultBatchMax, 1, MaxBatchMax)
 	if err := errors.Join(errs[:]...); err != nil {
 		return c, fmt.Errorf("issuance: %w", err)
 	}
 	c = c.WithDefaults() // only Now is still zero here
 	return c, c.Validate()
+}
+
+// MonthlyCapFromEnv reads R3's cap in yen from MONTHLY_CAP_YEN: [DefaultMonthlyCapYen] when
+// unset, and an error naming the range 1..[MaxMonthlyCapYen] for a value outside it.
+func MonthlyCapFromEnv() (int, error) {
+	return envconf.IntIn("MONTHLY_CAP_YEN", DefaultMonthlyCapYen, 1, MaxMonthlyCapYen)
 }
 
 // String lists the effective settings, for the start-up log line.

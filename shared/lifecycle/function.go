@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/mops/coupon-api/shared/reqbody"
 )
 
 // Instance is what a function's constructor builds once per instance.
@@ -122,6 +125,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() == nil {
 				slog.ErrorContext(r.Context(), f.name+": start-up", "err", err)
 			}
+			reqbody.SkipBody(w, r)
 			f.refuse(w, http.StatusInternalServerError)
 			return
 		}
@@ -133,6 +137,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rn.leave()
+	defer f.recoverPanic(w, r)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(rn.stop, cancel)()
@@ -140,6 +145,24 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The answer goes on the wire before the request is counted out: once the drain finds no
 	// request in flight, the process may exit at once, before the server would flush it.
 	_ = http.NewResponseController(w).Flush()
+}
+
+// recoverPanic answers a request whose handler panicked 500, by refuse, and logs the panic with
+// its stack, as the functions framework's own server does (its recoverPanic): net/http would
+// only log it and drop the connection, leaving the caller no answer. http.ErrAbortHandler, a
+// handler's deliberate abort, goes on to net/http.
+func (f *Function) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	slog.ErrorContext(r.Context(), f.name+": panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	w.Header().Set("Connection", "close")
+	f.refuse(w, http.StatusInternalServerError)
+	_ = http.NewResponseController(w).Flush() // before the request is counted out, as ServeHTTP's
 }
 
 // InFlight is how many requests the function is serving now.

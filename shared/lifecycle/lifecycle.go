@@ -1,7 +1,8 @@
 // Package lifecycle runs the functions as Cloud Run runs an instance: a [Function] is one
 // function as the functions framework serves it (built once per instance, its requests counted),
 // [OpenDB] opens the pool and checks the database before anything serves, [Serve] serves
-// functions through the framework until SIGTERM, then drains them and closes what they opened,
+// functions at the framework's paths, on an http.Server that bounds a request's headers, until
+// SIGTERM, then drains them and closes what they opened,
 // and [Main] is a deployable main's body. docs/design.md, "One request", draws the path.
 package lifecycle
 
@@ -10,13 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/envconf"
 )
 
 // Cloud Run's shutdown: SIGTERM, then SIGKILL 10 s later (Cloud Run docs, "Container runtime
@@ -104,10 +106,9 @@ func (d *DB) Serving(h http.Handler, err error, settings ...any) (*Instance, err
 	return &Instance{Handler: h, Settings: append(settings, "db", d.Settings), Closers: []Closer{d.Closer}}, nil
 }
 
-// Port is $PORT, where Cloud Run and the functions framework say to listen, or 8080.
-func Port() string {
-	if p := os.Getenv("PORT"); p != "" {
-		return p
-	}
-	return "8080"
+// Port is $PORT, where Cloud Run and the functions framework say to listen, or 8080. Errors: a
+// PORT that is not a TCP port, 1..65535, naming it.
+func Port() (string, error) {
+	p, err := envconf.IntIn("PORT", 8080, 1, 65535)
+	return strconv.Itoa(p), err
 }

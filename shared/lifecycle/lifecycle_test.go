@@ -218,3 +218,35 @@ func TestFunctionTargetMustNameTheFunction(t *testing.T) {
 		t.Errorf("FUNCTION_TARGET = %q after nameTarget, want Probe", got)
 	}
 }
+
+// TestPortIsBounded: PORT defaults to 8080, and a value that is not a TCP port is refused,
+// naming PORT and the range.
+func TestPortIsBounded(t *testing.T) {
+	t.Setenv("PORT", "")
+	if p, err := Port(); p != "8080" || err != nil {
+		t.Errorf("unset PORT: %q %v, want 8080", p, err)
+	}
+	for _, bad := range []string{"0", "65536", "http", "-1"} {
+		t.Setenv("PORT", bad)
+		if _, err := Port(); err == nil || !strings.Contains(err.Error(), "PORT") || !strings.Contains(err.Error(), "1..65535") {
+			t.Errorf("PORT=%s: %v, want an error naming PORT and 1..65535", bad, err)
+		}
+	}
+}
+
+// TestPanicAnswers500: a handler that panics gets its caller the function's 500, as the
+// functions framework's server gave it, not a dropped connection; the request is counted out.
+func TestPanicAnswers500(t *testing.T) {
+	t.Parallel()
+	f := NewFunction("Panics", func(context.Context) (*Instance, error) {
+		return &Instance{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("a bug") })}, nil
+	}, refuseText)
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	if status, body := get(srv.URL); status != http.StatusInternalServerError || body != "refused" {
+		t.Errorf("a panicking handler: %d %q, want 500 and the function's refusal", status, body)
+	}
+	if n := f.InFlight(); n != 0 {
+		t.Errorf("in flight after the panic: %d, want 0", n)
+	}
+}

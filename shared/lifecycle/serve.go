@@ -7,24 +7,37 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
-
 	"github.com/mops/coupon-api/shared/telemetry"
+)
+
+// HeaderTimeout bounds how long a connection may take to send a request's headers, and
+// IdleTimeout how long a kept-alive connection may wait for its next request (http.Server's
+// ReadHeaderTimeout and IdleTimeout). The app gateway gives up on IssueCoupon after 3 s
+// (issuance.AppTimeout), so no caller waits for headers slower than that; a connection whose
+// headers never end is closed then instead of being held. The body's own bound is
+// reqbody.ReadTimeout.
+const (
+	HeaderTimeout = 3 * time.Second
+	IdleTimeout   = 2 * time.Minute
 )
 
 // Server is what [Serve] serves.
 type Server struct {
-	// Host and Port are where the functions framework listens; Host "" is every interface.
+	// Host and Port are where it listens; Host "" is every interface.
 	Host, Port string
-	// Functions are started in order before anything is served. With FUNCTION_TARGET set, the
-	// framework serves that one function at "/", and it must be the only one; unset, it
-	// serves each at "/<Name>".
+	// Functions are started in order before anything is served. With FUNCTION_TARGET set,
+	// that one function is served at "/", and it must be the only one, as the functions
+	// framework does; unset, each is served at "/<Name>".
 	Functions []*Function
+	// NotFound answers, with FUNCTION_TARGET unset, a path that names no function. Default:
+	// net/http's plain 404.
+	NotFound http.Handler
 	// Closers run after the drain and before the functions' own: the telemetry flush, while
 	// the pools still serve the gauges that read the database at the last export.
 	Closers []Closer
@@ -34,14 +47,16 @@ type Server struct {
 	Drain time.Duration
 }
 
-// Serve starts s's functions, logs each one's effective settings once and serves them through
-// the functions framework until SIGTERM or SIGINT (or ctx's end). The framework owns its
-// listener and never closes it, so the shutdown is the functions': new requests are refused
-// (503; Cloud Run has stopped routing to the instance once it sends SIGTERM), the requests in
-// flight get [DrainTimeout], those still running then see their contexts cancelled and get
-// [CancelledRequestsTimeout] more, and the closers run. It returns nil after a clean shutdown;
-// otherwise the start's error, the listener's, or the requests still running and the closers'
-// errors.
+// Serve starts s's functions, logs each one's effective settings once and serves them at the
+// functions framework's paths (see [Server.Functions]) until SIGTERM or SIGINT (or ctx's end),
+// on an http.Server of its own: the framework's own server (funcframework.StartHostPort) has
+// no timeouts and no way to set one, and this one bounds the headers ([HeaderTimeout]). At the
+// stop, new requests are refused (503; Cloud Run has stopped routing to the instance once it
+// sends SIGTERM), the requests in flight get [DrainTimeout], those still running then see their
+// contexts cancelled and get [CancelledRequestsTimeout] more; then the server closes its
+// listener and every connection left (idle ones, and ones whose headers never came), and the
+// closers run. It returns nil after a clean shutdown; otherwise the start's error, the
+// listener's, or the requests still running and the closers' errors.
 func Serve(ctx context.Context, s Server) error {
 	log := cmp.Or(s.Log, slog.Default())
 	if err := checkTarget(s.Functions); err != nil {
@@ -63,8 +78,10 @@ func Serve(ctx context.Context, s Server) error {
 		log.Info(f.Name()+": serving", append(append([]any{"addr", net.JoinHostPort(s.Host, s.Port)}, inst.Settings...),
 			"drain", cmp.Or(s.Drain, DrainTimeout))...)
 	}
+	srv := &http.Server{Addr: net.JoinHostPort(s.Host, s.Port), Handler: s.handler(),
+		ReadHeaderTimeout: HeaderTimeout, IdleTimeout: IdleTimeout}
 	if len(errs) == 0 {
-		errs = append(errs, listen(sig, s.Host, s.Port))
+		errs = append(errs, listen(sig, srv))
 		if sig.Err() != nil {
 			var inFlight int64
 			for _, f := range started {
@@ -75,6 +92,7 @@ func Serve(ctx context.Context, s Server) error {
 		}
 	}
 	errs = append(errs, drain(started, cmp.Or(s.Drain, DrainTimeout), log))
+	_ = srv.Close() // after the drain: only connections with no request in flight are left
 	for _, c := range append(s.Closers, closers...) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(c.Timeout, CloseTimeout))
 		if err := c.Close(cctx); err != nil {
@@ -103,14 +121,32 @@ func checkTarget(fns []*Function) error {
 	return fmt.Errorf("FUNCTION_TARGET=%q: the framework would serve only that function, and this serves %v", target, names)
 }
 
-// listen runs the functions framework on host:port until ctx ends, and returns nil then, or
-// the framework's error (a port in use).
-func listen(ctx context.Context, host, port string) error {
+// handler routes as the functions framework does (funcframework.StartHostPort): with
+// FUNCTION_TARGET set, its function (checkTarget: the only one) at "/"; unset, each function at
+// "/<Name>" and [Server.NotFound] at every other path.
+func (s Server) handler() http.Handler {
+	mux := http.NewServeMux()
+	if os.Getenv("FUNCTION_TARGET") != "" && len(s.Functions) == 1 {
+		mux.Handle("/", s.Functions[0])
+		return mux
+	}
+	for _, f := range s.Functions {
+		mux.Handle("/"+f.Name(), f)
+	}
+	if s.NotFound != nil {
+		mux.Handle("/", s.NotFound)
+	}
+	return mux
+}
+
+// listen serves srv until ctx ends, and returns nil then, or the listener's error (a port in
+// use).
+func listen(ctx context.Context, srv *http.Server) error {
 	served := make(chan error, 1)
-	go func() { served <- funcframework.StartHostPort(host, port) }()
+	go func() { served <- srv.ListenAndServe() }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("lifecycle: serve %s: %w", net.JoinHostPort(host, port), err)
+		return fmt.Errorf("lifecycle: serve %s: %w", srv.Addr, err)
 	case <-ctx.Done():
 		return nil
 	}
@@ -170,15 +206,19 @@ func runMain(ctx context.Context, f *Function) error {
 	if err := nameTarget(f.Name()); err != nil {
 		return err
 	}
+	port, err := Port()
+	if err != nil {
+		return err
+	}
 	shutdownTelemetry, err := telemetry.Setup(ctx)
 	if err != nil {
 		return err
 	}
-	return Serve(ctx, Server{Port: Port(), Functions: []*Function{f}, Closers: []Closer{TelemetryFlush(shutdownTelemetry)}})
+	return Serve(ctx, Server{Port: port, Functions: []*Function{f}, Closers: []Closer{TelemetryFlush(shutdownTelemetry)}})
 }
 
-// nameTarget sets FUNCTION_TARGET, the framework's only way of choosing the function it serves
-// at "/" (funcframework.StartHostPort reads it), to name: a deployable main is built and
+// nameTarget sets FUNCTION_TARGET, the framework's way of choosing the function it serves at
+// "/" ([Serve] routes as the framework does), to name: a deployable main is built and
 // deployed as a service, and Cloud Run sets FUNCTION_TARGET only for the functions it builds
 // from source. One naming another function is refused.
 func nameTarget(name string) error {

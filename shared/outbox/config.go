@@ -98,6 +98,30 @@ const (
 	// PruneBatch bounds the rows one prune statement deletes, in rows: a short statement that
 	// holds its row locks briefly, repeated until the backlog is gone.
 	PruneBatch = 1000
+
+	// MaxBatchSize bounds RELAY_BATCH_SIZE, in rows: as [PruneBatch], one claim statement's rows
+	// and row locks kept few.
+	MaxBatchSize = 1000
+
+	// MaxParallelism bounds RELAY_PARALLELISM, in pushes in flight: at LINE's usual ~0.1 s per
+	// push, 200 in flight already reach [LINEPushRateLimit].
+	MaxParallelism = LINEPushRateLimit / 10
+
+	// MaxMaxAttempts bounds RELAY_MAX_ATTEMPTS: with the full-jitter waits capped at
+	// RELAY_RETRY_CAP, a row's retries end inside [RetryKeyWindow] long before it.
+	MaxMaxAttempts = 100
+
+	// MaxBreakerFailures bounds RELAY_BREAKER_FAILURES, in failed pushes in a row: one batch
+	// at most ([MaxBatchSize]).
+	MaxBreakerFailures = MaxBatchSize
+
+	// MaxRunBudget bounds RELAY_RUN_BUDGET: Cloud Run's longest request timeout (60 minutes,
+	// Cloud Run docs, "Configure request timeout"), beyond which the front end cuts the run.
+	MaxRunBudget = time.Hour
+
+	// minTimeout is the least of the relay's timeouts and lease: PostgreSQL keeps an interval
+	// in microseconds, and a shorter one ends before any round trip.
+	minTimeout = time.Millisecond
 )
 
 // Config tunes a [Relay]. Zero fields take the defaults above, except RetryBase and RetryCap,
@@ -180,7 +204,7 @@ func setDefault[T int | float64 | time.Duration](v *T, def T) {
 }
 
 // Validate refuses a configuration the relay cannot keep its promises with: no token, sizes
-// that are not positive, a rate above LINE's, a RetryCap that reaches [RetryKeyWindow], or
+// outside their ranges (see [ConfigFromEnv]), a run budget beyond [MaxRunBudget], a rate above LINE's, a RetryCap that reaches [RetryKeyWindow], or
 // timeouts out of the order PushTimeout <= BatchTimeout, BatchTimeout + MarkTimeout < Lease,
 // BatchTimeout + 2*MarkTimeout < RunBudget.
 func (c Config) Validate() error {
@@ -191,17 +215,19 @@ func (c Config) Validate() error {
 		}
 	}
 	add(c.ChannelAccessToken == "", "channel access token: required (LINE_CHANNEL_ACCESS_TOKEN)")
-	add(c.BatchSize <= 0, "batch size %d rows: must be positive", c.BatchSize)
+	add(c.BatchSize <= 0 || c.BatchSize > MaxBatchSize, "batch size %d rows: must be in 1..%d", c.BatchSize, MaxBatchSize)
 	add(c.MaxRows <= 0, "max rows %d: must be positive", c.MaxRows)
-	add(c.Parallelism <= 0, "parallelism %d: must be positive", c.Parallelism)
+	add(c.Parallelism <= 0 || c.Parallelism > MaxParallelism, "parallelism %d: must be in 1..%d", c.Parallelism, MaxParallelism)
 	add(c.RateLimit <= 0 || c.RateLimit > LINEPushRateLimit,
 		"rate limit %g pushes/s: must be in (0, %d], LINE's push rate limit", c.RateLimit, LINEPushRateLimit)
-	add(c.MaxAttempts <= 0, "max attempts %d: must be positive", c.MaxAttempts)
+	add(c.MaxAttempts <= 0 || c.MaxAttempts > MaxMaxAttempts, "max attempts %d: must be in 1..%d", c.MaxAttempts, MaxMaxAttempts)
 	add(c.RetryBase < 0 || c.RetryCap < c.RetryBase,
 		"retry base %s, cap %s: want 0 <= base <= cap", c.RetryBase, c.RetryCap)
 	add(c.RetryCap >= RetryKeyWindow,
 		"retry cap %s: must be below %s, the part of LINE's 24-hour retry-key window the relay uses", c.RetryCap, RetryKeyWindow)
-	add(c.BreakerFailures <= 0, "breaker failures %d: must be positive", c.BreakerFailures)
+	add(c.BreakerFailures <= 0 || c.BreakerFailures > MaxBreakerFailures,
+		"breaker failures %d: must be in 1..%d", c.BreakerFailures, MaxBreakerFailures)
+	add(c.RunBudget > MaxRunBudget, "run budget %s: must be at most %s, Cloud Run's longest request timeout", c.RunBudget, MaxRunBudget)
 	add(c.PushTimeout <= 0 || c.PushTimeout > c.BatchTimeout,
 		"push timeout %s: must be positive and at most the batch timeout %s", c.PushTimeout, c.BatchTimeout)
 	add(c.MarkTimeout <= 0, "mark timeout %s: must be positive", c.MarkTimeout)
@@ -219,42 +245,45 @@ func (c Config) Validate() error {
 
 // ConfigFromEnv reads LINE_CHANNEL_ACCESS_TOKEN, LINE_API_BASE_URL, RELAY_RETRY_BASE and
 // RELAY_RETRY_CAP (docs/api.md, "Configuration") and the tuning variables named on the
-// Default constants, defaults the unset ones, and refuses what [Config.Validate] refuses.
+// Default constants, defaults the unset ones, refuses a value outside its range, naming it, and
+// refuses what [Config.Validate] refuses. The ranges: RELAY_BATCH_SIZE 1..[MaxBatchSize],
+// RELAY_PARALLELISM 1..[MaxParallelism], RELAY_RATE_LIMIT 1..[LINEPushRateLimit],
+// RELAY_MAX_ATTEMPTS 1..[MaxMaxAttempts], RELAY_BREAKER_FAILURES 1..[MaxBreakerFailures];
+// RELAY_PUSH_TIMEOUT, RELAY_BATCH_TIMEOUT, RELAY_MARK_TIMEOUT and RELAY_RUN_BUDGET 1ms..
+// [MaxRunBudget], RELAY_LEASE 1ms..[RetryKeyWindow], RELAY_RETRY_BASE and RELAY_RETRY_CAP
+// 0s..[RetryKeyWindow].
 func ConfigFromEnv() (Config, error) {
 	c := Config{
 		ChannelAccessToken: os.Getenv("LINE_CHANNEL_ACCESS_TOKEN"),
 		BaseURL:            os.Getenv("LINE_API_BASE_URL"),
 	}
 	var errs []error
-	// Zero is not "default": an explicit 0 is refused (envconf.Positive*), except for
+	// An explicit 0 is judged as given, never taken for "unset": it is refused, except for
 	// RELAY_RETRY_BASE and RELAY_RETRY_CAP, where 0s means "retry on the next run" (docs/api.md).
-	intVar := func(p *int, name string, def int) {
+	intVar := func(p *int, name string, def, hi int) {
 		var err error
-		*p, err = envconf.PositiveInt(name, def)
+		*p, err = envconf.IntIn(name, def, 1, hi)
 		errs = append(errs, err)
 	}
-	durationVar := func(p *time.Duration, name string, def time.Duration) {
+	durationVar := func(p *time.Duration, name string, def, lo, hi time.Duration) {
 		var err error
-		*p, err = envconf.PositiveDuration(name, def)
+		*p, err = envconf.DurationIn(name, def, lo, hi)
 		errs = append(errs, err)
 	}
 	var rate int
-	intVar(&c.BatchSize, "RELAY_BATCH_SIZE", DefaultBatchSize)
-	intVar(&c.Parallelism, "RELAY_PARALLELISM", DefaultParallelism)
-	intVar(&rate, "RELAY_RATE_LIMIT", DefaultRateLimit)
+	intVar(&c.BatchSize, "RELAY_BATCH_SIZE", DefaultBatchSize, MaxBatchSize)
+	intVar(&c.Parallelism, "RELAY_PARALLELISM", DefaultParallelism, MaxParallelism)
+	intVar(&rate, "RELAY_RATE_LIMIT", DefaultRateLimit, LINEPushRateLimit)
 	c.RateLimit = float64(rate)
-	intVar(&c.MaxAttempts, "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts)
-	intVar(&c.BreakerFailures, "RELAY_BREAKER_FAILURES", DefaultBreakerFailures)
-	durationVar(&c.PushTimeout, "RELAY_PUSH_TIMEOUT", DefaultPushTimeout)
-	durationVar(&c.BatchTimeout, "RELAY_BATCH_TIMEOUT", DefaultBatchTimeout)
-	durationVar(&c.MarkTimeout, "RELAY_MARK_TIMEOUT", DefaultMarkTimeout)
-	durationVar(&c.Lease, "RELAY_LEASE", DefaultLease)
-	durationVar(&c.RunBudget, "RELAY_RUN_BUDGET", DefaultRunBudget)
-	var err error
-	c.RetryBase, err = envconf.Duration("RELAY_RETRY_BASE", DefaultRetryBase)
-	errs = append(errs, err)
-	c.RetryCap, err = envconf.Duration("RELAY_RETRY_CAP", DefaultRetryCap)
-	errs = append(errs, err)
+	intVar(&c.MaxAttempts, "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts, MaxMaxAttempts)
+	intVar(&c.BreakerFailures, "RELAY_BREAKER_FAILURES", DefaultBreakerFailures, MaxBreakerFailures)
+	durationVar(&c.PushTimeout, "RELAY_PUSH_TIMEOUT", DefaultPushTimeout, minTimeout, MaxRunBudget)
+	durationVar(&c.BatchTimeout, "RELAY_BATCH_TIMEOUT", DefaultBatchTimeout, minTimeout, MaxRunBudget)
+	durationVar(&c.MarkTimeout, "RELAY_MARK_TIMEOUT", DefaultMarkTimeout, minTimeout, MaxRunBudget)
+	durationVar(&c.Lease, "RELAY_LEASE", DefaultLease, minTimeout, RetryKeyWindow)
+	durationVar(&c.RunBudget, "RELAY_RUN_BUDGET", DefaultRunBudget, minTimeout, MaxRunBudget)
+	durationVar(&c.RetryBase, "RELAY_RETRY_BASE", DefaultRetryBase, 0, RetryKeyWindow)
+	durationVar(&c.RetryCap, "RELAY_RETRY_CAP", DefaultRetryCap, 0, RetryKeyWindow)
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("outbox: %w", err)
 	}

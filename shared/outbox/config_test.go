@@ -45,3 +45,27 @@ func TestConfigFromEnvRefusesZero(t *testing.T) {
 		t.Errorf("RELAY_RETRY_BASE=0s RELAY_RETRY_CAP=0s: %+v, %v; want both 0 (retry on the next run)", c, err)
 	}
 }
+
+// TestConfigFromEnvNamesTheRange: a value beyond what the relay and PostgreSQL hold is refused
+// at start-up with the variable's name and its range.
+func TestConfigFromEnvNamesTheRange(t *testing.T) {
+	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "token")
+	for _, tc := range []struct{ name, value, want string }{
+		{"RELAY_BATCH_SIZE", "1000000", "1..1000"},
+		{"RELAY_PARALLELISM", "100000", "1..200"},
+		{"RELAY_RATE_LIMIT", "3000", "1..2000"},
+		{"RELAY_MAX_ATTEMPTS", "3000000000", "1..100"},
+		{"RELAY_BREAKER_FAILURES", "1001", "1..1000"},
+		{"RELAY_PUSH_TIMEOUT", "500us", "1ms..1h0m0s"},
+		{"RELAY_RUN_BUDGET", "2h", "1ms..1h0m0s"},
+		{"RELAY_LEASE", "48h", "1ms..23h0m0s"},
+		{"RELAY_RETRY_BASE", "-1s", "0s..23h0m0s"},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			if _, err := outbox.ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ConfigFromEnv: %v, want an error naming %s and %s", err, tc.name, tc.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,9 @@
 // of their refusals. Each function's decodeRequest judges them in its own order, the size
 // always before the content:
 //
+//   - an answer decided by the headers alone (the method, the Content-Type, the
+//     Content-Encoding, a Content-Length over the limit) goes out at once and the connection
+//     closes after it, the body unread ([SkipBody]);
 //   - a body is sent as is, never compressed: a Content-Encoding other than identity is 415
 //     before the body is read ([Encoding]);
 //   - a body is JSON: a Content-Type other than application/json is 415 ([IsJSON]);
@@ -39,6 +42,23 @@ func Encoding(h http.Header) string {
 	return ""
 }
 
+// SkipBody makes the answer to r, decided by its headers alone, go out at once and close the
+// connection, the body unread. Call it before the answer's WriteHeader. net/http reads an
+// unread body on its own, up to 256 KiB, to keep the connection for the next request: before
+// it writes the answer (unless the answer says Connection: close), and again after it, when it
+// closes the body (whatever the answer says). A client that stalls after its headers would get
+// no answer, or keep its connection, and with it the server's read, open. So SkipBody sets
+// Connection: close and the connection's read deadline to now: the server's read after the
+// answer fails at once. A request without a body (Content-Length: 0) keeps its connection.
+func SkipBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 { // -1 is a chunked body, or one of a length not given
+		return
+	}
+	w.Header().Set("Connection", "close")
+	// A writer that cannot set one (httptest's recorder) has no connection to read.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
 // ErrNotJSONType is the refusal of a Content-Type other than application/json (415).
 var ErrNotJSONType = errors.New("Content-Type must be application/json")
 
@@ -56,12 +76,14 @@ func IsJSON(h http.Header) bool {
 const ReadTimeout = 3 * time.Second
 
 // Read reads the whole body of r, at most limit bytes, within [ReadTimeout]. A body over limit
-// is refused with 413 whatever it holds: at once when its Content-Length says so, otherwise when
-// reading passes the limit (http.MaxBytesReader also tells the server to close the connection).
+// is refused with 413 whatever it holds: at once, unread ([SkipBody]), when its Content-Length
+// says so, otherwise when reading passes the limit (http.MaxBytesReader also tells the server to
+// close the connection).
 // Another read failure, the timeout's included, is 400.
 func Read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
 	tooLarge := fmt.Errorf("body over %d bytes", limit)
 	if r.ContentLength > limit {
+		SkipBody(w, r)
 		return nil, http.StatusRequestEntityTooLarge, tooLarge
 	}
 	if r.Body == nil {

@@ -97,9 +97,10 @@ func TestMainNamesItsFunction(t *testing.T) {
 }
 
 // TestSIGTERMDrains: SIGTERM arrives while 10 requests wait on a locked campaign row. The main
-// refuses new requests at once (503 RETRY_EXHAUSTED, nothing written: the framework keeps its
-// listener, and Cloud Run routes nothing more to an instance it has sent SIGTERM), lets the 10
-// finish once the row is free (every one answered 201, none cut), closes the pool and exits 0.
+// refuses new requests at once (503 RETRY_EXHAUSTED, nothing written: the server keeps its
+// listener through the drain, and Cloud Run routes nothing more to an instance it has sent
+// SIGTERM), lets the 10 finish once the row is free (every one answered 201, none cut), closes
+// the pool and exits 0.
 func TestSIGTERMDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -172,4 +173,36 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := observer.QueryRow(ctx, `SELECT count(*) FROM issued_coupons`).Scan(&coupons); err != nil || coupons != 10 {
 		t.Errorf("coupons: %d (%v), want 10", coupons, err)
 	}
+}
+
+// TestStalledClientsDoNotHoldTheShutdown: clients connect to the main and stall. One sent
+// headers announcing a body the 415 does not need: it gets its answer while it stalls, and
+// the connection closes. Twenty sent headers that never end: the server closes each of their
+// connections (lifecycle.HeaderTimeout) instead of holding them. Another twenty connect with
+// unended headers just before SIGTERM: the main still drains and exits 0.
+func TestStalledClientsDoNotHoldTheShutdown(t *testing.T) {
+	t.Parallel()
+	port := proctest.FreePort(t)
+	cmd, out := start(t, "DATABASE_URL="+pgtest.URL(t), "PORT="+port)
+	proctest.WaitServing(t, port, out)
+	addr := "127.0.0.1:" + port
+
+	s := proctest.Stall(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n")
+	if resp, body := s.Answer(); resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !s.Closed() {
+		t.Errorf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed", resp.Status, body, resp.Close)
+	}
+	const unended = "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	var stalled []*proctest.Stalled
+	for range 20 {
+		stalled = append(stalled, proctest.Stall(t, addr, unended))
+	}
+	for i, s := range stalled {
+		if !s.Closed() {
+			t.Errorf("unended headers %d: the server sent something instead of closing the connection", i)
+		}
+	}
+	for range 20 {
+		proctest.Stall(t, addr, unended)
+	}
+	proctest.Terminate(t, cmd, out)
 }

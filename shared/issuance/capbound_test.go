@@ -1,0 +1,70 @@
+package issuance_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// TestLargestCapNeverOverflows: at the largest cap MONTHLY_CAP_YEN takes, a member who has used
+// all of it asks for a coupon of the cap's size, and for the largest coupon a campaign may hold
+// (2^31-1 yen), through issue_coupon (ISSUE_BATCH_MAX=1) and issue_coupons_batch: each answers
+// MONTHLY_CAP, never an error (500), and the tables hold the one coupon. The negative control
+// calls issue_coupon with the cap the old bound let through, 2^31-1, after a coupon of 2e9 yen:
+// PostgreSQL ends it in 22003, numeric value out of range, the 500 the bound prevents.
+func TestLargestCapNeverOverflows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, batchMax := range []int{1, issuance.DefaultBatchMax} {
+		pool := pgtest.Pool(t, 4)
+		for _, c := range []campaign.Campaign{
+			{ID: "CAP-A", DiscountYen: issuance.MaxMonthlyCapYen, BudgetYen: 2 * issuance.MaxMonthlyCapYen},
+			{ID: "CAP-B", DiscountYen: issuance.MaxMonthlyCapYen, BudgetYen: 2 * issuance.MaxMonthlyCapYen},
+			{ID: "CAP-MAX", DiscountYen: math.MaxInt32, BudgetYen: math.MaxInt32},
+		} {
+			if err := campaign.Create(ctx, pool, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		svc, err := issuance.New(pool, issuance.Config{MonthlyCapYen: issuance.MaxMonthlyCapYen, BatchMax: batchMax})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := issue(t, svc, "m1", "CAP-A"); out.Result != issuance.ResultIssued {
+			t.Fatalf("batch max %d: the cap's worth: %s, want ISSUED", batchMax, out.Result)
+		}
+		for _, id := range []string{"CAP-B", "CAP-MAX"} {
+			if out := issue(t, svc, "m1", id); out.Result != issuance.ResultMonthlyCap {
+				t.Errorf("batch max %d: %s on a used-up cap: %s, want MONTHLY_CAP", batchMax, id, out.Result)
+			}
+		}
+		if n := count(t, pool, `SELECT count(*) FROM issued_coupons WHERE member_id = 'm1'`); n != 1 {
+			t.Errorf("batch max %d: m1 holds %d coupons, want 1", batchMax, n)
+		}
+	}
+
+	pool := pgtest.Pool(t, 2)
+	for _, id := range []string{"BIG-A", "BIG-B"} {
+		if err := campaign.Create(ctx, pool, campaign.Campaign{ID: id, DiscountYen: 2_000_000_000, BudgetYen: 2_000_000_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call := `SELECT result FROM issue_coupon(gen_random_uuid(), $1, 'm1', now(), $2, NULL)`
+	var result string
+	if err := pool.QueryRow(ctx, call, "BIG-A", math.MaxInt32).Scan(&result); err != nil || result != "ISSUED" {
+		t.Fatalf("negative control, the first coupon at cap 2^31-1: %s %v, want ISSUED", result, err)
+	}
+	var pgErr *pgconn.PgError
+	if err := pool.QueryRow(ctx, call, "BIG-B", math.MaxInt32).Scan(&result); !errors.As(err, &pgErr) ||
+		pgErr.Code != pgerrcode.NumericValueOutOfRange {
+		t.Errorf("negative control, the second coupon at cap 2^31-1: %s %v, want 22003: the control no longer shows the overflow", result, err)
+	}
+}
