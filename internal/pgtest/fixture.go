@@ -26,7 +26,9 @@ type Execer interface {
 func BreakFunction(t testing.TB, db Execer, name string, replacements ...[2]string) {
 	t.Helper()
 	def, file := newestDefinition(t, name)
-	def = strings.Replace(def, "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+	if !strings.HasPrefix(def, "CREATE OR REPLACE FUNCTION") {
+		def = strings.Replace(def, "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+	}
 	for _, r := range replacements {
 		if !strings.Contains(def, r[0]) {
 			t.Fatalf("pgtest: break %s: %q is not in its definition in %s", name, r[0], file)
@@ -38,7 +40,7 @@ func BreakFunction(t testing.TB, db Execer, name string, replacements ...[2]stri
 	}
 }
 
-// newestDefinition is the CREATE FUNCTION statement of name in the newest migration that has
+// newestDefinition is the CREATE [OR REPLACE] FUNCTION statement of name in the newest migration that has
 // one, and that migration's file name.
 func newestDefinition(t testing.TB, name string) (string, string) {
 	t.Helper()
@@ -46,7 +48,7 @@ func newestDefinition(t testing.TB, name string) (string, string) {
 	if err != nil {
 		t.Fatalf("pgtest: break %s: %v", name, err)
 	}
-	re := regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE FUNCTION ` + regexp.QuoteMeta(name) + `\(.*?)-- \+goose StatementEnd`)
+	re := regexp.MustCompile(`(?s)-- \+goose StatementBegin\n(CREATE (?:OR REPLACE )?FUNCTION ` + regexp.QuoteMeta(name) + `\(.*?)-- \+goose StatementEnd`)
 	for i := len(files) - 1; i >= 0; i-- { // goose's order: the names sort by version
 		src, err := fs.ReadFile(schema.Migrations(), files[i])
 		if err != nil {

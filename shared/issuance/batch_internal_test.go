@@ -363,7 +363,7 @@ func TestBatchTimeoutsFollowTheTightestMember(t *testing.T) {
 			deadline: now.Add(left), callEnd: now.Add(left + db.CancelGrace + ResolveTimeout), span: span,
 			answer: make(chan answered, 1), lead: make(chan []*joined, 1)})
 	}
-	s.batch(group)
+	s.run(group)
 	for _, j := range group {
 		if a := <-j.answer; a.err != nil || a.out.Result != ResultIssued {
 			t.Fatalf("%s: %+v %v", j.req.memberID, a.out, a.err)

@@ -146,8 +146,8 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 	}
 }
 
-// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupon with one whose
-// amount is bigint while the pooled connection holds the call prepared, so the next call fails
+// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupons_batch with one
+// whose amount is bigint while the pooled connection holds the call prepared, so the next call fails
 // with 0A000 "cached plan must not change result type". The service prepares it afresh and
 // answers ISSUED.
 func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
@@ -160,18 +160,18 @@ func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
 		t.Fatalf("before the migration: %+v %v", out, err)
 	}
 	owner := connect(t, dbURL)
-	def := scalar[string](t, owner, `SELECT pg_get_functiondef('issue_coupon'::regproc)`)
-	if !strings.Contains(def, "OUT amount integer") {
-		t.Fatalf("issue_coupon's definition has no OUT amount integer:\n%s", def)
+	def := scalar[string](t, owner, `SELECT pg_get_functiondef('issue_coupons_batch'::regproc)`)
+	if !strings.Contains(def, "amount integer") {
+		t.Fatalf("issue_coupons_batch's definition has no amount integer:\n%s", def)
 	}
-	def = strings.Replace(def, "OUT amount integer", "OUT amount bigint", 1)
-	if _, err := owner.Exec(ctx, `DROP FUNCTION issue_coupon`); err != nil {
+	def = strings.Replace(def, "amount integer", "amount bigint", 1)
+	if _, err := owner.Exec(ctx, `DROP FUNCTION issue_coupons_batch`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := owner.Exec(ctx, def); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION issue_coupon TO coupon_issue`); err != nil {
+	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION issue_coupons_batch TO coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	out, err := svc.Issue(ctx, "after", "RESULT")
