@@ -70,6 +70,12 @@ func newBatchFixture(t *testing.T, dbURL, poolURL string, cfg Config) *batchFixt
 // members' order, after first's.
 func (f *batchFixture) formBatch(t *testing.T, members ...string) (first <-chan answered, rest []<-chan answered) {
 	t.Helper()
+	return f.formBatchBehind(t, "first", members...)
+}
+
+// formBatchBehind is formBatch with leader, a member without B's coupon, in place of "first".
+func (f *batchFixture) formBatchBehind(t *testing.T, leader string, members ...string) (first <-chan answered, rest []<-chan answered) {
+	t.Helper()
 	ctx := context.Background()
 	hold := pgtest.HoldCampaign(t, f.url, "B")
 	send := func(m string) <-chan answered {
@@ -80,7 +86,7 @@ func (f *batchFixture) formBatch(t *testing.T, members ...string) (first <-chan 
 		}()
 		return c
 	}
-	first = send("first")
+	first = send(leader)
 	hold.WaitBlocked(1)
 	for _, m := range members {
 		rest = append(rest, send(m))

@@ -75,6 +75,11 @@ var errPanicked = errors.New("issuance: the call panicked")
 // answer is settled by the group's earliest call end.
 func (s *Service) run(group []*joined) {
 	defer answerPanic(group)
+	s.calls(group)
+}
+
+// calls is run's loop: the calls, and the answers of every member, on every path but a panic.
+func (s *Service) calls(group []*joined) {
 	ctx, end := s.callContext(group)
 	defer end()
 	pending := make([]*member, len(group))
