@@ -285,3 +285,170 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryBranches: each failure a call can meet is made to happen on a real PostgreSQL, by a
+// trigger on the coupon insert of one member that counts its firings in a sequence (which no
+// rollback undoes) and raises the SQLSTATE (57014: sleeps into the statement_timeout), and
+// the test tells a retry from giving up by those firings, each answer's attempts and the
+// coupons counted with SQL:
+//
+//   - the fault once, on a request alone (solo) and on one member of a coalesced group of four
+//     (b1): every one is ISSUED after 2 attempts, the trigger fired twice, the coupons are there;
+//   - the fault on every call, on one member of a group of four (a1): 40001, 40P01 and 55P03 are
+//     given up after MaxAttempts (RETRY_EXHAUSTED, 5 firings), 0A000 after a second attempt (an
+//     error, 2 firings), 57014 when the time no longer fits (RETRY_EXHAUSTED, at least 2 firings,
+//     one per attempt); nothing of the group is written.
+func TestRetryBranches(t *testing.T) {
+	t.Parallel()
+	raise := func(code string) string { return fmt.Sprintf("RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'fault'", code) }
+	slow := Config{Budget: 3 * time.Second, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond}
+	for _, c := range []struct {
+		code     string
+		fault    string
+		cfg      Config
+		result   Result // the answer when the fault fires on every call ("" : an error)
+		attempts int    // and its attempts, 0: at least 2, one per firing
+	}{
+		{"40001", raise("40001"), Config{}, ResultRetryExhausted, MaxAttempts},
+		{"40P01", raise("40P01"), Config{}, ResultRetryExhausted, MaxAttempts},
+		{"55P03", raise("55P03"), Config{}, ResultRetryExhausted, MaxAttempts},
+		{"0A000", raise("0A000"), Config{}, "", 2},
+		{"57014", "PERFORM pg_sleep(5)", slow, ResultRetryExhausted, 0},
+	} {
+		t.Run(c.code, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dbURL := pgtest.URL(t)
+			f := newBatchFixture(t, dbURL, dbURL, c.cfg)
+			if _, err := f.admin.Exec(ctx, fmt.Sprintf(`
+CREATE SEQUENCE f_solo; CREATE SEQUENCE f_b1; CREATE SEQUENCE f_a1;
+CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval(TG_ARGV[0]) = 1 OR TG_ARGV[1]::boolean THEN %s; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER f_solo BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'solo') EXECUTE FUNCTION fault('f_solo', 'false');
+CREATE TRIGGER f_b1 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'b1') EXECUTE FUNCTION fault('f_b1', 'false');
+CREATE TRIGGER f_a1 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'a1') EXECUTE FUNCTION fault('f_a1', 'true')`, c.fault)); err != nil {
+				t.Fatal(err)
+			}
+			firings := func(seq string) int { return f.count(t, fmt.Sprintf(`SELECT last_value::int FROM %s`, seq)) }
+
+			cfg := c.cfg
+			cfg.BatchMax = 1
+			alone, err := New(f.svc.pool, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := alone.Issue(ctx, "solo", "B"); err != nil || out.Result != ResultIssued || out.Attempts != 2 {
+				t.Errorf("solo, the fault once: %+v %v, want ISSUED after 2 attempts", out, err)
+			}
+			if n := firings("f_solo"); n != 2 {
+				t.Errorf("solo: the fault fired %d times, want 2 (the retry)", n)
+			}
+
+			first, rest := f.formBatchBehind(t, "lead1", batchMembers...)
+			await(t, first, "lead1")
+			for i, ch := range rest {
+				if a := await(t, ch, batchMembers[i]); a.err != nil || a.out.Result != ResultIssued || a.out.Attempts != 2 {
+					t.Errorf("%s, the fault once in its group: %+v %v, want ISSUED after 2 attempts", batchMembers[i], a.out, a.err)
+				}
+			}
+			if n := firings("f_b1"); n != 2 {
+				t.Errorf("b1: the fault fired %d times, want 2 (the group's retry)", n)
+			}
+			if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id IN ('solo', 'b1', 'b2', 'b3', 'b4')`); n != 5 {
+				t.Errorf("%d coupons of solo and b1-b4, want 5", n)
+			}
+
+			always := []string{"a1", "a2", "a3", "a4"}
+			first, rest = f.formBatchBehind(t, "lead2", always...)
+			await(t, first, "lead2")
+			var attempts []int
+			for i, ch := range rest {
+				a := await(t, ch, always[i])
+				attempts = append(attempts, a.out.Attempts)
+				if a.out.Result != c.result || (c.result == "") != (a.err != nil) {
+					t.Errorf("%s, the fault on every call: %+v %v, want %q", always[i], a.out, a.err, c.result)
+				}
+			}
+			want := c.attempts
+			if want == 0 {
+				want = attempts[0]
+				if want < 2 {
+					t.Errorf("the group was tried %d times, want a retry", want)
+				}
+			}
+			for i, n := range attempts {
+				if n != want {
+					t.Errorf("%s: %d attempts, want %d", always[i], n, want)
+				}
+			}
+			if n := firings("f_a1"); n != want {
+				t.Errorf("a1: the fault fired %d times in %d attempts, want one per attempt", n, want)
+			}
+			if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id LIKE 'a%'`); n != 0 {
+				t.Errorf("%d coupons of the group that always failed", n)
+			}
+			f.rulesHold(t)
+		})
+	}
+}
+
+// TestRetryAnswer: issue_coupons_batch answers RETRY for a member it cannot place without
+// waiting out of lock order. Campaign R has two stripes with room for one coupon each; a session
+// holds stripe 0. A group of two runs: r1 takes stripe 1, r2 is answered RETRY (its rows deleted
+// in the call). r2 goes again alone, waits on stripe 0 (pg_blocking_pids shows it), and is ISSUED
+// once the holder lets go: attempts 1 and 2, r2's coupon inserted twice (a counting trigger), two
+// coupons, both stripes spent.
+func TestRetryAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	f := newBatchFixture(t, dbURL, dbURL, Config{})
+	if err := campaign.Create(ctx, f.admin, campaign.Campaign{ID: "R", DiscountYen: 1000, BudgetYen: 2000, Stripes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.Exec(ctx, `
+CREATE SEQUENCE r2_inserts;
+CREATE FUNCTION count_r2() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('r2_inserts'); RETURN NEW; END $$;
+CREATE TRIGGER count_r2 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'r2') EXECUTE FUNCTION count_r2()`); err != nil {
+		t.Fatal(err)
+	}
+	hold := pgtest.HoldCampaign(t, dbURL, "R", 0)
+	now := time.Now()
+	var group []*joined
+	for _, m := range []string{"r1", "r2"} {
+		r := request{memberID: m, campaignID: "R", issuedAt: now, month: Month(now)}
+		callEnd := now.Add(f.svc.cfg.Budget)
+		jctx, cancel := context.WithDeadline(ctx, attemptsEnd(callEnd))
+		t.Cleanup(cancel)
+		jctx, span := startIssue(jctx, r)
+		group = append(group, &joined{ctx: jctx, req: r, couponID: uuid.NewString(), deadline: attemptsEnd(callEnd), callEnd: callEnd,
+			span: span, answer: make(chan answered, 1), lead: make(chan []*joined, 1)})
+	}
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		f.svc.run(group)
+	}()
+	if a := await(t, group[0].answer, "r1"); a.err != nil || a.out.Result != ResultIssued || a.out.Attempts != 1 {
+		t.Fatalf("r1: %+v %v, want ISSUED at the first attempt", a.out, a.err)
+	}
+	hold.WaitBlocked(1) // r2's second attempt, alone, waits for stripe 0
+	if n := f.count(t, `SELECT last_value::int FROM r2_inserts`); n != 2 {
+		t.Errorf("r2's coupon was inserted %d times before the hold was let go, want 2 (RETRY, then again)", n)
+	}
+	hold.Release()
+	if a := await(t, group[1].answer, "r2"); a.err != nil || a.out.Result != ResultIssued || a.out.Attempts != 2 {
+		t.Errorf("r2: %+v %v, want ISSUED at the second attempt (after RETRY)", a.out, a.err)
+	}
+	<-ran
+	if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE campaign_id = 'R'`); n != 2 {
+		t.Errorf("%d coupons of R, want 2", n)
+	}
+	if n := f.count(t, `SELECT count(*)::int FROM campaign_budgets WHERE campaign_id = 'R' AND issued_yen = budget_yen`); n != 2 {
+		t.Errorf("%d of R's 2 stripes spent, want both", n)
+	}
+	f.rulesHold(t)
+}
