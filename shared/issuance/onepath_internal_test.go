@@ -300,7 +300,9 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 //     one per attempt); nothing of the group is written.
 func TestRetryBranches(t *testing.T) {
 	t.Parallel()
-	raise := func(code string) string { return fmt.Sprintf("RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'fault'", code) }
+	raise := func(code string) string {
+		return fmt.Sprintf("RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'fault'", code)
+	}
 	slow := Config{Budget: 3 * time.Second, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond}
 	for _, c := range []struct {
 		code     string
