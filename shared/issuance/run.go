@@ -171,7 +171,7 @@ func (s *Service) try(ctx context.Context, pending []*member, n int) []verdict {
 // settleLost settles each member of a call whose answer was lost (docs/api.md: never "nothing
 // was written" for a coupon that exists), on one connection of its own, by callEnd (see
 // [Service.settle] and [settlement.lookup]): a member whose coupon is there is answered as the
-// call would have; one whose coupon is not goes again (nothing was written).
+// call would have; one whose coupon is not goes again (nothing was written), unless ctx ended.
 func (s *Service) settleLost(ctx context.Context, pending []*member, lost *answerLostError, callEnd time.Time) []verdict {
 	verdicts := make([]verdict, len(pending))
 	st, err := s.settle(ctx, lost, callEnd)
@@ -184,11 +184,8 @@ func (s *Service) settleLost(ctx context.Context, pending []*member, lost *answe
 	defer st.close()
 	for i, m := range pending {
 		out, err := st.lookup(m.req, m.couponID)
-		if errors.As(err, new(*connLostError)) {
-			verdicts[i] = verdict{step: retryConnLost, err: err}
-			continue
-		}
-		verdicts[i] = verdict{step: answer, out: out, err: err}
+		step, cause := classify(ctx, err)
+		verdicts[i] = verdict{step: step, out: out, err: cause}
 	}
 	return verdicts
 }
