@@ -2,7 +2,8 @@
 // applied with goose (github.com/pressly/goose/v3).
 //
 // The tables and what each serializes are described in migrations/00002_issuance.sql and in
-// docs/api.md ("Tables"); the issuance transaction is migrations/00009_issue_coupon.sql.
+// docs/api.md ("Tables"); the issuance transaction is migrations/00013_issue_coupons_batch.sql, one implementation for
+// every caller (00014_one_issuance.sql).
 package schema
 
 import (

@@ -31,7 +31,7 @@ const (
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
 )
 
-// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupon on the campaign's
+// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupons_batch on the campaign's
 // budget stripes (campaign_inactive_reason, 00010_live_campaigns.sql).
 const (
 	ReasonNotStarted = "NOT_STARTED" // before starts_at
