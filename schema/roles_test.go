@@ -152,6 +152,7 @@ var issueForbidden = []forbidden{
 	{"a pause through the function", `SELECT * FROM campaign_change_state('ONE', 'pause', NULL, NULL, false, false, 'stop')`},
 	{"a void", `SELECT * FROM coupon_void(gen_random_uuid(), 'x', false)`},
 	{"a grant", `SELECT * FROM grant_coupon(gen_random_uuid(), 'ONE', 'm9', now(), 2000, NULL)`},
+	{"a grant of a batch", `SELECT * FROM grant_coupons_batch('ONE', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
 	{"a validity change", `SELECT * FROM campaign_change_validity('ONE', 7, NULL, 'x')`},
 	{"a coupon's prune mark", `UPDATE issued_coupons SET outbox_pruned_at = now()`},
 	{"a history row", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('ONE', now(), 'x', 'pause', '{}', '{}', 'x')`},
@@ -216,7 +217,7 @@ var issueOutsideTheFunction = []forbidden{
 // TestRolesTestSeesWrongGrants is the roles tests' own check, red by construction: on a
 // database where coupon_issue was granted too much (a budget's UPDATE), the forbidden-write
 // check reports the budget write; where it was granted too little (no EXECUTE of
-// issue_coupon), its real work fails.
+// issue_coupons_batch, which IssueCoupon calls), its real work fails.
 func TestRolesTestSeesWrongGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -232,11 +233,11 @@ func TestRolesTestSeesWrongGrants(t *testing.T) {
 
 	tooLittle := newRoleDB(t, "coupon_issue")
 	createIssueCampaigns(t, tooLittle.owner)
-	if _, err := tooLittle.owner.Exec(ctx, `REVOKE EXECUTE ON FUNCTION issue_coupon FROM coupon_issue`); err != nil {
+	if _, err := tooLittle.owner.Exec(ctx, `REVOKE EXECUTE ON FUNCTION issue_coupons_batch FROM coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	if err := issueWork(ctx, tooLittle.as); err == nil {
-		t.Error("without EXECUTE of issue_coupon: the issuances passed, want them to fail")
+		t.Error("without EXECUTE of issue_coupons_batch: the issuances passed, want them to fail")
 	}
 }
 
@@ -313,6 +314,8 @@ func TestRelayRole(t *testing.T) {
 		{"a void", `SELECT * FROM coupon_void(gen_random_uuid(), 'x', false)`},
 		{"a grant", `SELECT * FROM grant_coupon(gen_random_uuid(), 'RELAY', 'm9', now(), 2000, NULL)`},
 		{"an issuance", `SELECT * FROM issue_coupon(gen_random_uuid(), 'RELAY', 'm9', now(), 2000, NULL)`},
+		{"an issuance of a batch", `SELECT * FROM issue_coupons_batch('RELAY', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
+		{"a grant of a batch", `SELECT * FROM grant_coupons_batch('RELAY', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
 		{"a budget counter", `UPDATE campaign_budgets SET issued_yen = 0`},
 		{"a budget read", `SELECT budget_yen FROM campaign_budgets`},
 		{"a usage read", `SELECT used_yen FROM member_monthly_usage`},
@@ -479,6 +482,7 @@ func TestAdminRole(t *testing.T) {
 		{"a history row deleted", `DELETE FROM campaign_changes`},
 		{"the lock helper", `SELECT * FROM campaign_lock('ADMIN')`},
 		{"an issuance as IssueCoupon", `SELECT * FROM issue_coupon(gen_random_uuid(), 'ADMIN', 'm9', now(), 2000, NULL)`},
+		{"an issuance of a batch as IssueCoupon", `SELECT * FROM issue_coupons_batch('ADMIN', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
 		{"a coupon voided outside coupon_void", `UPDATE issued_coupons SET voided_by = 'x'`},
 		{"a campaign's definition", `UPDATE campaigns SET budget_yen = 1`},
 		{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('ADMIN', 'm9', '2026-11', 1000)`},

@@ -28,14 +28,14 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-// freshCouponPerRun is a broken grant_coupon kept as a fixture: it voids, with reissue, the
+// freshCouponPerRun is a broken grant_coupons_batch kept as a fixture: it voids, with reissue, the
 // coupon a member already holds and issues another, so that each run mints a fresh coupon id
 // (R1-R3 hold: the void gives the yen back first). It is what "a re-run issues nothing new"
 // rules out.
-var freshCouponPerRun = [][2]string{{"BEGIN\n  SELECT i.result", `BEGIN
+var freshCouponPerRun = [][2]string{{"BEGIN\n  FOR a IN SELECT", `BEGIN
   PERFORM coupon_void(c.coupon_id, 'granted again', true) FROM issued_coupons c
-    WHERE c.campaign_id = p_campaign_id AND c.member_id = p_member_id AND c.voided_at IS NULL;
-  SELECT i.result`}}
+    WHERE c.campaign_id = p_campaign_id AND c.member_id = ANY (p_member_ids) AND c.voided_at IS NULL;
+  FOR a IN SELECT`}}
 
 // grantDB is a migrated database for grant tests: its owner's URL and pool, and the URL of a
 // login in coupon_admin, as which grants run.
@@ -359,7 +359,7 @@ func TestGrantKilledAndRerun(t *testing.T) {
 		name   string
 		broken [][2]string
 	}{
-		{"grant_coupon", nil},
+		{"grant_coupons_batch", nil},
 		{"broken: a fresh coupon per run", freshCouponPerRun},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -380,7 +380,7 @@ func TestGrantKilledAndRerun(t *testing.T) {
 			t.Logf("the first run, killed, left %d coupons", len(first))
 
 			if c.broken != nil {
-				pgtest.BreakFunction(t, d.owner, "grant_coupon", c.broken...)
+				pgtest.BreakFunction(t, d.owner, "grant_coupons_batch", c.broken...)
 			}
 			code, stdout, stderr2 := couponctlBin(t, []string{"DATABASE_URL=" + d.admin},
 				"grant", "--campaign", "GRANT", "--members", path, "--out", csvPath)
@@ -466,13 +466,13 @@ func TestGrantIdempotent(t *testing.T) {
 		name   string
 		broken [][2]string
 	}{
-		{"grant_coupon", nil},
+		{"grant_coupons_batch", nil},
 		{"broken: a fresh coupon per run", freshCouponPerRun},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := newGrantDB(t, campaign.Campaign{ID: "ONCE", DiscountYen: 500, BudgetYen: 1_000_000})
 			if c.broken != nil {
-				pgtest.BreakFunction(t, d.owner, "grant_coupon", c.broken...)
+				pgtest.BreakFunction(t, d.owner, "grant_coupons_batch", c.broken...)
 			}
 			t.Setenv("DATABASE_URL", d.admin)
 			path, members := memberFile(t, "o", 200)

@@ -70,6 +70,12 @@ func newBatchFixture(t *testing.T, dbURL, poolURL string, cfg Config) *batchFixt
 // members' order, after first's.
 func (f *batchFixture) formBatch(t *testing.T, members ...string) (first <-chan answered, rest []<-chan answered) {
 	t.Helper()
+	return f.formBatchBehind(t, "first", members...)
+}
+
+// formBatchBehind is formBatch with leader, a member without B's coupon, in place of "first".
+func (f *batchFixture) formBatchBehind(t *testing.T, leader string, members ...string) (first <-chan answered, rest []<-chan answered) {
+	t.Helper()
 	ctx := context.Background()
 	hold := pgtest.HoldCampaign(t, f.url, "B")
 	send := func(m string) <-chan answered {
@@ -80,7 +86,7 @@ func (f *batchFixture) formBatch(t *testing.T, members ...string) (first <-chan 
 		}()
 		return c
 	}
-	first = send("first")
+	first = send(leader)
 	hold.WaitBlocked(1)
 	for _, m := range members {
 		rest = append(rest, send(m))
@@ -198,8 +204,9 @@ CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
 
 // TestBatchStatementTimeout: a batch whose call runs into its statement_timeout (the fault: a
 // trigger sleeps 5 s in b1's coupon insert, counting its firings) is rolled back and sent again
-// while its members' time lasts; then each member is answered RETRY_EXHAUSTED, and nothing of
-// theirs was written.
+// while its members' time lasts; then each member is answered RETRY_EXHAUSTED, its attempts as
+// many as the calls the trigger counted, and nothing of theirs was written. (TestRetryBranches
+// makes a 57014 that leaves time for a retry.)
 func TestBatchStatementTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -214,13 +221,20 @@ CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NE
 	}
 	first, rest := f.formBatch(t, batchMembers...)
 	await(t, first, "first")
+	attempts := map[int]bool{}
 	for i, c := range rest {
-		if a := await(t, c, batchMembers[i]); a.err != nil || a.out.Result != ResultRetryExhausted {
+		a := await(t, c, batchMembers[i])
+		if a.err != nil || a.out.Result != ResultRetryExhausted {
 			t.Errorf("%s: %+v %v, want RETRY_EXHAUSTED", batchMembers[i], a.out, a.err)
 		}
+		attempts[a.out.Attempts] = true
 	}
-	if n := f.count(t, `SELECT last_value::int FROM slow_inserts`); n < 1 {
+	n := f.count(t, `SELECT last_value::int FROM slow_inserts`)
+	if n < 1 {
 		t.Fatal("the slow insert never ran: the fault did not fire")
+	}
+	if len(attempts) != 1 || !attempts[n] {
+		t.Errorf("the members' attempts %v, the slow insert ran %d times: want every member tried once per call, as often as the group was sent", attempts, n)
 	}
 	if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id LIKE 'b%'`); n != 0 {
 		t.Errorf("%d coupons of the timed-out batch's members", n)
@@ -363,7 +377,7 @@ func TestBatchTimeoutsFollowTheTightestMember(t *testing.T) {
 			deadline: now.Add(left), callEnd: now.Add(left + db.CancelGrace + ResolveTimeout), span: span,
 			answer: make(chan answered, 1), lead: make(chan []*joined, 1)})
 	}
-	s.batch(group)
+	s.run(group)
 	for _, j := range group {
 		if a := <-j.answer; a.err != nil || a.out.Result != ResultIssued {
 			t.Fatalf("%s: %+v %v", j.req.memberID, a.out, a.err)

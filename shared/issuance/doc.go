@@ -14,13 +14,14 @@
 // Level"). There is no read-then-write in Go, so there is nothing to lose: no lost update, no
 // write skew, no phantom.
 //
-// The transaction runs inside the server as one call, one network round trip per attempt, so
-// that no lock is held across the network and a refusal is answered from reads without writing:
-// issue_coupon for a request alone (schema/current/issue_coupon.sql), or, when requests for the
-// same campaign arrive while a call for it is in flight in this instance, issue_coupons_batch for
-// all of them at once (schema/current/issue_coupons_batch.sql; coalescing, [Config.BatchMax]).
-// Both take their locks in the order every writer keeps (docs/design.md, "Lock order"). An
-// attempt that wrote nothing is sent again within one time budget, after a full-jitter wait: on
-// SQLSTATE 40001, 40P01 or 55P03, on a connection lost before the call was sent, and once on a
-// stale cached plan (0A000); a batch also for its members answered RETRY ([Service.Issue]).
+// The transaction runs inside the server as one call, issue_coupons_batch (schema/migrations/
+// schema/current/issue_coupons_batch.sql), one network round trip per attempt, so that no lock is held
+// across the network and a refusal is answered from reads without writing; it takes its locks in
+// one fixed order (docs/design.md, "Lock order"). Every request is a member of a group: alone, a
+// group of one; coalesced, the requests of its campaign that waited behind the call in flight in
+// this instance (coalesce.go, where the protocol is written). One implementation of the rules
+// and one retry policy serve both ([Service.run], run.go): 40001, 40P01, 55P03 and the answer
+// RETRY are retried with full-jitter backoff at most [MaxAttempts] times, a lost connection, a
+// lost answer settled as nothing written and 57014 while the request's time fits, 0A000 once;
+// every call ends by its group's tightest deadline ([Service.Issue]).
 package issuance

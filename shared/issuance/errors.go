@@ -50,7 +50,7 @@ func (e *connLostError) Error() string { return fmt.Sprintf("issuance: connectio
 func (e *connLostError) Unwrap() error { return e.err }
 
 // isStalePlan reports whether err is 0A000 "cached plan must not change result type": a migration
-// changed issue_coupon's result columns under a call prepared on a pooled connection. pgx drops
+// changed issue_coupons_batch's result columns under a call prepared on a pooled connection. pgx drops
 // the statement from its cache on any error, so one more attempt prepares it afresh.
 func isStalePlan(err error) bool {
 	var pgErr *pgconn.PgError
@@ -58,12 +58,10 @@ func isStalePlan(err error) bool {
 }
 
 // answerLostError is an attempt whose call was sent but whose answer never came: the call may
-// have committed. The session and the coupon id the attempt chose say which server session to end
-// and which coupon would be the attempt's own.
+// have committed. The session says which server session to end before the look-up.
 type answerLostError struct {
-	err      error
-	session  session
-	couponID string
+	err     error
+	session session
 }
 
 func (e *answerLostError) Error() string {

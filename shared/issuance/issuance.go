@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/shared/backoff"
 	"github.com/mops/coupon-api/shared/ids"
 )
 
@@ -32,7 +31,7 @@ const (
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
 )
 
-// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by the issuance on the campaign's
+// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupons_batch on the campaign's
 // budget stripes (campaign_inactive_reason, schema/current).
 const (
 	ReasonNotStarted = "NOT_STARTED" // before starts_at
@@ -72,6 +71,9 @@ type Service struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	co   *coalescer // nil when Config.BatchMax is 1
+	// withDeadline bounds each call by its group's tightest deadline: context.WithDeadline. A
+	// test puts a broken variant in its place (coalesce_internal_test.go).
+	withDeadline func(context.Context, time.Time) (context.Context, context.CancelFunc)
 }
 
 // New returns a Service over pool, with cfg's zero fields defaulted. It refuses a cfg that
@@ -81,7 +83,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	svc := &Service{pool: pool, cfg: cfg}
+	svc := &Service{pool: pool, cfg: cfg, withDeadline: context.WithDeadline}
 	if cfg.BatchMax > 1 {
 		svc.co = newCoalescer(cfg.BatchMax)
 	}
@@ -90,38 +92,32 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 
 // Issue gives member memberID one coupon of campaign campaignID, or says why not.
 //
-// Each attempt is one call to PostgreSQL, one network round trip, pipelined in autocommit behind
-// the attempt's lock_timeout and statement_timeout: issue_coupon
-// (schema/current/issue_coupon.sql) when no call of the campaign is in flight in this Service,
-// else, with [Config.BatchMax] above 1, issue_coupons_batch together with the requests that
-// queued behind that call (schema/current/issue_coupons_batch.sql). It reads first, then writes,
-// each write judging its rule on the row it writes, with the lock protocol of docs/design.md
-// ("Lock order", the issuance's rows of its table).
+// The request is a member of a group, alone or coalesced with the requests of its campaign that
+// arrive while a call for it is in flight (docs/design.md, "Coalescing a hot campaign"; off when
+// [Config.BatchMax] is 1). Each attempt is one call to PostgreSQL, one network round trip:
+// issue_coupons_batch (schema/current/issue_coupons_batch.sql), pipelined in autocommit
+// behind the attempt's lock_timeout and statement_timeout. It reads first, then takes its locks
+// in the one order of docs/design.md, "Lock order", each write judging its rule on the row it
+// writes. Attempts are run again as [Service.run] says: contention (40001, 40P01, 55P03, or the
+// answer RETRY) at most [MaxAttempts] times, a lost connection, a lost answer settled as nothing
+// written or a statement_timeout while the request's time fits another attempt, 0A000 once.
 //
-// Attempts are run again, after a full-jitter wait and never past the budget, when:
-//
-//   - they fail with 40001, 40P01 or 55P03 (contention), at most [MaxAttempts] in all;
-//   - their connection fails before the call is sent (a database restart or failover: a dead
-//     pooled connection, a refused dial while the database is down), or the settlement of a lost
-//     answer finds nothing written; these retries end only with the budget.
-//   - they fail with 0A000 "cached plan must not change result type" (a migration changed
-//     issue_coupon's result under a pooled connection's prepared call), once per call.
-//
-// When the attempts' time ends first, or statement_timeout ends an attempt, the result is
-// RETRY_EXHAUSTED: nothing was written. When the call was sent but its answer lost, Issue
-// settles it before answering (see [Service.resolve]): ISSUED if the coupon was committed. The
-// whole call ends inside the budget, every path included (see [attemptsEnd]).
+// When the attempts' time ends first, the result is RETRY_EXHAUSTED: nothing was written. When
+// the call was sent but its answer lost, Issue settles it before answering (see
+// [Service.settle]): ISSUED if the coupon was committed. The whole call ends inside the budget,
+// every path included, a coalesced one too (see [attemptsEnd]).
 //
 // Errors: a wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up,
-// [ErrOutcomeUnknown] when a lost answer cannot be settled, and any other database error
-// unretried (the caller answers 500).
+// [ErrOutcomeUnknown] when a lost answer cannot be settled, an error wrapping a panic of the call,
+// and any other database error unretried (the caller answers 500).
 func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outcome, error) {
 	return s.issue(ctx, memberID, campaignID, false)
 }
 
-// Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, one call per member
-// (never coalesced) through grant_coupon (schema/current/grant_coupon.sql): the same rules, answers, retries, settlement and errors; the
-// coupon records the database login that granted it. The pool's user must be in coupon_admin.
+// Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, through
+// grant_coupons_batch (00014_one_issuance.sql), never coalesced: the same rules, answers,
+// retries, settlement and errors; the coupon records the database login that granted it. The
+// pool's user must be in coupon_admin.
 func (s *Service) Grant(ctx context.Context, memberID, campaignID string) (Outcome, error) {
 	return s.issue(ctx, memberID, campaignID, true)
 }
@@ -139,91 +135,31 @@ func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant 
 	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt), grant: grant}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
+	j := &joined{ctx: ctx, req: req, couponID: uuid.NewString(), deadline: deadline, callEnd: callEnd, span: span,
+		answer: make(chan answered, 1), lead: make(chan []*joined, 1)}
 	if grant || s.co == nil {
-		return s.alone(ctx, req, deadline, callEnd, span)
+		s.run([]*joined{j})
+		a := <-j.answer
+		return a.out, a.err
 	}
-	return s.coalesced(ctx, req, deadline, callEnd, span)
+	return s.coalesced(j)
 }
 
-// alone runs r's attempts, one call each, until an answer, by deadline (the attempts' end) and
-// callEnd (the whole call's).
-func (s *Service) alone(ctx context.Context, req request, deadline, callEnd time.Time, span *issueSpan) (out Outcome, err error) {
-	contended, stalePlans := 0, 0
-	for attempt := 1; ; attempt++ {
-		left := time.Until(deadline)
-		if left < minAttemptTime+serverMargin {
-			return Outcome{Result: ResultRetryExhausted, Attempts: attempt - 1}, nil
-		}
-		out, err = s.settledAttempt(ctx, req, left, callEnd, span, attempt)
-		step, cause := next(ctx, err)
-		switch step {
-		case answer:
-			return out, err
-		case giveUp:
-			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
-		case fail:
-			return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, cause)
-		case retryContended:
-			if contended++; contended == MaxAttempts {
-				return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
-			}
-		case retryStalePlan:
-			if stalePlans++; stalePlans > 1 {
-				return Outcome{Attempts: attempt}, fmt.Errorf("issuance: attempt %d: %w", attempt, cause)
-			}
-			continue // prepared afresh at once: no contention to wait out
-		}
-		if !pause(ctx, span, deadline, attempt) {
-			return Outcome{Result: ResultRetryExhausted, Attempts: attempt}, nil
-		}
-	}
-}
-
-// settledAttempt runs attempt n (see [Service.attempt]) with left of the attempts' time, and
-// settles its answer if it was lost (see [Service.resolve]), by callEnd.
-func (s *Service) settledAttempt(ctx context.Context, r request, left time.Duration, callEnd time.Time,
-	span *issueSpan, n int) (Outcome, error) {
-	out, err := s.attempt(ctx, r, left)
-	span.attempted(ctx, n, err)
-	var lost *answerLostError
-	if errors.As(err, &lost) {
-		out, err = s.resolve(ctx, r, lost, callEnd)
-	}
-	out.Attempts = n
-	return out, err
-}
-
-// pause waits the full-jitter time after failed attempt n, and reports whether another attempt
-// still fits before deadline (false, without waiting, when it would not, or when ctx ends).
-func pause(ctx context.Context, span *issueSpan, deadline time.Time, n int) bool {
-	wait := backoff.FullJitter(BackoffBase, BackoffCap, n)
-	if time.Until(deadline)-wait < minAttemptTime+serverMargin {
-		return false
-	}
-	span.waiting(wait)
-	select {
-	case <-time.After(wait):
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// step is what [Service.Issue] does after an attempt.
+// step is what [Service.run] does for a member after an attempt.
 type step int
 
 const (
 	answer         step = iota // the attempt's outcome, or ErrOutcomeUnknown, is the answer
-	giveUp                     // nothing was written and no time is left: RETRY_EXHAUSTED
 	fail                       // the caller went away, or an error that no retry mends (500)
-	retryContended             // 40001, 40P01, 55P03: again after a wait, at most MaxAttempts
-	retryConnLost              // a connection lost with nothing written: again until the budget ends
+	retryContended             // 40001, 40P01, 55P03, RETRY: again after a wait, at most MaxAttempts
+	retryConnLost              // a connection lost with nothing written: again while time fits
+	retryTimeout               // 57014 or the call's deadline, nothing written: again while time fits
 	retryStalePlan             // 0A000, a call prepared before a migration changed its result: again at once, once
 )
 
-// next classifies the error of an attempt (settled, if its answer was lost) made under ctx, and
-// returns, for a failure, its cause: ctx's error when the caller went away, else err.
-func next(ctx context.Context, err error) (step, error) {
+// classify classifies the error of an attempt made under ctx, and returns, for a failure, its
+// cause: ctx's error when the caller went away, else err.
+func classify(ctx context.Context, err error) (step, error) {
 	switch {
 	case err == nil, errors.Is(err, ErrOutcomeUnknown):
 		return answer, err
@@ -232,7 +168,7 @@ func next(ctx context.Context, err error) (step, error) {
 	case errors.As(err, new(*connLostError)):
 		return retryConnLost, err // each dead pooled connection costs one round trip
 	case isTimeout(err):
-		return giveUp, err
+		return retryTimeout, err
 	case IsRetryable(err):
 		return retryContended, err
 	case isStalePlan(err):
@@ -245,15 +181,15 @@ type request struct {
 	memberID, campaignID string
 	issuedAt             time.Time
 	month                string
-	grant                bool // a bulk grant (Service.Grant): grant_coupon, not issue_coupon
+	grant                bool // a bulk grant (Service.Grant): grant_coupons_batch, not issue_coupons_batch
 }
 
 // call is the statement of r's attempts.
 func (r request) call() string {
 	if r.grant {
-		return sqlGrant
+		return sqlGrantBatch
 	}
-	return sqlIssue
+	return sqlIssueBatch
 }
 
 // session names the server session of a pooled connection: its pid and when it started.
@@ -278,59 +214,6 @@ func sessionOf(ctx context.Context, conn *pgxpool.Conn) (session, error) {
 	}
 	data[sessionKey] = s
 	return s, nil
-}
-
-// attempt runs one issuance attempt, one call in one round trip, with timeouts derived from left,
-// the time remaining. It returns the outcome of a committed call (ISSUED, or a refusal that
-// wrote nothing), or an error: a statement's (the call was rolled back), a [connLostError] when
-// the connection failed before the call was sent, an [answerLostError] when the call was sent and
-// its answer never came.
-func (s *Service) attempt(ctx context.Context, r request, left time.Duration) (Outcome, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return Outcome{}, beforeSend(ctx, err, false)
-	}
-	defer conn.Release()
-	sess, err := sessionOf(ctx, conn)
-	if err != nil {
-		return Outcome{}, beforeSend(ctx, err, conn.Conn().IsClosed())
-	}
-
-	couponID := uuid.NewString()
-	lockTimeout, statementTimeout := s.cfg.attemptTimeouts(left)
-	var (
-		result         string
-		coupon, reason *string
-		amount         *int
-		expires        *time.Time
-	)
-	batch := &pgx.Batch{}
-	batch.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
-	batch.Queue(r.call(), couponID, r.campaignID, r.memberID, r.issuedAt, s.cfg.MonthlyCapYen, traceParent(ctx)).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&result, &coupon, &amount, &reason, &expires) })
-	err = conn.SendBatch(ctx, batch).Close()
-
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		out, err := outcomeOf(r, result, coupon, amount, reason)
-		out.ExpiresAt = expires
-		return out, err
-	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR":
-		if pgErr.Code == sqlStateRejected { // a write lost a race, or met a paused or ended campaign: rolled back
-			return outcomeOf(r, pgErr.Message, nil, nil, &pgErr.Detail)
-		}
-		return Outcome{}, err // the server ended the call with an error: rolled back
-	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "FATAL", pgconn.SafeToRetry(err):
-		// Nothing committed: the call never left, or the server ended the session before the
-		// call's ReadyForQuery, which it sends as soon as the COMMIT is done, before it next
-		// looks at a termination request (a terminated session, 57P01 on every pooled session of
-		// a restart or failover; PostgreSQL 15 docs, 55.2.3 "Extended Query").
-		return Outcome{}, beforeSend(ctx, err, true)
-	}
-	// Anything else, even a plain "conn closed" or an immediate shutdown's bare end of stream,
-	// is settled by a look-up: the call may have committed before its answer was lost.
-	return Outcome{}, &answerLostError{err: err, session: sess, couponID: couponID}
 }
 
 // beforeSend classifies err, met before anything of the call was committed (closed: pgx closed
@@ -364,30 +247,9 @@ func outcomeOf(r request, result string, coupon *string, amount *int, reason *st
 		out.Reason = *reason
 	case ResultMonthlyCap, ResultBudgetExceeded, ResultUnknownCampaign:
 	default:
-		return Outcome{}, fmt.Errorf("issuance: issue_coupon answered %q, not a result code", result)
+		return Outcome{}, fmt.Errorf("issuance: the call answered %q, not a result code", result)
 	}
 	return out, nil
-}
-
-// resolve settles an attempt whose answer was lost (docs/api.md: never "nothing was written" for
-// a coupon that exists), on a connection of its own and a context that ends at callEnd, the
-// call's deadline: the attempts' deadline has often passed already. It first makes sure the attempt's session is over
-// (if it still runs, the call is in flight or its Sync never arrived: the session is terminated
-// and waited for), then looks up the coupon that holds (campaign_id, member_id):
-//
-//   - found, with the attempt's id: ISSUED, as the attempt would have answered;
-//   - found, another id: ALREADY_ISSUED with that id;
-//   - found, voided: COUPON_VOIDED with its id;
-//   - absent: nothing was written; a [connLostError], so Issue retries while the budget lasts.
-//
-// If the session's end cannot be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
-func (s *Service) resolve(ctx context.Context, r request, lost *answerLostError, callEnd time.Time) (Outcome, error) {
-	st, err := s.settle(ctx, lost, callEnd)
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer st.close()
-	return st.lookup(r, lost.couponID)
 }
 
 // settlement is the connection of its own that settles lost answers: the lost call's session is
@@ -400,9 +262,10 @@ type settlement struct {
 	lost   *answerLostError
 }
 
-// settle opens the settlement's connection, ending at callEnd, and makes sure the session of
-// lost's call is over: if it still runs, it is terminated and waited for. Errors wrap
-// [ErrOutcomeUnknown].
+// settle opens the settlement's connection, on a context that ends at callEnd, the call's
+// deadline (the attempts' deadline has often passed already), and makes sure the session of
+// lost's call is over: if it still runs (the call is in flight or its Sync never arrived), it is
+// terminated and waited for. Errors wrap [ErrOutcomeUnknown].
 func (s *Service) settle(ctx context.Context, lost *answerLostError, callEnd time.Time) (*settlement, error) {
 	st := &settlement{lost: lost}
 	st.ctx, st.cancel = context.WithDeadline(context.WithoutCancel(ctx), callEnd)
@@ -442,7 +305,16 @@ func (st *settlement) unknown(err error) error {
 	return fmt.Errorf("%w: %v (after: %v)", ErrOutcomeUnknown, err, st.lost.err)
 }
 
-// lookup settles request r, whose call made coupon couponID: see [Service.resolve].
+// lookup settles request r, whose lost call made coupon couponID: it looks up the coupon that
+// holds (campaign_id, member_id):
+//
+//   - found, with the call's id: ISSUED, as the call would have answered;
+//   - found, another id: ALREADY_ISSUED with that id;
+//   - found, voided: COUPON_VOIDED with its id;
+//   - absent, the session ended: nothing was written; a [connLostError], so the member goes again
+//     while its time lasts.
+//
+// If the session's end could not be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
 func (st *settlement) lookup(r request, couponID string) (Outcome, error) {
 	var existing string
 	var amount int

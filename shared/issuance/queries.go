@@ -1,38 +1,29 @@
 package issuance
 
 // The statements of one issuance attempt, and of settling an attempt whose answer was lost.
-// The issuance transaction itself is issue_coupon, in schema/current/issue_coupon.sql (its
-// current definition, whichever migration last replaced it): read it there, top to bottom, in the
-// order it takes its locks.
+// The issuance transaction itself is issue_coupons_batch, in
+// schema/current/issue_coupons_batch.sql: read it there, top to bottom, in the order it
+// takes its locks.
 
 // sqlTimeoutsSet sets lock_timeout ($1) and statement_timeout ($2) for the call's transaction only
-// (is_local = true, like SET LOCAL): pipelined before [sqlIssue] in one implicit transaction
+// (is_local = true, like SET LOCAL): pipelined before [sqlIssueBatch] in one implicit transaction
 // (PostgreSQL 15 docs, 55.2.4 "Pipelining"), it arms the timeouts for the call, and nothing
 // survives the call into the pooled session. PostgreSQL 15 docs, 20.11.1 "Statement Behavior".
 const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
-// sqlIssue is one issuance: the whole transaction in one call, committed when the pipeline's Sync
-// arrives, which travels with it. It returns the result code, the coupon id (ISSUED, the
-// member's coupon for ALREADY_ISSUED, the voided one for COUPON_VOIDED), the amount in yen
-// (ISSUED), the reason of CAMPAIGN_NOT_ACTIVE and the coupon's expiry; a write that loses a race
-// raises SQLSTATE [sqlStateRejected]. $1 coupon_id (made by the service), $2 campaign_id,
-// $3 member_id, $4 issued_at (its Asia/Tokyo month is the coupon's), $5 R3's cap in yen,
-// $6 trace_parent.
-const sqlIssue = `SELECT result, coupon, amount, reason, expires_at FROM issue_coupon($1, $2, $3, $4, $5, $6)`
-
-// sqlIssueBatch is one coalesced call: issue_coupons_batch (schema/current/issue_coupons_batch.sql), an
-// answer row per member. $1 campaign_id, $2 coupon ids, $3 member ids, $4 issue times, $5 R3's
-// cap in yen, $6 trace parents, one each per member.
+// sqlIssueBatch is one call of a group, one request alone included: issue_coupons_batch
+// (schema/current/issue_coupons_batch.sql), the whole transaction in one call, committed when the
+// pipeline's Sync arrives, which travels with it. It answers one row per member: its index from 1,
+// the result code (RETRY: send it again), the coupon id (ISSUED, the member's coupon for
+// ALREADY_ISSUED, the voided one for COUPON_VOIDED), the amount in yen (ISSUED), the reason of
+// CAMPAIGN_NOT_ACTIVE and the coupon's expiry. $1 campaign_id, then one each per member: $2
+// coupon ids (made by the service), $3 member ids, $4 issue times (their Asia/Tokyo month is the
+// coupon's); $5 R3's cap in yen, $6 trace parents.
 const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM issue_coupons_batch($1, $2, $3, $4, $5, $6)`
 
-// sqlGrant is [sqlIssue] through grant_coupon, an operator's grant (schema/current/grant_coupon.sql).
-const sqlGrant = `SELECT result, coupon, amount, reason, expires_at FROM grant_coupon($1, $2, $3, $4, $5, $6)`
-
-// sqlStateRejected is the SQLSTATE issue_coupon raises when a write finds its rule broken by a
-// transaction that committed after its reads, or finds its budget stripe showing the campaign
-// paused or ended; the message is the result code, and the detail CAMPAIGN_NOT_ACTIVE's reason
-// (campaign_inactive_reason). The call's transaction is rolled back: nothing was written.
-const sqlStateRejected = "CI409"
+// sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch, an operator's grant
+// (00014_one_issuance.sql).
+const sqlGrantBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM grant_coupons_batch($1, $2, $3, $4, $5, $6)`
 
 // sqlBackendStart is when this connection's server session started: with its pid, it names the
 // session unambiguously (a pid is reused by later sessions), so that a lost call's session can

@@ -22,8 +22,9 @@ import (
 
 // lostAttempt makes one attempt's call for member on its own connection inside an open
 // transaction, as a session whose pipeline's Sync never arrived sits idle in the call's
-// transaction. It returns the connection and what the service knows of the lost answer.
-func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *answerLostError) {
+// transaction. It returns the connection and what the service knows of the lost answer: the
+// error, and the coupon id the call was given.
+func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *answerLost) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -31,7 +32,7 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *an
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(ctx) })
-	lost := &answerLostError{err: errors.New("answer lost"), couponID: uuid.NewString(), session: session{pid: conn.PgConn().PID()}}
+	lost := &answerLost{answerLostError{err: errors.New("answer lost"), session: session{pid: conn.PgConn().PID()}}, uuid.NewString()}
 	if err := conn.QueryRow(ctx, sqlBackendStart).Scan(&lost.session.start); err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +40,24 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *an
 		t.Fatal(err)
 	}
 	var result string
-	if err := conn.QueryRow(ctx, sqlIssue, lost.couponID, "LOST", member, time.Now(), s.cfg.MonthlyCapYen, nil).
-		Scan(&result, nil, nil, nil, nil); err != nil || result != string(ResultIssued) {
+	if err := conn.QueryRow(ctx, sqlIssueBatch, "LOST", []string{lost.couponID}, []string{member}, []time.Time{time.Now()},
+		s.cfg.MonthlyCapYen, []*string{nil}).Scan(nil, &result, nil, nil, nil, nil); err != nil || result != string(ResultIssued) {
 		t.Fatalf("the call: %s %v, want ISSUED", result, err)
 	}
 	return conn, lost
+}
+
+// answerLost is a lost answer and the coupon id its call was given.
+type answerLost struct {
+	answerLostError
+	couponID string
+}
+
+// resolve settles request r's lost call as [Service.run] settles a group of one, by callEnd.
+func (s *Service) resolve(ctx context.Context, r request, lost *answerLost, callEnd time.Time) (Outcome, error) {
+	m := &member{joined: &joined{req: r, couponID: lost.couponID}}
+	v := s.settleLost(ctx, []*member{m}, &lost.answerLostError, callEnd)[0]
+	return v.out, v.err
 }
 
 // TestResolveTerminatesTheSession: a lost answer whose session is still open (a partition: the

@@ -146,8 +146,8 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 	}
 }
 
-// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupon with one whose
-// amount is bigint while the pooled connection holds the call prepared, so the next call fails
+// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupons_batch with one
+// whose amount is bigint (answering through the old one, renamed) while the pooled connection holds the call prepared, so the next call fails
 // with 0A000 "cached plan must not change result type". The service prepares it afresh and
 // answers ISSUED.
 func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
@@ -159,19 +159,16 @@ func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
 	if out, err := svc.Issue(ctx, "before", "RESULT"); err != nil || out.Result != issuance.ResultIssued {
 		t.Fatalf("before the migration: %+v %v", out, err)
 	}
+	// The migration: the function is renamed and a new one, whose amount is bigint, answers
+	// through it.
 	owner := connect(t, dbURL)
-	def := scalar[string](t, owner, `SELECT pg_get_functiondef('issue_coupon'::regproc)`)
-	if !strings.Contains(def, "OUT amount integer") {
-		t.Fatalf("issue_coupon's definition has no OUT amount integer:\n%s", def)
-	}
-	def = strings.Replace(def, "OUT amount integer", "OUT amount bigint", 1)
-	if _, err := owner.Exec(ctx, `DROP FUNCTION issue_coupon`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(ctx, def); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION issue_coupon TO coupon_issue`); err != nil {
+	if _, err := owner.Exec(ctx, `
+ALTER FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_before;
+CREATE FUNCTION issue_coupons_batch(c text, ids uuid[], ms text[], ats timestamptz[], cap integer, tps text[])
+RETURNS TABLE (i integer, result text, coupon text, amount bigint, reason text, expires_at timestamptz)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+AS $$ SELECT b.i, b.result, b.coupon, b.amount::bigint, b.reason, b.expires_at FROM issue_coupons_batch_before(c, ids, ms, ats, cap, tps) b $$;
+GRANT EXECUTE ON FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	out, err := svc.Issue(ctx, "after", "RESULT")

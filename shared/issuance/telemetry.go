@@ -47,15 +47,12 @@ func startIssue(ctx context.Context, r request) (context.Context, *issueSpan) {
 }
 
 // attempted notes the outcome of attempt n: a failure (an error; a refusal is an answer) is
-// kept for its event, and a retryable SQLSTATE is counted.
-func (s *issueSpan) attempted(ctx context.Context, n int, err error) {
+// kept for its event.
+func (s *issueSpan) attempted(n int, err error) {
 	if err == nil {
 		return
 	}
 	s.failed, s.attempt = err, n
-	if IsRetryable(err) {
-		telemetry.Global().RecordRetryableError(ctx, sqlState(err))
-	}
 }
 
 // waiting records the pending failure's event with the wait before the next attempt.
