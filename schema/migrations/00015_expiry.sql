@@ -173,18 +173,27 @@ BEGIN
     v_left := v_left[v_take + 1 :];
   END LOOP;
   WHILE cardinality(v_left) > 0 LOOP
-    -- Every stripe with room that nobody held is spent: wait for one above those held.
+    -- Every stripe with room that nobody held is spent: wait for one above those held, or, holding
+    -- none (v_held < 0: a batch of one, mostly), for any, at random, so that lone waiters spread
+    -- over the stripes instead of queueing on the lowest.
     SELECT s.stripe INTO v_stripe FROM campaign_budgets s
      WHERE s.campaign_id = p_campaign_id AND s.stripe > v_held AND s.issued_yen + v_amount <= s.budget_yen
        AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL
-     ORDER BY s.stripe LIMIT 1;
+     ORDER BY CASE WHEN v_held < 0 THEN random() ELSE s.stripe END LIMIT 1;
     EXIT WHEN NOT FOUND;
     SELECT (s.budget_yen - s.issued_yen) / v_amount INTO v_room FROM campaign_budgets s
      WHERE s.campaign_id = p_campaign_id AND s.stripe = v_stripe AND s.issued_yen + v_amount <= s.budget_yen
        AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL
        FOR UPDATE;
+    IF NOT FOUND THEN
+      -- Its holder took the room, and the row was not locked: look further up, or, holding none,
+      -- anywhere the committed state shows room.
+      IF v_held >= 0 THEN
+        v_held := v_stripe;
+      END IF;
+      CONTINUE;
+    END IF;
     v_held := v_stripe;
-    CONTINUE WHEN NOT FOUND; -- its holder took the room: look further up
     v_take := least(v_room, cardinality(v_left));
     UPDATE campaign_budgets SET issued_yen = issued_yen + v_take * v_amount
      WHERE campaign_id = p_campaign_id AND stripe = v_stripe;
