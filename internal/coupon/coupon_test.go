@@ -447,3 +447,89 @@ func sameTime(a, b *time.Time) bool {
 	}
 	return a.Equal(*b)
 }
+
+// claims are the relay's claims of every release that may run beside this one, each answering
+// the coupon ids it leased: outbox_claim (this release, a function that also closes rows it
+// must not push), and the previous release's inline claim, which leases every due row.
+var claims = map[string]string{
+	"outbox_claim": `SELECT coalesce(array_agg(coupon_id) FILTER (WHERE skip_reason IS NULL), '{}')
+		FROM outbox_claim(100, gen_random_uuid(), interval '30 seconds', now(), interval '23 hours')`,
+	"previous inline claim": `WITH due AS MATERIALIZED (
+		  SELECT coupon_id FROM notification_outbox
+		   WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL AND next_attempt_at <= now()
+		   ORDER BY next_attempt_at LIMIT 100 FOR UPDATE SKIP LOCKED),
+		leased AS (UPDATE notification_outbox o SET next_attempt_at = now() + interval '30 seconds', claimed_by = gen_random_uuid()
+		  FROM due WHERE o.coupon_id = due.coupon_id RETURNING o.coupon_id::text)
+		SELECT coalesce(array_agg(coupon_id), '{}') FROM leased`,
+}
+
+// TestVoidClosesItsOutboxRow: a claim, of this release or the previous one, made while a void of
+// the coupon is open (its transaction left open after coupon_void returned) leases nothing of
+// that coupon, and once the void commits its row is closed as skipped (reason voided), so no
+// claim ever leases it: the race is made to happen, not hoped for. The broken variant, 00011's
+// void that only reads the outbox row, lets the claim lease the voided coupon's row, and the
+// relay would push it.
+func TestVoidClosesItsOutboxRow(t *testing.T) {
+	t.Parallel()
+	// notClosed is 00011's behaviour: the outbox row read, not locked, and left open.
+	notClosed := [][2]string{
+		{"SELECT * INTO v_o FROM notification_outbox o WHERE o.coupon_id = p_coupon_id FOR UPDATE;",
+			"SELECT * INTO v_o FROM notification_outbox o WHERE o.coupon_id = p_coupon_id;"},
+		{"IF push = 'not sent' THEN", "IF false THEN"},
+	}
+	for name, claim := range claims {
+		for _, broken := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s broken=%v", name, broken), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				d := newVoidDB(t, campaign.Campaign{ID: "A", DiscountYen: 500, BudgetYen: 100_000})
+				if broken {
+					pgtest.BreakFunction(t, d.pool, "coupon_void", notClosed...)
+				}
+				// Linked to LINE, so that outbox_claim would push it, not close it as unlinked.
+				if _, err := d.pool.Exec(ctx, `INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('m1', 'U' || repeat('0', 32))`); err != nil {
+					t.Fatal(err)
+				}
+				out, err := d.svc.Issue(ctx, "m1", "A")
+				if err != nil || out.Result != issuance.ResultIssued {
+					t.Fatalf("issue: %+v %v", out, err)
+				}
+				void := begin(t, d.admin)
+				var push string
+				if err := void.QueryRow(ctx, `SELECT push FROM coupon_void($1, 'support ticket', false)`, out.CouponID).Scan(&push); err != nil {
+					t.Fatal(err)
+				}
+				var during, after []string
+				if err := d.pool.QueryRow(ctx, claim).Scan(&during); err != nil {
+					t.Fatal(err)
+				}
+				if err := void.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.pool.QueryRow(ctx, claim).Scan(&after); err != nil {
+					t.Fatal(err)
+				}
+				var wrong []string
+				if len(during) != 0 || len(after) != 0 {
+					wrong = append(wrong, fmt.Sprintf("the claim leased %v while the void was open and %v after it; want nothing (the void said %q)", during, after, push))
+				}
+				if n := d.count(t, `SELECT count(*) FROM notification_outbox WHERE coupon_id = $1 AND skipped_at IS NOT NULL AND skip_reason = 'voided'`, out.CouponID); n != 1 {
+					wrong = append(wrong, "the voided coupon's outbox row is not closed as skipped (voided)")
+				}
+				switch {
+				case broken && len(wrong) == 0:
+					t.Error("the broken variant passed: the test would not see a voided coupon leased for its push")
+				case broken:
+					t.Logf("the broken variant: %v", wrong)
+				default:
+					for _, w := range wrong {
+						t.Error(w)
+					}
+					if push != "not sent" {
+						t.Errorf("the void said push %q, want not sent", push)
+					}
+				}
+			})
+		}
+	}
+}
