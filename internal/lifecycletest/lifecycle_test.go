@@ -28,6 +28,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { commandLine[f.Name] = true })
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&batches)))
 	pgtest.Main(m)
 }
@@ -726,15 +728,17 @@ func (c *check) usageTable(t *rapid.T) {
 	}
 }
 
+// commandLine is the flags the test binary's command line sets (TestMain reads them before
+// any test sets one).
+var commandLine = map[string]bool{}
+
 // rapidBounds sets rapid's flags for one test, each unless the command line or the environment
 // (RAPID_CHECKS, ...) gives it, and puts them back when t ends.
 func rapidBounds(t *testing.T, bounds map[string]string) {
 	t.Helper()
-	given := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for name, v := range bounds {
 		env := "RAPID_" + strings.ToUpper(strings.TrimPrefix(name, "rapid."))
-		if _, ok := os.LookupEnv(env); ok || given[name] {
+		if _, ok := os.LookupEnv(env); ok || commandLine[name] {
 			continue
 		}
 		old := flag.Lookup(name).Value.String()
