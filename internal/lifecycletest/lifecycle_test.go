@@ -51,8 +51,8 @@ func (b *batchCounter) ForceFlush(context.Context) error { return nil }
 
 // TestLifecycle runs random life cycles against the newest schema and the services as deployed,
 // comparing every answer and, after every step, the tables with the model (model_test.go).
-// Its bounds keep it near 30 s on a 2-core machine; -rapid.checks and -rapid.steps (or
-// RAPID_CHECKS, RAPID_STEPS) run it longer.
+// Its bounds keep it near 20 s on a 2-core machine, 30 s with a failure's shrinking
+// (2026-12-02); -rapid.checks and -rapid.steps (or RAPID_CHECKS, RAPID_STEPS) run it longer.
 func TestLifecycle(t *testing.T) {
 	rapidBounds(t, map[string]string{"rapid.checks": "12", "rapid.steps": "25", "rapid.shrinktime": "20s",
 		"rapid.nofailfile": "true"})
@@ -68,10 +68,12 @@ func TestLifecycle(t *testing.T) {
 // TestLifecycleFindsIssuanceAfterExpiry shows that the model finds the seam of issue 29: run
 // against the schema without the expiry migration (expiryMigration), which answers ISSUED
 // past a campaign's fixed coupons_expire_at, rapid must report a failure, and name the expiry.
-// The re-stripe is left out of these life cycles, so that its own seam (see the report of the
-// test's branch) cannot be the failure rapid reports instead.
+// The re-stripe is left out of these life cycles, so that its own seam (a re-stripe's new stripes
+// lack the campaign's validity) cannot be the failure rapid reports instead. rapid stops at the
+// first failing check: one check in about five found it (2026-12-02), so 150 checks leave it
+// unfound with odds far below one in a million.
 func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
-	rapidBounds(t, map[string]string{"rapid.checks": "60", "rapid.steps": "25", "rapid.shrinktime": "5s",
+	rapidBounds(t, map[string]string{"rapid.checks": "150", "rapid.steps": "25", "rapid.shrinktime": "5s",
 		"rapid.nofailfile": "true"})
 	report, failed := failures(t, lifecycle(newSystem(t, urlBeforeExpiry(t)), "restripe"))
 	if !failed {
@@ -186,7 +188,7 @@ const reason = "model-based test"
 // guard is how far from an instant of the model a step starts (settle): each step is judged at
 // one side of each instant. A step that takes longer and passes one is judged at its start or
 // at its end (when), whichever the answer agrees with.
-const guard = 100 * time.Millisecond
+const guard = 200 * time.Millisecond
 
 // settle waits until no instant of the model is within guard of now.
 func (c *check) settle() {
