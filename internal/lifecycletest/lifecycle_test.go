@@ -163,7 +163,7 @@ func lifecycle(sys *system, leaveOut ...string) func(*rapid.T) {
 		actions := map[string]func(*rapid.T){
 			"create": c.create, "issue": c.issue, "resend": c.resend, "burst": c.burst, "grant": c.grant,
 			"void": c.void, "pause": c.pause, "resume": c.resume, "end": c.end, "budget": c.budget,
-			"restripe": c.restripe, "period": c.period, "wait": c.wait, "show": c.show,
+			"restripe": c.restripe, "period": c.period, "validity": c.validity, "wait": c.wait, "show": c.show,
 		}
 		for _, name := range leaveOut {
 			delete(actions, name)
@@ -546,6 +546,29 @@ func (c *check) period(t *rapid.T) {
 	}
 	c.update(t, mc, ch, rows, nil)
 	mc.starts, mc.ends = starts, ends
+	mc.changes += rows
+}
+
+// validity changes the validity a campaign gives the coupons issued from now on (campaign
+// update --coupon-valid-days or --coupons-expire): days, a fixed expiry, or none.
+func (c *check) validity(t *rapid.T) {
+	mc := c.pickCampaign(t, false)
+	ch := campaign.Changes{SetValidity: true}
+	switch rapid.SampledFrom([]string{"none", "valid days", "expires soon", "expires in an hour"}).Draw(t, "validity") {
+	case "valid days":
+		ch.ValidDays = rapid.IntRange(1, 3).Draw(t, "valid_days")
+	case "expires soon":
+		ch.ExpireAt = drawInstant(t, "expires", "soon")
+	case "expires in an hour":
+		ch.ExpireAt = drawInstant(t, "expires", "in an hour")
+	}
+	t.Logf("validity %s: %d days or until %s", mc.id, ch.ValidDays, show(ch.ExpireAt))
+	rows := 0
+	if ch.ValidDays != mc.validDays || !sameInstant(ch.ExpireAt, mc.expireAt) {
+		rows = 1
+	}
+	c.update(t, mc, ch, rows, nil)
+	mc.validDays, mc.expireAt = ch.ValidDays, ch.ExpireAt
 	mc.changes += rows
 }
 
