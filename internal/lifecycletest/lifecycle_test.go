@@ -54,7 +54,7 @@ func (b *batchCounter) ForceFlush(context.Context) error { return nil }
 // Its bounds keep it near 20 s on a 2-core machine, 30 s with a failure's shrinking
 // (2026-12-02); -rapid.checks and -rapid.steps (or RAPID_CHECKS, RAPID_STEPS) run it longer.
 func TestLifecycle(t *testing.T) {
-	rapidBounds(t, map[string]string{"rapid.checks": "12", "rapid.steps": "25", "rapid.shrinktime": "20s",
+	rapidBounds(t, map[string]string{"rapid.checks": "12", "rapid.steps": "25", "rapid.shrinktime": "15s",
 		"rapid.nofailfile": "true"})
 	before := batches.n.Load()
 	rapid.Check(t, lifecycle(newSystem(t, pgtest.URL(t))))
