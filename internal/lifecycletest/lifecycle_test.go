@@ -2,7 +2,6 @@ package lifecycletest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pressly/goose/v3"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"pgregory.net/rapid"
@@ -23,7 +21,6 @@ import (
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -66,56 +63,40 @@ func TestLifecycle(t *testing.T) {
 }
 
 // TestLifecycleFindsIssuanceAfterExpiry shows that the model finds the seam of issue 29: run
-// against the schema without the expiry migration (expiryMigration), which answers ISSUED
-// past a campaign's fixed coupons_expire_at, rapid must report a failure, and name the expiry.
-// The re-stripe is left out of these life cycles, so that its own seam (a re-stripe's new stripes
-// lack the campaign's validity) cannot be the failure rapid reports instead. rapid stops at the
-// first failing check: one check in about five found it (2026-12-02), so 150 checks leave it
-// unfound with odds far below one in a million.
+// against the broken variant, issue_coupons_batch judging the campaign's state without its
+// coupons' fixed expiry (its body before 00015_expiry.sql, kept here as pgtest.BreakFunction
+// replacements), which answers ISSUED past a campaign's coupons_expire_at, rapid must report a
+// failure, and name the expiry. rapid stops at the first failing check: one check in about five
+// found it (2026-12-02), so 150 checks leave it unfound with odds far below one in a million.
 func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
 	rapidBounds(t, map[string]string{"rapid.checks": "150", "rapid.steps": "25", "rapid.shrinktime": "5s",
 		"rapid.nofailfile": "true"})
-	report, failed := failures(t, lifecycle(newSystem(t, urlBeforeExpiry(t)), "restripe"))
+	sys := newSystem(t, pgtest.URL(t))
+	pgtest.BreakFunction(t, sys.owner, "issue_coupons_batch", noExpiry...)
+	report, failed := failures(t, lifecycle(sys))
 	if !failed {
-		t.Fatal("rapid found no failure in the schema without the expiry migration")
+		t.Fatal("rapid found no failure with issuance blind to the coupons' expiry")
 	}
 	if !strings.Contains(report, expiredNote) {
 		t.Fatalf("rapid failed for another reason than the expiry:\n%s", report)
 	}
 }
 
-// expiryMigration is the version of the migration that ends issuance once a campaign's fixed
-// coupons_expire_at has passed (issue 29). The schema up to the one before it is the broken
-// variant; until it lands, that is the newest schema.
-const expiryMigration = 15
-
-// urlBeforeExpiry returns a URL for a new database migrated up to the migration before
-// [expiryMigration], dropped when t ends.
-func urlBeforeExpiry(t *testing.T) string {
-	t.Helper()
-	url := pgtest.EmptyURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, schema.Migrations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(context.Background(), expiryMigration-1); err != nil {
-		t.Fatal(err)
-	}
-	return url
+// noExpiry is the broken variant: issue_coupons_batch's state judged on the period and the pause
+// alone (campaign_inactive_reason without coupons_expire_at), as before 00015_expiry.sql.
+var noExpiry = [][2]string{
+	{"campaign_inactive_reason(v_starts, v_ends, v_paused, v_until, p_issued_at[k])", "campaign_inactive_reason(v_starts, v_ends, v_paused, p_issued_at[k])"},
+	{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at,", "campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at,"},
+	{"campaign_inactive_reason(b.starts_at, b.ends_at, b.paused_at, b.coupons_expire_at,", "campaign_inactive_reason(b.starts_at, b.ends_at, b.paused_at,"},
 }
 
 // system is the real parts one test database offers, logged in as production logs in.
 type system struct {
 	owner     *pgxpool.Pool     // the database's owner: counts the tables
 	admin     *pgxpool.Pool     // a login in coupon_admin, as couponctl's operator verbs run
-	alone     *issuance.Service // IssueCoupon's without coalescing (ISSUE_BATCH_MAX=1): issue_coupon
+	alone     *issuance.Service // IssueCoupon's without coalescing (ISSUE_BATCH_MAX=1): batches of one
 	coalesced *issuance.Service // IssueCoupon's as deployed: a burst goes as issue_coupons_batch
-	granter   *issuance.Service // couponctl grant's, as coupon_admin: grant_coupon
+	granter   *issuance.Service // couponctl grant's, as coupon_admin: grant_coupons_batch
 }
 
 func newSystem(t *testing.T, url string) *system {
@@ -258,7 +239,8 @@ func (c *check) create(t *rapid.T) {
 	coupons := rapid.IntRange(1, 5).Draw(t, "coupons")
 	mc := &mCampaign{id: fmt.Sprintf("%s-c%d", c.m.prefix, len(c.m.campaigns)), discount: d,
 		budget:  coupons*d + rapid.SampledFrom([]int{0, d / 2}).Draw(t, "spare_yen"),
-		stripes: rapid.IntRange(1, min(3, coupons)).Draw(t, "stripes")}
+		stripes: rapid.IntRange(1, min(3, coupons)).Draw(t, "stripes"),
+		changes: 1} // its 'create' history row (campaign_create)
 	mc.starts = drawInstant(t, "starts", "open", "an hour ago", "soon")
 	mc.ends = drawInstant(t, "ends", "open", "soon", "in an hour")
 	if mc.starts != nil && mc.ends != nil && !mc.starts.Before(*mc.ends) {
