@@ -145,7 +145,7 @@ type fleetRun struct {
 	answers       *answers
 	operatorErrs  []string
 	voided        map[string]string // coupon id -> what its void said of its push
-	tables        []string // problems found in the tables and at the LINE stand-in
+	tables        []string          // problems found in the tables and at the LINE stand-in
 	pushes        int
 }
 
