@@ -24,6 +24,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/campaign"
@@ -41,16 +42,17 @@ func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
 // root is the repository's root, from this package's directory (go test's working directory).
 const root = "../.."
 
-// The load: members m0000..m0299 (all but every tenth linked to a LINE account, so that the
+// The load: members m0000..m2999 (all but every tenth linked to a LINE account, so that the
 // relay also skips), three campaigns of which FLEET-A sells out, 1,500 + 500 + 700 yen against
 // the 2,000 yen monthly cap so that MONTHLY_CAP is answered too.
 const (
-	members        = 300
+	members        = 3000
 	clients        = 8
 	beforeMigrate  = 300  // IssueCoupon answers from the previous release alone before migrating
 	besideRequests = 1500 // answers once both releases serve, while the operators act
 	voids          = 24   // coupons the operators void, half with reissue allowed
 	monthlyCapYen  = 2000
+	relayEvery     = 50 // IssueCoupon answers between two RelayOutbox runs
 )
 
 var campaigns = []struct {
@@ -158,7 +160,8 @@ type answers struct {
 	total  atomic.Int64
 }
 
-func (a *answers) add(fleet, function string, status int, body string) {
+// add counts one answer and returns the IssueCoupon answers counted so far.
+func (a *answers) add(fleet, function string, status int, body string) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k := fmt.Sprintf("%s %s %d", fleet, function, status)
@@ -167,8 +170,9 @@ func (a *answers) add(fleet, function string, status int, body string) {
 		a.bodies[k] = append(a.bodies[k], body)
 	}
 	if function == "IssueCoupon" {
-		a.total.Add(1)
+		return a.total.Add(1)
 	}
+	return a.total.Load()
 }
 
 func (r *fleetRun) problems() []string {
@@ -250,11 +254,6 @@ func runFleet(t *testing.T, migrations fs.FS) *fleetRun {
 			issueLoop(loadCtx, i, &fleets, run.answers)
 		}()
 	}
-	load.Add(1)
-	go func() {
-		defer load.Done()
-		relayLoop(loadCtx, &fleets, run.answers)
-	}()
 	stopped := false
 	stop := func() {
 		if !stopped {
@@ -451,25 +450,21 @@ func issueLoop(ctx context.Context, client int, fleets *atomic.Pointer[[]fleet],
 		if err != nil {
 			status, resp = -1, err.Error()
 		}
-		a.add(f.name, "IssueCoupon", status, resp)
+		if a.add(f.name, "IssueCoupon", status, resp)%relayEvery == 0 {
+			relayOnce(fs[(n+1)%len(fs)], a)
+		}
 	}
 }
 
-// relayLoop calls RelayOutbox on the fleets in turn, as Cloud Scheduler and an operator would,
-// until ctx ends.
-func relayLoop(ctx context.Context, fleets *atomic.Pointer[[]fleet], a *answers) {
-	for n := 0; ctx.Err() == nil; n++ {
-		fs := *fleets.Load()
-		f := fs[n%len(fs)]
-		status, resp, err := post(ctx, f.url+"/RelayOutbox", `{"max_rows": 20}`)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			status, resp = -1, err.Error()
-		}
-		a.add(f.name, "RelayOutbox", status, resp)
+// relayOnce calls RelayOutbox on f, as Cloud Scheduler does each minute: with the load, after
+// every relayEvery IssueCoupon answers, so that the outbox holds rows not yet pushed between runs.
+// A run is never cut short when the load stops: its leased rows would wait out the lease.
+func relayOnce(f fleet, a *answers) {
+	status, resp, err := post(context.Background(), f.url+"/RelayOutbox", `{"max_rows": 1000}`)
+	if err != nil {
+		status, resp = -1, err.Error()
 	}
+	a.add(f.name, "RelayOutbox", status, resp)
 }
 
 // waitAnswers waits until the IssueCoupon answers counted reach n.
@@ -485,7 +480,7 @@ func waitAnswers(t *testing.T, a *answers, n int64) {
 
 // operate is the operators during the roll-out, through this tree's Go API: FLEET-C paused and
 // resumed, FLEET-A raised by 20,000 yen, and coupons not yet pushed voided, half with reissue
-// allowed. It returns what failed and, for each coupon it voided, what the void said of its push
+// allowed, half of them guarded from the relays' claims ([voidUnpushed]). It returns what failed and, for each coupon it voided, what the void said of its push
 // ("not sent": no relay held its outbox row, so none may push it; "in flight": a relay holds it).
 func operate(ctx context.Context, pool *pgxpool.Pool) ([]string, map[string]string) {
 	var errs []string
@@ -500,22 +495,53 @@ func operate(ctx context.Context, pool *pgxpool.Pool) ([]string, map[string]stri
 	_, err = campaign.Update(ctx, pool, "FLEET-A", campaign.Changes{AddBudgetYen: &add, Reason: "mixed fleet: raise"})
 	fail("raise FLEET-A", err)
 	voided := map[string]string{}
-	for len(voided) < voids && len(errs) == 0 {
-		var id string
-		err := pool.QueryRow(ctx, `SELECT c.coupon_id::text FROM issued_coupons c
-			JOIN notification_outbox o USING (coupon_id)
-			WHERE c.voided_at IS NULL AND o.sent_at IS NULL ORDER BY c.issued_at DESC LIMIT 1`).Scan(&id)
-		if err != nil {
-			fail("find a coupon not yet pushed", err)
-			break
+	for tries := 0; len(voided) < voids && len(errs) == 0; tries++ {
+		id, push, err := voidUnpushed(ctx, pool, len(voided)%2 == 0, len(voided)%4 < 2)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000: // the relays took every row: wait for new ones
+			time.Sleep(time.Millisecond)
+		case err != nil:
+			fail("void a coupon not yet pushed", err)
+		default:
+			if len(voided)%4 < 2 {
+				push += " (guarded)"
+			}
+			voided[id] = push
 		}
-		v, err := coupon.Void(ctx, pool, id, "mixed fleet: void", len(voided)%2 == 0)
-		fail("void "+id, err)
-		voided[id] = v.Push
 	}
 	_, err = campaign.Resume(ctx, pool, "FLEET-C", "mixed fleet: resume")
 	fail("resume FLEET-C", err)
 	return errs, voided
+}
+
+// voidUnpushed voids the newest coupon whose outbox row is due and unclaimed, with reissue
+// allowed or not, and returns its id and what the void said of its push. With guard, a
+// transaction holds the outbox row (FOR UPDATE, which the relays' claims skip) until the void has
+// committed, so the void always finds it "not sent" and no relay may push it afterwards. Without,
+// the void races the relays' claims as an operator's does.
+func voidUnpushed(ctx context.Context, pool *pgxpool.Pool, allowReissue, guard bool) (string, string, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	lock := ""
+	if guard {
+		lock = "FOR UPDATE OF o SKIP LOCKED"
+	}
+	var id string
+	err = tx.QueryRow(ctx, `SELECT c.coupon_id::text FROM issued_coupons c
+		JOIN notification_outbox o ON o.coupon_id = c.coupon_id
+		WHERE c.voided_at IS NULL AND o.sent_at IS NULL AND o.skipped_at IS NULL AND o.next_attempt_at <= now()
+		ORDER BY c.issued_at DESC LIMIT 1 `+lock).Scan(&id)
+	if err != nil {
+		return "", "", err
+	}
+	v, err := coupon.Void(ctx, pool, id, "mixed fleet: void", allowReissue)
+	if err != nil {
+		return id, "", err
+	}
+	return id, v.Push, tx.Commit(ctx)
 }
 
 // drainRelay calls RelayOutbox on f until a run finds nothing more to do.
@@ -558,9 +584,9 @@ func checkTables(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stub *li
 			t.Fatal(err)
 		}
 		switch calls, accepted := stub.Calls(id), stub.AcceptedTimes(id); {
-		case voided[id] == "not sent" && calls > 0:
+		case strings.HasPrefix(voided[id], "not sent") && calls > 0:
 			ps = append(ps, fmt.Sprintf("coupon %s was voided before its push (its void said %q), and pushed %d times", id, voided[id], calls))
-		case voided[id] == "not sent":
+		case strings.HasPrefix(voided[id], "not sent"):
 			notSent++
 		case accepted > 1:
 			ps = append(ps, fmt.Sprintf("coupon %s was pushed %d times", id, accepted))
