@@ -609,6 +609,6 @@ func checkTables(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stub *li
 	for _, v := range rep.Violations() {
 		ps = append(ps, "reconcile: "+v)
 	}
-	t.Logf("%d coupons voided before their push, none pushed; %d pushed once", notSent, pushedOnce)
+	t.Logf("%d coupons voided before their push and not pushed; %d pushed once", notSent, pushedOnce)
 	return ps, stub.Stats().Requests
 }
