@@ -127,23 +127,15 @@ func (m Migrator) Up(ctx context.Context, db *sql.DB) ([]int64, error) {
 		w := watchBlockers(ctx, db, pl, m.BlockerPoll)
 		results, err := p.Up(ctx)
 		blockers := w.stop()
-		for _, r := range results {
-			applied = append(applied, r.Source.Version)
-		}
+		applied = append(applied, appliedVersions(results, err)...)
 		if err == nil {
 			return applied, nil
 		}
-		var partial *goose.PartialError
-		if errors.As(err, &partial) {
-			for _, r := range partial.Applied {
-				applied = append(applied, r.Source.Version)
-			}
-		}
-		state := lockState(err)
-		if partial == nil || state == "" {
+		failed, state := lockFailure(err)
+		if failed == nil {
 			return applied, fmt.Errorf("schema: migrate: %w", err)
 		}
-		v, src := partial.Failed.Source.Version, partial.Failed.Source.Path
+		v, src := failed.Source.Version, failed.Source.Path
 		failures[v]++
 		if failures[v] >= m.Tries {
 			return applied, &LockError{Version: v, Source: src, SQLState: state, Tries: m.Tries, Blockers: blockers, Err: err}
@@ -179,6 +171,33 @@ func (m Migrator) withDefaults() Migrator {
 		m.Report = io.Discard
 	}
 	return m
+}
+
+// appliedVersions are the versions a goose Up applied: all of results, or on a
+// *goose.PartialError those applied before the failed one.
+func appliedVersions(results []*goose.MigrationResult, err error) []int64 {
+	var partial *goose.PartialError
+	if errors.As(err, &partial) {
+		results = partial.Applied
+	}
+	vs := make([]int64, 0, len(results))
+	for _, r := range results {
+		vs = append(vs, r.Source.Version)
+	}
+	return vs
+}
+
+// lockFailure is the migration that failed on a lock, and the SQLSTATE, when err is a goose
+// *PartialError whose cause is 55P03 or 40P01; else nil.
+func lockFailure(err error) (*goose.MigrationResult, string) {
+	var partial *goose.PartialError
+	if !errors.As(err, &partial) || partial.Failed == nil {
+		return nil, ""
+	}
+	if state := lockState(err); state != "" {
+		return partial.Failed, state
+	}
+	return nil, ""
 }
 
 // lockState is err's SQLSTATE when it is 55P03 (lock_not_available) or 40P01
