@@ -321,7 +321,8 @@ func runWithGcloud(t *testing.T, real, state, dir string, argv ...string) (strin
 	cmd := exec.Command("bash", argv...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		shimReal+"="+real, shimLog+"="+log, shimState+"="+state, shimCache+"="+verdictCache)
+		shimReal+"="+real, shimLog+"="+log, shimState+"="+state, shimCache+"="+verdictCache,
+		"PREVIOUS_RELEASE_FILE="+filepath.Join(bin, "previous-release")) // build.sh's record of the release, kept out of the tree
 	out, runErr := cmd.CombinedOutput()
 	return string(out), readCalls(t, log), runErr
 }

@@ -17,8 +17,6 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/pressly/goose/v3"
-
 	// The pgx database/sql driver, registered as "pgx", which goose runs on.
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
@@ -33,25 +31,6 @@ func Migrations() fs.FS {
 		panic(err) // the embed pattern above guarantees the directory
 	}
 	return sub
-}
-
-// Migrate applies every pending migration to db and returns the versions it applied.
-// Each migration runs in its own transaction, so a failing one leaves the database at the
-// previous version.
-func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
-	if err != nil {
-		return nil, fmt.Errorf("schema: load migrations: %w", err)
-	}
-	results, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("schema: migrate: %w", err)
-	}
-	applied := make([]int64, 0, len(results))
-	for _, r := range results {
-		applied = append(applied, r.Source.Version)
-	}
-	return applied, nil
 }
 
 // MigrateURL opens databaseURL with the pgx driver, applies the pending migrations and closes it.
