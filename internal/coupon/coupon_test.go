@@ -473,8 +473,7 @@ func TestVoidClosesItsOutboxRow(t *testing.T) {
 	t.Parallel()
 	// notClosed is 00011's behaviour: the outbox row read, not locked, and left open.
 	notClosed := [][2]string{
-		{"SELECT * INTO v_o FROM notification_outbox o WHERE o.coupon_id = p_coupon_id FOR UPDATE;",
-			"SELECT * INTO v_o FROM notification_outbox o WHERE o.coupon_id = p_coupon_id;"},
+		{"AND o.parked_at IS NULL\n     FOR UPDATE;", "AND o.parked_at IS NULL;"},
 		{"IF push = 'not sent' THEN", "IF false THEN"},
 	}
 	for name, claim := range claims {

@@ -66,11 +66,18 @@ BEGIN
       v_c.month, v_c.member_id, v_c.amount_yen);
   END IF;
 
-  -- The outbox row, after the usage row as the issuance writes them: locked, so that no claim of
-  -- any release takes it while this void is open (FOR UPDATE SKIP LOCKED skips it), and closed as
-  -- skipped when it was not pushed, so that no claim takes it after. One a relay run holds
-  -- (claimed, its lease running) may be pushed now: said so.
-  SELECT * INTO v_o FROM notification_outbox o WHERE o.coupon_id = p_coupon_id FOR UPDATE;
+  -- The outbox row, after the usage row as the issuance writes them: locked while it is open, so
+  -- that no claim of any release takes it while this void is open (FOR UPDATE SKIP LOCKED skips
+  -- it), and closed as skipped when it was not pushed, so that no claim takes it after. One a
+  -- relay run holds (claimed, its lease running) may be pushed now: said so. A closed row (sent,
+  -- skipped, parked) is read, not locked: `outbox prune` holds closed rows while it waits for
+  -- their coupon rows, which this void holds.
+  SELECT * INTO v_o FROM notification_outbox o
+   WHERE o.coupon_id = p_coupon_id AND o.sent_at IS NULL AND o.skipped_at IS NULL AND o.parked_at IS NULL
+     FOR UPDATE;
+  IF NOT FOUND THEN
+    SELECT * INTO v_o FROM notification_outbox o WHERE o.coupon_id = p_coupon_id;
+  END IF;
   push := outbox_push_state(v_c.outbox_pruned_at, v_o);
   pushed_at := v_o.sent_at;
   IF push = 'not sent' THEN
