@@ -44,15 +44,17 @@ type grantJob struct {
 	members     []string // in the file's order, each once
 	out         string   // the CSV's path
 	concurrency int
+	dryRun      bool // check and say what would be sent, send nothing
 }
 
 func grantCmd() *cobra.Command {
 	var (
 		campaignID, members, out string
 		concurrency              int
+		dryRun                   bool
 	)
 	c := &cobra.Command{
-		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV]",
+		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV] [--dry-run]",
 		Short: "Issue a campaign to every member of a list, through IssueCoupon's rules and answers",
 		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines and lines starting
 with # are skipped; a member listed twice is sent once), through the same issuance as
@@ -64,7 +66,9 @@ Before it sends anything it checks, and refuses with what to do (exit 1, nothing
 login outside coupon_admin, a campaign that does not exist, is paused, has ended or has not
 started, a coupon above the monthly cap, a budget without room for one more coupon, a FILE that
 is missing, empty or holds a line that is not a member id (named by its number), an --out
-that cannot be written.
+that cannot be written or is not a regular file (a symbolic link, directory, device or FIFO is
+refused, naming it). --dry-run makes these checks, says what the grant would send, and sends
+and writes nothing.
 
 It is idempotent: a second run of the same file issues nothing new and answers ALREADY_ISSUED
 with the same coupon ids. So it is resumable: after Ctrl-C (or a crash), run the same command
@@ -78,7 +82,7 @@ IssueCoupon's p99 within what docs/performance.md ("Granting a campaign to a lis
 
 It shows a progress bar with the rate and the time left (a line per 10% when stderr is not a
 terminal), then a table of the answers with what to do about each refusal, and writes --out
-(default FILE.ID.csv beside FILE): a CSV of member,result,coupon_id for every member answered,
+(default BASE.ID.csv in the working directory, BASE being FILE's name without its directory): a CSV of member,result,coupon_id for every member answered,
 in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
 (each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). Exits 1 if any
 answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); refusals
@@ -101,9 +105,13 @@ answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); 
 				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
 			}
 			if out == "" {
-				out = members + "." + campaignID + ".csv"
+				out = defaultOut(members, "."+campaignID+".csv")
 			}
-			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out, concurrency: concurrency})
+			if err := checkOut(out); err != nil {
+				return fmt.Errorf("grant: --out %w; nothing was issued", err)
+			}
+			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out,
+				concurrency: concurrency, dryRun: dryRun})
 		},
 	}
 	f := c.Flags()
@@ -111,7 +119,8 @@ answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); 
 	f.StringVar(&members, "members", "", "a file of member ids, one a line (required)")
 	f.IntVar(&concurrency, "concurrency", defaultGrantConcurrency,
 		fmt.Sprintf("members granted at once, 1-%d: the requests in flight and the database connections", maxGrantConcurrency))
-	f.StringVar(&out, "out", "", "the CSV of member,result,coupon_id (default FILE.ID.csv)")
+	f.StringVar(&out, "out", "", "the CSV of member,result,coupon_id, a regular file or a new name (default BASE.ID.csv in the working directory)")
+	f.BoolVar(&dryRun, "dry-run", false, "check everything and say what would be sent; send and write nothing")
 	return c
 }
 
@@ -176,6 +185,12 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	plan, err := checkGrant(ctx, pool, job, cfg.MonthlyCapYen)
 	if err != nil {
 		return err
+	}
+	if job.dryRun {
+		plan.write(errOut, job)
+		fmt.Fprintf(cmd.OutOrStdout(), "grant %s: dry run: %d members would be sent (%d of them answer ALREADY_ISSUED, %d COUPON_VOIDED); "+
+			"nothing was sent and %s was not written\n", job.campaignID, len(job.members), plan.held, plan.voided, job.out)
+		return nil
 	}
 	// The CSV's directory is checked before anything is issued: answers that cannot be written
 	// are found out at the start, not after the grant.
