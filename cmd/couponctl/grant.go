@@ -100,7 +100,7 @@ answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); 
 			if err := ids.Campaign(campaignID); err != nil {
 				return usageError{fmt.Errorf("--campaign: %w", err)}
 			}
-			list, err := readIDs(members, ids.Member)
+			list, err := readIDs(members, ids.Member, cmd.ErrOrStderr())
 			if err != nil {
 				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
 			}
