@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/coupon"
+	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -271,12 +273,34 @@ func isComment(line string) bool {
 }
 
 func couponShowCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "show COUPON_ID",
-		Short: "Show a coupon: campaign, amount, month, issued at, expires at, its push, its void",
+	var member, campaignID string
+	c := &cobra.Command{
+		Use:   "show COUPON_ID | show --member M [--campaign C]",
+		Short: "Show a coupon (campaign, amount, month, issued at, expires at, its push, its void), or a member's coupons",
+		Long: `Show one coupon by its id, or, with --member, every coupon of member M (of campaign C with
+--campaign), voided and redeemed ones included, oldest first: its id, campaign, state (live,
+voided, voided with reissue allowed, redeemed), amount, month, issue time and push. A member
+without coupons is not an error: it says so.`,
+		Example: `  couponctl coupon show 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41
+  couponctl coupon show --member m0000101 --campaign XMAS-2026`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return fmt.Errorf("%s needs one coupon id", cmd.CommandPath())
+			switch {
+			case member != "" && len(args) > 0:
+				return fmt.Errorf("give a coupon id or --member, not both")
+			case member != "":
+				if err := ids.Member(member); err != nil {
+					return fmt.Errorf("--member: %w", err)
+				}
+				if campaignID != "" {
+					if err := ids.Campaign(campaignID); err != nil {
+						return fmt.Errorf("--campaign: %w", err)
+					}
+				}
+				return nil
+			case campaignID != "":
+				return fmt.Errorf("--campaign lists a member's coupons: give --member M too")
+			case len(args) != 1:
+				return fmt.Errorf("%s needs one coupon id, or --member M", cmd.CommandPath())
 			}
 			return coupon.CheckID(args[0])
 		},
@@ -286,6 +310,14 @@ func couponShowCmd() *cobra.Command {
 				return err
 			}
 			defer closePool()
+			if member != "" {
+				list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
+				if err != nil {
+					return err
+				}
+				writeMemberCoupons(cmd.OutOrStdout(), member, campaignID, list)
+				return nil
+			}
 			c, err := coupon.Show(cmd.Context(), pool, args[0])
 			if err != nil {
 				return err
@@ -294,6 +326,41 @@ func couponShowCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().StringVar(&member, "member", "", "list this member's coupons")
+	c.Flags().StringVar(&campaignID, "campaign", "", "with --member: only this campaign's")
+	return c
+}
+
+// couponState is a coupon's state as show prints it.
+func couponState(c coupon.Coupon) string {
+	switch {
+	case c.VoidedAt != nil && c.ReissueAllowed:
+		return "voided (reissue allowed)"
+	case c.VoidedAt != nil:
+		return "voided"
+	case c.RedeemedAt != nil:
+		return "redeemed"
+	}
+	return "live"
+}
+
+// writeMemberCoupons prints member's coupons, one a line.
+func writeMemberCoupons(w io.Writer, member, campaignID string, list []coupon.Coupon) {
+	if len(list) == 0 {
+		of := ""
+		if campaignID != "" {
+			of = " of campaign " + campaignID
+		}
+		fmt.Fprintf(w, "member %s has no coupons%s\n", member, of)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "COUPON_ID\tCAMPAIGN\tSTATE\tYEN\tMONTH\tISSUED_AT\tPUSH")
+	for _, c := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.CampaignID, couponState(c), c.AmountYen, c.Month,
+			tokyoTime(&c.IssuedAt), c.Push)
+	}
+	_ = tw.Flush()
 }
 
 func writeCoupon(w io.Writer, c coupon.Coupon) {
@@ -303,13 +370,7 @@ func writeCoupon(w io.Writer, c coupon.Coupon) {
 		}
 		return t.In(issuance.Tokyo).Format(time.RFC3339)
 	}
-	state := "live"
-	switch {
-	case c.VoidedAt != nil:
-		state = "voided"
-	case c.RedeemedAt != nil:
-		state = "redeemed"
-	}
+	state := couponState(c)
 	fmt.Fprintf(w, "coupon      %s\nstate       %s\ncampaign    %s\nmember      %s\namount      %d yen\nmonth       %s\n",
 		c.ID, state, c.CampaignID, c.MemberID, c.AmountYen, c.Month)
 	fmt.Fprintf(w, "issued at   %s\nexpires at  %s\n", c.IssuedAt.In(issuance.Tokyo).Format(time.RFC3339), at(c.ExpiresAt))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -109,6 +110,15 @@ func TestVoidCorrectedWithReissue(t *testing.T) {
 	}
 	if n := d.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'R' AND member_id = 'r1' AND voided_at IS NULL`); n != 1 {
 		t.Errorf("%d live coupons of R for r1 after the correction, want 1", n)
+	}
+	// A support ticket names the member: coupon show --member finds both coupons with their state.
+	code, stdout, stderr = grantCLI("coupon", "show", "--member", "r1", "--campaign", "R")
+	if code != 0 || !regexp.MustCompile(`(?m)^`+id+` +R +voided \(reissue allowed\) +500 `).MatchString(stdout) ||
+		strings.Count(stdout, " live ") != 1 {
+		t.Errorf("coupon show --member r1 --campaign R: exit %d, want the voided coupon and one live one\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, _ = grantCLI("coupon", "show", "--member", "nobody"); code != 0 || !strings.Contains(stdout, "member nobody has no coupons") {
+		t.Errorf("coupon show --member nobody: exit %d\n%s", code, stdout)
 	}
 	code, _, stderr = grantCLI("coupon", "void", id, "--allow-reissue", "--reason", "again")
 	if code != 1 || !strings.Contains(stderr, "with reissue allowed; nothing changed") {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -209,6 +210,34 @@ SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.i
        c.voided_at, coalesce(c.voided_by, ''), coalesce(c.void_reason, ''), c.reissue_allowed, c.legacy_duplicate
   FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
  WHERE c.coupon_id = $1`
+
+// sqlForMember lists member $1's coupons (of campaign $2, or every campaign when $2 is ”),
+// oldest first, through issued_coupons_member_month.
+var sqlForMember = strings.Replace(sqlShow, "WHERE c.coupon_id = $1",
+	"WHERE c.member_id = $1 AND ($2 = '' OR c.campaign_id = $2) ORDER BY c.issued_at, c.coupon_id", 1)
+
+// ForMember returns member's coupons, of campaignID or of every campaign when it is "", voided
+// and redeemed ones included, oldest first; none is not an error. Errors: the database's.
+func ForMember(ctx context.Context, db Rows, member, campaignID string) ([]Coupon, error) {
+	rows, err := db.Query(ctx, sqlForMember, member, campaignID)
+	if err != nil {
+		return nil, fmt.Errorf("coupon: coupons of member %s: %w", member, err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c Coupon, err error) {
+		return c, r.Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
+			&c.ExpiresAt, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+			&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coupon: coupons of member %s: %w", member, err)
+	}
+	return list, nil
+}
+
+// Rows runs a query: a pool or a connection.
+type Rows interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
 
 // Show reads coupon id. Errors: [ErrNotFound], or the database's.
 func Show(ctx context.Context, db Querier, id string) (Coupon, error) {
