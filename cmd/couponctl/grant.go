@@ -24,6 +24,7 @@ import (
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 // Bounds of grant's --concurrency: each request holds one connection of the pool while it runs,
@@ -84,7 +85,10 @@ It shows a progress bar with the rate and the time left (a line per 10% when std
 terminal), then a table of the answers with what to do about each refusal, and writes --out
 (default BASE.ID.csv in the working directory, BASE being FILE's name without its directory): a CSV of member,result,coupon_id for every member answered,
 in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
-(each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). Exits 1 if any
+(each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). It stops by itself,
+saying why, how many members were done and not sent, and exits 1, when continuing is pointless:
+once a member answers CAMPAIGN_NOT_ACTIVE (the campaign was paused or ended meanwhile), or after
+10 members in a row failed (the database is unreachable). Exits 1 if any
 answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); refusals
 (MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers, not errors.`,
 		Example: `  couponctl grant --campaign SORRY-1201 --members outage-members.txt
@@ -144,6 +148,14 @@ func dedupe(w io.Writer, members []string) []string {
 type granted struct {
 	out issuance.Outcome
 	err error
+}
+
+// why is g's error, or its result when it has none.
+func (g granted) why() string {
+	if g.err != nil {
+		return g.err.Error()
+	}
+	return string(g.out.Result)
 }
 
 func (g granted) result() string {
@@ -211,7 +223,8 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 			"(each ends within %s), then writing the answers\n", cfg.Budget)
 	}
 	stopNote := context.AfterFunc(ctx, inFlight)
-	results, took := grantAll(ctx, svc, job, newRateProgress(errOut, len(job.members), "grant "+job.campaignID))
+	stop := &grantStop{}
+	results, took := grantAll(ctx, svc, job, newRateProgress(errOut, len(job.members), "grant "+job.campaignID), stop)
 	stopNote()
 	if err := writeGrantCSV(tmp, job.out, job.members, results); err != nil {
 		return fmt.Errorf("grant: --out: %w; the answers are in the tables: run the same command again with another --out", err)
@@ -224,6 +237,11 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 			"again to grant the rest (the members already granted answer ALREADY_ISSUED with the same coupons)\n",
 			sum.answered, len(job.members), job.out)
 		return ctx.Err()
+	case stop.reason() != "":
+		fmt.Fprintf(errOut, "couponctl: grant: stopped: %s, run the same command again: %d done, %d not sent "+
+			"(the members already granted answer ALREADY_ISSUED with the same coupons); answers in %s\n",
+			stop.reason(), sum.answered, len(job.members)-sum.answered, job.out)
+		return errViolations
 	case sum.failed > 0:
 		fmt.Fprintf(errOut, "grant: %d members were not granted because of errors (RETRY_EXHAUSTED or ERROR in %s): "+
 			"run the same command again once the cause is fixed; the members already granted answer ALREADY_ISSUED\n",
@@ -324,12 +342,52 @@ func (p grantPlan) write(w io.Writer, job grantJob) {
 	}
 }
 
-// grantAll grants job's members, job.concurrency at a time, until every one is answered or ctx
-// ends, and returns the answers by member index (nil for a member not sent) and the time taken.
-// A request sent is answered: ctx's end stops the sending, and the requests in flight run on
-// to their answer (each within ISSUE_BUDGET), so that every member the grant reached is in the
-// answers.
-func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step func()) ([]*granted, time.Duration) {
+// grantOutageStreak is how many members in a row may fail (an error, or RETRY_EXHAUSTED after
+// every attempt) before a grant stops: the relay's breaker threshold (outbox.DefaultBreakerFailures),
+// for the same reason, that a streak that long is an outage, not a busy row.
+const grantOutageStreak = outbox.DefaultBreakerFailures
+
+// grantStop is why a grant stopped sending before its list's end: set once, by the first worker
+// that sees the reason, and read after every worker is done.
+type grantStop struct {
+	mu     sync.Mutex
+	streak int    // failed members in a row
+	why    string // "" while the grant goes on
+}
+
+// record counts g and says whether the grant must stop: the campaign stopped being active (a
+// member answered CAMPAIGN_NOT_ACTIVE, so every one after would), or grantOutageStreak members
+// in a row failed.
+func (s *grantStop) record(g *granted, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.why != "":
+	case g.err == nil && g.out.Result == issuance.ResultCampaignNotActive:
+		s.why = fmt.Sprintf("campaign %s is no longer active (%s): couponctl campaign show %s says why; once it is active",
+			id, g.out.Reason, id)
+	case g.failed():
+		if s.streak++; s.streak >= grantOutageStreak {
+			s.why = fmt.Sprintf("database unreachable: %d members in a row failed (the last: %s); once it answers", s.streak, g.why())
+		}
+	default:
+		s.streak = 0
+	}
+	return s.why != ""
+}
+
+func (s *grantStop) reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.why
+}
+
+// grantAll grants job's members, job.concurrency at a time, until every one is answered, ctx
+// ends or stop says the rest would fail, and returns the answers by member index (nil for a
+// member not sent) and the time taken. A request sent is answered: ctx's end stops the sending,
+// and the requests in flight run on to their answer (each within ISSUE_BUDGET), so that every
+// member the grant reached is in the answers.
+func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step func(), stop *grantStop) ([]*granted, time.Duration) {
 	results := make([]*granted, len(job.members))
 	calls := context.WithoutCancel(ctx)
 	var next atomic.Int64
@@ -337,7 +395,7 @@ func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step fun
 	start := time.Now()
 	for range job.concurrency {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && stop.reason() == "" {
 				i := int(next.Add(1) - 1)
 				if i >= len(job.members) {
 					return
@@ -351,6 +409,7 @@ func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step fun
 				}
 				results[i] = g
 				step()
+				stop.record(g, job.campaignID)
 			}
 		})
 	}
@@ -395,11 +454,7 @@ func summarize(members []string, results []*granted) grantSummary {
 		}
 		s.failed++
 		if len(s.firstErrors) < 5 {
-			why := string(g.out.Result)
-			if g.err != nil {
-				why = g.err.Error()
-			}
-			s.firstErrors = append(s.firstErrors, members[i]+": "+why)
+			s.firstErrors = append(s.firstErrors, members[i]+": "+g.why())
 		}
 	}
 	return s
