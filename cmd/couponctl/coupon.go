@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -106,39 +107,58 @@ type voider struct {
 	reissue   bool
 }
 
+// voidOutageStreak is how many voids in a row may fail (not a refusal: an error) before a void
+// file stops: the relay's breaker threshold, as grant's.
+const voidOutageStreak = grantOutageStreak
+
+// voidProgressEvery is how often a void file says how far it is, failing or not.
+const voidProgressEvery = 5 * time.Second
+
 // all voids each of ids and prints what each void did; it returns errViolations if any was
-// refused or failed.
+// refused or failed. After voidOutageStreak failures in a row it stops, saying how many were done
+// and not sent.
 func (v voider) all(ctx context.Context, ids []string) error {
-	var voided, earlier, refused int
-	for _, id := range ids {
+	var voided, earlier, refused, streak int
+	var mu sync.Mutex // guards the counts and v.errs, which the progress shares
+	if len(ids) > 1 {
+		stop := v.progress(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(v.errs, "coupon void: %d/%d done, %d refused or failed\n", voided+earlier, len(ids), refused)
+		})
+		defer stop()
+	}
+	for i, id := range ids {
 		done, err := coupon.Void(ctx, v.db, id, v.reason, v.reissue)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err != nil && v.votedBefore(ctx, id, done, err) {
+		mu.Lock()
+		switch {
+		case err != nil && v.votedBefore(ctx, id, done, err):
 			earlier++
+			streak = 0
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run, at %s by %s, for the same reason: done\n",
 				id, tokyoTime(done.At), done.By)
-			continue
-		}
-		switch {
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
+			streak = 0
 			fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err)
-			continue
 		case err != nil:
 			refused++
+			streak++
 			fmt.Fprintf(v.errs, "couponctl: %s: failed: %v\n", id, err)
-			continue
+		default:
+			voided++
+			streak = 0
+			v.printVoid(id, done)
 		}
-		voided++
-		if done.Released {
-			fmt.Fprintf(v.out, "%s: voided at %s by %s; reissue now allowed (change at %s by %s): %s may be issued %s again; no counter changed\n",
-				id, tokyoTime(done.VoidedAt), orLegacy(done.VoidedBy), tokyoTime(done.At), done.By, done.MemberID, done.CampaignID)
-			continue
+		mu.Unlock()
+		if streak >= voidOutageStreak {
+			fmt.Fprintf(v.errs, "couponctl: coupon void: stopped: database unreachable: %d voids in a row failed: %d done, %d not sent; "+
+				"run the same command again (the coupons already voided count as done)\n", streak, voided+earlier, len(ids)-i-1)
+			return errViolations
 		}
-		fmt.Fprintf(v.out, "%s: voided at %s by %s: %d yen back to %s's budget and to %s's %s; push %s\n",
-			id, tokyoTime(done.At), done.By, done.AmountYen, done.CampaignID, done.MemberID, done.Month, pushNote(done))
 	}
 	if len(ids) > 1 {
 		fmt.Fprintf(v.out, "voided %d of %d coupons; %d voided by an earlier run; %d refused or failed\n", voided, len(ids), earlier, refused)
@@ -147,6 +167,36 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		return errViolations
 	}
 	return nil
+}
+
+// printVoid says what the void of coupon id did.
+func (v voider) printVoid(id string, done coupon.Voided) {
+	if done.Released {
+		fmt.Fprintf(v.out, "%s: voided at %s by %s; reissue now allowed (change at %s by %s): %s may be issued %s again; no counter changed\n",
+			id, tokyoTime(done.VoidedAt), orLegacy(done.VoidedBy), tokyoTime(done.At), done.By, done.MemberID, done.CampaignID)
+		return
+	}
+	fmt.Fprintf(v.out, "%s: voided at %s by %s: %d yen back to %s's budget and to %s's %s; push %s\n",
+		id, tokyoTime(done.At), done.By, done.AmountYen, done.CampaignID, done.MemberID, done.Month, pushNote(done))
+}
+
+// progress calls report every voidProgressEvery until the returned stop is called.
+func (v voider) progress(report func()) (stop func()) {
+	t := time.NewTicker(voidProgressEvery)
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				report()
+			}
+		}
+	}()
+	return func() { t.Stop(); close(quit); <-finished }
 }
 
 // votedBefore reports whether err refused coupon id because it was voided already, by a void
