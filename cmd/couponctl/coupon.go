@@ -112,7 +112,7 @@ type voider struct {
 const voidOutageStreak = grantOutageStreak
 
 // voidProgressEvery is how often a void file says how far it is, failing or not.
-const voidProgressEvery = 5 * time.Second
+const voidProgressEvery = progressEvery
 
 // all voids each of ids and prints what each void did; it returns errViolations if any was
 // refused or failed. After voidOutageStreak failures in a row it stops, saying how many were done

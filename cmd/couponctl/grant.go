@@ -90,8 +90,10 @@ in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the request
 saying why, how many members were done and not sent, and exits 1, when continuing is pointless:
 once a member answers CAMPAIGN_NOT_ACTIVE (the campaign was paused or ended meanwhile), or after
 10 members in a row failed (the database is unreachable). Exits 1 if any
-answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); refusals
-(MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers, not errors.`,
+answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV) or unknown (the
+answer lost and the coupon not found by looking it up: UNKNOWN in the CSV, counted apart; a
+re-run settles it); refusals (MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers,
+not errors.`,
 		Example: `  couponctl grant --campaign SORRY-1201 --members outage-members.txt
   couponctl grant --campaign SORRY-1201 --members outage-members.txt --concurrency 16 --out sorry.csv`,
 		Args: cobra.NoArgs,
@@ -160,6 +162,9 @@ func (g granted) why() string {
 }
 
 func (g granted) result() string {
+	if errors.Is(g.err, issuance.ErrOutcomeUnknown) {
+		return resultUnknown
+	}
 	if g.err != nil {
 		return resultError
 	}
@@ -173,6 +178,10 @@ func (g granted) failed() bool {
 
 // resultError is the CSV's and the summary's result for a member whose call failed.
 const resultError = "ERROR"
+
+// resultUnknown is the result for a member whose answer was lost and whose coupon could not be
+// looked up either (issuance.ErrOutcomeUnknown): it may hold one; a re-run says which.
+const resultUnknown = "UNKNOWN"
 
 // runGrant checks job against the tables, grants it, then writes the CSV and the summary.
 func runGrant(cmd *cobra.Command, job grantJob) error {
@@ -225,7 +234,9 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	}
 	stopNote := context.AfterFunc(ctx, inFlight)
 	stop := &grantStop{}
-	results, took := grantAll(ctx, svc, job, newRateProgress(errOut, len(job.members), "grant "+job.campaignID), stop)
+	step, quiet := newRateProgress(errOut, len(job.members), "grant "+job.campaignID)
+	results, took := grantAll(ctx, svc, job, step, stop)
+	quiet()
 	stopNote()
 	if err := writeGrantCSV(tmp, job.out, job.members, results); err != nil {
 		return fmt.Errorf("grant: --out: %w; the answers are in the tables: run the same command again with another --out", err)
@@ -466,7 +477,7 @@ func summarize(members []string, results []*granted) grantSummary {
 var grantResults = []string{
 	string(issuance.ResultIssued), string(issuance.ResultAlreadyIssued), string(issuance.ResultMonthlyCap),
 	string(issuance.ResultBudgetExceeded), string(issuance.ResultCampaignNotActive), string(issuance.ResultCouponVoided),
-	string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultError,
+	string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultUnknown, resultError,
 }
 
 // grantAdvice says what to do about the members of each refusal or error, for campaign id.
@@ -483,6 +494,8 @@ func grantAdvice(result, id string) string {
 		return "these members' coupons of the campaign were voided without --allow-reissue (couponctl coupon show COUPON_ID, the id in the CSV); a grant does not issue them another"
 	case string(issuance.ResultRetryExhausted), resultError:
 		return "not granted: errors (below); run the same command again once the cause is fixed"
+	case resultUnknown:
+		return "the answer was lost and the coupon could not be looked up: each may or may not hold one; the same command again answers ALREADY_ISSUED with it or grants it"
 	}
 	return ""
 }
@@ -527,26 +540,55 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // newRateProgress reports progress through total steps with the rate and the time left: a bar on
-// a terminal, a plain line per 10% elsewhere. It returns the callback for each step done, safe
-// for concurrent use.
-func newRateProgress(w *lockedWriter, total int, what string) func() {
+// a terminal, elsewhere a plain line per 10% and at least every progressEvery (also while no step
+// is done). It returns the callback for each step done, safe for concurrent use, and the function
+// that ends the reporting.
+func newRateProgress(w *lockedWriter, total int, what string) (step func(), quiet func()) {
 	if f, ok := w.w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
 			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("members"),
 			progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
-		return func() { _ = bar.Add(1) }
+		return func() { _ = bar.Add(1) }, func() {}
 	}
-	var done atomic.Int64
+	var done, said atomic.Int64 // members answered; when the last line was printed, in ns since start
 	start := time.Now()
 	every := int64(max(1, total/10))
-	return func() {
+	line := func(n int64) {
+		said.Store(int64(time.Since(start)))
+		rate := float64(n) / max(time.Since(start).Seconds(), 1e-9)
+		left := "?"
+		if n > 0 {
+			left = time.Duration(float64(int64(total)-n) / rate * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s: %d/%d members (%d%%), %.0f/s, %s left\n", what, n, total, n*100/int64(total), rate, left)
+	}
+	// A line at least every progressEvery, even while no member is answered (a stalled database).
+	end, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-end:
+				return
+			case <-t.C:
+				if time.Since(start)-time.Duration(said.Load()) >= progressEvery {
+					line(done.Load())
+				}
+			}
+		}
+	}()
+	step = func() {
 		n := done.Add(1)
 		if n%every != 0 && n != int64(total) {
 			return
 		}
-		rate := float64(n) / max(time.Since(start).Seconds(), 1e-9)
-		left := time.Duration(float64(int64(total)-n) / rate * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(w, "%s: %d/%d members (%d%%), %.0f/s, %s left\n", what, n, total, n*100/int64(total), rate, left)
+		line(n)
 	}
+	return step, func() { close(end); <-ended }
 }
+
+// progressEvery is the longest a long verb stays silent on a log (stderr not a terminal).
+const progressEvery = 5 * time.Second
