@@ -39,19 +39,19 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if def.StartsAt, err = parseTime("--starts", starts); err != nil {
-				return err
+				return usageError{err}
 			}
 			if def.EndsAt, err = parseTime("--ends", ends); err != nil {
-				return err
+				return usageError{err}
 			}
 			if def.CouponsExpireAt, err = parseTime("--coupons-expire", expires); err != nil {
-				return err
+				return usageError{err}
 			}
 			if def.CouponsExpireAt != nil && !def.CouponsExpireAt.After(time.Now()) {
-				return fmt.Errorf("--coupons-expire %s has passed: every coupon would be issued expired", expires)
+				return flagError("--coupons-expire %s has passed: every coupon would be issued expired", expires)
 			}
 			if cmd.Flags().Changed("coupon-valid-days") && def.CouponValidDays < 1 {
-				return fmt.Errorf("--coupon-valid-days %d: want 1-%d", def.CouponValidDays, campaign.MaxValidDays)
+				return flagError("--coupon-valid-days %d: want 1-%d", def.CouponValidDays, campaign.MaxValidDays)
 			}
 			switch {
 			case expectedRPS < 0:

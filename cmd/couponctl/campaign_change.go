@@ -89,7 +89,13 @@ then on; coupons issued before keep theirs.` + changeHelp,
 				ch.AddBudgetYen = &add
 			}
 			if f.Changed("stripes") {
+				if stripes < 1 || stripes > campaign.MaxStripes {
+					return flagError("--stripes %d: want 1-%d", stripes, campaign.MaxStripes)
+				}
 				ch.Stripes = &stripes
+			}
+			if f.Changed("coupon-valid-days") && (validDays < 0 || validDays > campaign.MaxValidDays) {
+				return flagError("--coupon-valid-days %d: want 0-%d (0 removes the validity)", validDays, campaign.MaxValidDays)
 			}
 			var err error
 			if ch.SetStarts = f.Changed("starts"); ch.SetStarts {
@@ -164,7 +170,24 @@ runaway campaign in one command.`, campaign.Pause)
 
 func campaignResumeCmd() *cobra.Command {
 	return stateCmd("resume", "Resume a paused campaign",
-		`Resume a paused campaign: it issues again within its period and budget.`, campaign.Resume)
+		`Resume a paused campaign: it issues again within its period and budget. An ended campaign
+is refused (exit 1, nothing changed): resuming does not move its end; "campaign update --ends T"
+does.`, resumeUnlessEnded)
+}
+
+// resumeUnlessEnded resumes campaign id, refusing one that has ended: a resume changes only the
+// pause, and the campaign would stay closed (before, its history said "resume changed").
+func resumeUnlessEnded(ctx context.Context, db campaign.Querier, id, reason string) (*campaign.Change, error) {
+	s, err := campaign.Show(ctx, db, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.State(time.Now()) == campaign.StateEnded {
+		return nil, fmt.Errorf("campaign %s has ended, at %s: resume does not reopen it; move its end with "+
+			"couponctl campaign update %s --ends T --reason TEXT (and resume it if it is paused); nothing changed",
+			id, tokyoTime(s.EndsAt), id)
+	}
+	return campaign.Resume(ctx, db, id, reason)
 }
 
 func campaignEndCmd() *cobra.Command {

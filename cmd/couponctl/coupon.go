@@ -8,11 +8,14 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/coupon"
+	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -22,14 +25,15 @@ func couponCmd() *cobra.Command {
 
 func couponVoidCmd() *cobra.Command {
 	var (
-		reason, file string
-		reissue      bool
+		reason, file    string
+		reissue, dryRun bool
 	)
 	c := &cobra.Command{
-		Use:   "void COUPON_ID --reason TEXT [--allow-reissue] | void --file F --reason TEXT [--allow-reissue]",
+		Use:   "void COUPON_ID --reason TEXT [--allow-reissue] [--dry-run] | void --file F --reason TEXT [--allow-reissue] [--dry-run]",
 		Short: "Void coupons: their yen go back to the campaign's budget and the member's month, exactly once",
 		Long: `Void a live coupon, or each coupon of --file (one coupon id a line; blank lines and lines
-starting with # are skipped), each in one transaction run as a user in coupon_admin (docs/roles.md):
+starting with "# " are skipped; a coupon listed twice is voided once), each in one transaction
+run as a user in coupon_admin (docs/roles.md):
 
   - the coupon is marked voided, with the time, the database login and --reason;
   - its yen go back to its campaign's budget (a budget stripe holding that much) and to its
@@ -40,10 +44,19 @@ starting with # are skipped), each in one transaction run as a user in coupon_ad
   - IssueCoupon answers the member's pair COUPON_VOIDED from then on; with --allow-reissue the
     member may be issued the campaign again, under R1-R3.
 
-A coupon already voided, or a redeemed legacy coupon (tied to an order), is refused and left as it
-is. Exits 1 if any coupon was refused or failed, after trying every one.`,
+A coupon voided without --allow-reissue can be corrected: void it again with --allow-reissue
+and a --reason; that releases the member's pair (IssueCoupon and grant may issue the campaign
+again), records who, when and why in the coupon's history, and changes no counter (its yen went
+back at the first void).
+
+A coupon already voided with the same --reason (an earlier run of the same command) counts as
+done. One voided for another reason, or a redeemed legacy coupon (tied to an order), is refused
+and left as it is. --dry-run says what each void would do and changes nothing. Voids go to
+stdout; refusals and failures to stderr. Exits 1 if any coupon was refused or failed, after
+trying every one.`,
 		Example: `  couponctl coupon void 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41 --reason "issued to the wrong account (CS-2231)"
-  couponctl coupon void --file ring.txt --reason "fake accounts (FRAUD-77)"`,
+  couponctl coupon void --file ring.txt --reason "fake accounts (FRAUD-77)" --dry-run
+  couponctl coupon void 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41 --allow-reissue --reason "CS-2231: the member may have it again"`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case file == "" && len(args) != 1:
@@ -59,56 +72,180 @@ is. Exits 1 if any coupon was refused or failed, after trying every one.`,
 			if strings.TrimSpace(reason) == "" {
 				return usageError{fmt.Errorf("%s needs --reason TEXT: why, for the coupon's record", cmd.CommandPath())}
 			}
-			ids := args
+			list := args
 			if file != "" {
 				var err error
-				if ids, err = readIDs(file, coupon.CheckID); err != nil {
+				if list, err = readIDs(file, coupon.CheckID, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
+				list = dedupeIDs(cmd.ErrOrStderr(), "coupons listed more than once, voided once each", list)
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closePool()
-			return voidAll(cmd.Context(), cmd.OutOrStdout(), pool, ids, reason, reissue)
+			v := voider{out: cmd.OutOrStdout(), errs: cmd.ErrOrStderr(), db: pool, reason: reason, reissue: reissue}
+			if dryRun {
+				return v.dryRun(cmd.Context(), list)
+			}
+			return v.all(cmd.Context(), list)
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why, for the coupon's record (required)")
 	c.Flags().StringVar(&file, "file", "", "a file of coupon ids, one a line")
-	c.Flags().BoolVar(&reissue, "allow-reissue", false, "let the member be issued the campaign again")
+	c.Flags().BoolVar(&reissue, "allow-reissue", false, "let the member be issued the campaign again (also on a coupon voided without it)")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "say what each void would do; change nothing")
 	return c
 }
 
-// voidAll voids each of ids and prints what each void did; it returns errViolations if any was
-// refused or failed.
-func voidAll(ctx context.Context, w io.Writer, db coupon.Querier, ids []string, reason string, reissue bool) error {
-	var voided, refused int
-	for _, id := range ids {
-		v, err := coupon.Void(ctx, db, id, reason, reissue)
-		switch {
-		case ctx.Err() != nil:
+// voider voids coupons for one command line: voids to out, refusals and failures to errs.
+type voider struct {
+	out, errs io.Writer
+	db        coupon.Querier
+	reason    string
+	reissue   bool
+}
+
+// voidOutageStreak is how many voids in a row may fail (not a refusal: an error) before a void
+// file stops: the relay's breaker threshold, as grant's.
+const voidOutageStreak = grantOutageStreak
+
+// voidProgressEvery is how often a void file says how far it is, failing or not.
+const voidProgressEvery = progressEvery
+
+// all voids each of ids and prints what each void did; it returns errViolations if any was
+// refused or failed. After voidOutageStreak failures in a row it stops, saying how many were done
+// and not sent.
+func (v voider) all(ctx context.Context, ids []string) error {
+	var voided, earlier, refused, streak int
+	var mu sync.Mutex // guards the counts and v.errs, which the progress shares
+	if len(ids) > 1 {
+		stop := v.progress(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(v.errs, "coupon void: %d/%d done, %d refused or failed\n", voided+earlier, len(ids), refused)
+		})
+		defer stop()
+	}
+	for i, id := range ids {
+		done, err := coupon.Void(ctx, v.db, id, v.reason, v.reissue)
+		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		mu.Lock()
+		switch {
+		case err != nil && v.votedBefore(ctx, id, done, err):
+			earlier++
+			streak = 0
+			fmt.Fprintf(v.out, "%s: voided already by an earlier run, at %s by %s, for the same reason: done\n",
+				id, tokyoTime(done.At), done.By)
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
-			fmt.Fprintf(w, "%s: refused: %v\n", id, err)
-			continue
+			streak = 0
+			fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err)
 		case err != nil:
 			refused++
-			fmt.Fprintf(w, "%s: failed: %v\n", id, err)
-			continue
+			streak++
+			fmt.Fprintf(v.errs, "couponctl: %s: failed: %v\n", id, err)
+		default:
+			voided++
+			streak = 0
+			v.printVoid(id, done)
 		}
-		voided++
-		fmt.Fprintf(w, "%s: voided at %s by %s: %d yen back to %s's budget and to %s's %s; push %s\n",
-			id, v.At.In(issuance.Tokyo).Format(time.RFC3339), v.By, v.AmountYen, v.CampaignID, v.MemberID, v.Month, pushNote(v))
+		mu.Unlock()
+		if streak >= voidOutageStreak {
+			fmt.Fprintf(v.errs, "couponctl: coupon void: stopped: database unreachable: %d voids in a row failed: %d done, %d not sent; "+
+				"run the same command again (the coupons already voided count as done)\n", streak, voided+earlier, len(ids)-i-1)
+			return errViolations
+		}
 	}
 	if len(ids) > 1 {
-		fmt.Fprintf(w, "voided %d of %d coupons; %d refused or failed\n", voided, len(ids), refused)
+		fmt.Fprintf(v.out, "voided %d of %d coupons; %d voided by an earlier run; %d refused or failed\n", voided, len(ids), earlier, refused)
 	}
 	if refused > 0 {
 		return errViolations
 	}
 	return nil
+}
+
+// printVoid says what the void of coupon id did.
+func (v voider) printVoid(id string, done coupon.Voided) {
+	if done.Released {
+		fmt.Fprintf(v.out, "%s: voided at %s by %s; reissue now allowed (change at %s by %s): %s may be issued %s again; no counter changed\n",
+			id, tokyoTime(done.VoidedAt), orLegacy(done.VoidedBy), tokyoTime(done.At), done.By, done.MemberID, done.CampaignID)
+		return
+	}
+	fmt.Fprintf(v.out, "%s: voided at %s by %s: %d yen back to %s's budget and to %s's %s; push %s\n",
+		id, tokyoTime(done.At), done.By, done.AmountYen, done.CampaignID, done.MemberID, done.Month, pushNote(done))
+}
+
+// progress calls report every voidProgressEvery until the returned stop is called.
+func (v voider) progress(report func()) (stop func()) {
+	t := time.NewTicker(voidProgressEvery)
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				report()
+			}
+		}
+	}()
+	return func() { t.Stop(); close(quit); <-finished }
+}
+
+// votedBefore reports whether err refused coupon id because it was voided already, by a void
+// with this --reason: an earlier run of the same command, whose work is done.
+func (v voider) votedBefore(ctx context.Context, id string, done coupon.Voided, err error) bool {
+	if !errors.Is(err, coupon.ErrRefused) || done.At == nil {
+		return false
+	}
+	c, err := coupon.Show(ctx, v.db, id)
+	return err == nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue)
+}
+
+// dryRun says what voiding each of ids would do, from the coupon as it is now; it changes
+// nothing.
+func (v voider) dryRun(ctx context.Context, ids []string) error {
+	var would, refused int
+	for _, id := range ids {
+		c, err := coupon.Show(ctx, v.db, id)
+		switch {
+		case err != nil:
+			refused++
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %v\n", id, err)
+		case c.VoidedAt != nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
+			fmt.Fprintf(v.out, "%s: voided already by an earlier run (%s): done\n", id, tokyoTime(c.VoidedAt))
+		case c.VoidedAt != nil && v.reissue && !c.ReissueAllowed:
+			would++
+			fmt.Fprintf(v.out, "%s: would allow reissue: %s may be issued %s again; no counter changes\n", id, c.MemberID, c.CampaignID)
+		case c.VoidedAt != nil:
+			refused++
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: voided already, at %s by %s\n", id, tokyoTime(c.VoidedAt), c.VoidedBy)
+		case c.RedeemedAt != nil:
+			refused++
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: redeemed (a legacy coupon tied to an order)\n", id)
+		default:
+			would++
+			fmt.Fprintf(v.out, "%s: would void: %d yen back to %s's budget and to %s's %s; push now %s\n",
+				id, c.AmountYen, c.CampaignID, c.MemberID, c.Month, c.Push)
+		}
+	}
+	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided, %d refused; nothing changed\n", would, len(ids), refused)
+	return nil
+}
+
+// tokyoTime formats t in Asia/Tokyo, RFC 3339, as every verb prints times.
+func tokyoTime(t *time.Time) string {
+	if t == nil {
+		return "(none)"
+	}
+	return t.In(issuance.Tokyo).Format(time.RFC3339)
 }
 
 // pushNote says what a void means for the coupon's LINE push.
@@ -124,9 +261,31 @@ func pushNote(v coupon.Voided) string {
 	return v.Push
 }
 
-// readIDs reads one id a line from path, skipping blank lines and # comments, and checks each
-// with check; it names the first bad line.
-func readIDs(path string, check func(string) error) ([]string, error) {
+// dedupeIDs drops the repeats of list, keeping the first of each, and notes on w how many it
+// dropped, saying what.
+func dedupeIDs(w io.Writer, what string, list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := list[:0:0]
+	for _, id := range list {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	if n := len(list) - len(out); n > 0 {
+		fmt.Fprintf(w, "%s: %d\n", what, n)
+	}
+	return out
+}
+
+// utf8BOM is the byte order mark some editors (Excel's "CSV UTF-8") put before a file's first line.
+const utf8BOM = "\ufeff"
+
+// readIDs reads one id a line from path and checks each with check; it names the first bad
+// line. Blank lines are skipped, and so are comments: lines starting with "#" and a space or
+// tab, which no id can be (ids hold no space), so that an id starting with "#" is read as one. A
+// UTF-8 byte order mark before the first line is skipped with a note on w.
+func readIDs(path string, check func(string) error, w io.Writer) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -135,8 +294,13 @@ func readIDs(path string, check func(string) error) ([]string, error) {
 	var ids []string
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		text := sc.Text()
+		if n == 1 && strings.HasPrefix(text, utf8BOM) {
+			fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
+			text = strings.TrimPrefix(text, utf8BOM)
+		}
+		line := strings.TrimSpace(text)
+		if line == "" || isComment(line) {
 			continue
 		}
 		if err := check(line); err != nil {
@@ -153,13 +317,40 @@ func readIDs(path string, check func(string) error) ([]string, error) {
 	return ids, nil
 }
 
+// isComment reports whether line (trimmed) is a comment of an id file: "#" alone is an id.
+func isComment(line string) bool {
+	return strings.HasPrefix(line, "# ") || strings.HasPrefix(line, "#\t")
+}
+
 func couponShowCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "show COUPON_ID",
-		Short: "Show a coupon: campaign, amount, month, issued at, expires at, its push, its void",
+	var member, campaignID string
+	c := &cobra.Command{
+		Use:   "show COUPON_ID | show --member M [--campaign C]",
+		Short: "Show a coupon (campaign, amount, month, issued at, expires at, its push, its void), or a member's coupons",
+		Long: `Show one coupon by its id, or, with --member, every coupon of member M (of campaign C with
+--campaign), voided and redeemed ones included, oldest first: its id, campaign, state (live,
+voided, voided with reissue allowed, redeemed), amount, month, issue time and push. A member
+without coupons is not an error: it says so.`,
+		Example: `  couponctl coupon show 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41
+  couponctl coupon show --member m0000101 --campaign XMAS-2026`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return fmt.Errorf("%s needs one coupon id", cmd.CommandPath())
+			switch {
+			case member != "" && len(args) > 0:
+				return fmt.Errorf("give a coupon id or --member, not both")
+			case member != "":
+				if err := ids.Member(member); err != nil {
+					return fmt.Errorf("--member: %w", err)
+				}
+				if campaignID != "" {
+					if err := ids.Campaign(campaignID); err != nil {
+						return fmt.Errorf("--campaign: %w", err)
+					}
+				}
+				return nil
+			case campaignID != "":
+				return fmt.Errorf("--campaign lists a member's coupons: give --member M too")
+			case len(args) != 1:
+				return fmt.Errorf("%s needs one coupon id, or --member M", cmd.CommandPath())
 			}
 			return coupon.CheckID(args[0])
 		},
@@ -169,6 +360,14 @@ func couponShowCmd() *cobra.Command {
 				return err
 			}
 			defer closePool()
+			if member != "" {
+				list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
+				if err != nil {
+					return err
+				}
+				writeMemberCoupons(cmd.OutOrStdout(), member, campaignID, list)
+				return nil
+			}
 			c, err := coupon.Show(cmd.Context(), pool, args[0])
 			if err != nil {
 				return err
@@ -177,6 +376,41 @@ func couponShowCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().StringVar(&member, "member", "", "list this member's coupons")
+	c.Flags().StringVar(&campaignID, "campaign", "", "with --member: only this campaign's")
+	return c
+}
+
+// couponState is a coupon's state as show prints it.
+func couponState(c coupon.Coupon) string {
+	switch {
+	case c.VoidedAt != nil && c.ReissueAllowed:
+		return "voided (reissue allowed)"
+	case c.VoidedAt != nil:
+		return "voided"
+	case c.RedeemedAt != nil:
+		return "redeemed"
+	}
+	return "live"
+}
+
+// writeMemberCoupons prints member's coupons, one a line.
+func writeMemberCoupons(w io.Writer, member, campaignID string, list []coupon.Coupon) {
+	if len(list) == 0 {
+		of := ""
+		if campaignID != "" {
+			of = " of campaign " + campaignID
+		}
+		fmt.Fprintf(w, "member %s has no coupons%s\n", member, of)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "COUPON_ID\tCAMPAIGN\tSTATE\tYEN\tMONTH\tISSUED_AT\tPUSH")
+	for _, c := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.CampaignID, couponState(c), c.AmountYen, c.Month,
+			tokyoTime(&c.IssuedAt), c.Push)
+	}
+	_ = tw.Flush()
 }
 
 func writeCoupon(w io.Writer, c coupon.Coupon) {
@@ -186,13 +420,7 @@ func writeCoupon(w io.Writer, c coupon.Coupon) {
 		}
 		return t.In(issuance.Tokyo).Format(time.RFC3339)
 	}
-	state := "live"
-	switch {
-	case c.VoidedAt != nil:
-		state = "voided"
-	case c.RedeemedAt != nil:
-		state = "redeemed"
-	}
+	state := couponState(c)
 	fmt.Fprintf(w, "coupon      %s\nstate       %s\ncampaign    %s\nmember      %s\namount      %d yen\nmonth       %s\n",
 		c.ID, state, c.CampaignID, c.MemberID, c.AmountYen, c.Month)
 	fmt.Fprintf(w, "issued at   %s\nexpires at  %s\n", c.IssuedAt.In(issuance.Tokyo).Format(time.RFC3339), at(c.ExpiresAt))
@@ -217,4 +445,12 @@ func writeCoupon(w io.Writer, c coupon.Coupon) {
 		}
 		fmt.Fprintf(w, "voided      %s by %s: %s\nreissue     %v\n", at(c.VoidedAt), by, c.VoidReason, c.ReissueAllowed)
 	}
+}
+
+// orLegacy names the voider of a coupon voided by no login: the legacy migration.
+func orLegacy(by string) string {
+	if by == "" {
+		return "the legacy migration (a duplicate)"
+	}
+	return by
 }

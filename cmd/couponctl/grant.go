@@ -24,6 +24,7 @@ import (
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 // Bounds of grant's --concurrency: each request holds one connection of the pool while it runs,
@@ -44,18 +45,21 @@ type grantJob struct {
 	members     []string // in the file's order, each once
 	out         string   // the CSV's path
 	concurrency int
+	dryRun      bool // check and say what would be sent, send nothing
 }
 
 func grantCmd() *cobra.Command {
 	var (
 		campaignID, members, out string
 		concurrency              int
+		dryRun                   bool
 	)
 	c := &cobra.Command{
-		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV]",
+		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV] [--dry-run]",
 		Short: "Issue a campaign to every member of a list, through IssueCoupon's rules and answers",
-		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines and lines starting
-with # are skipped; a member listed twice is sent once), through the same issuance as
+		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines, comments (a line
+starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM are skipped; a
+member listed twice is sent once), through the same issuance as
 IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap at MONTHLY_CAP_YEN),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.
@@ -64,7 +68,9 @@ Before it sends anything it checks, and refuses with what to do (exit 1, nothing
 login outside coupon_admin, a campaign that does not exist, is paused, has ended or has not
 started, a coupon above the monthly cap, a budget without room for one more coupon, a FILE that
 is missing, empty or holds a line that is not a member id (named by its number), an --out
-that cannot be written.
+that cannot be written or is not a regular file (a symbolic link, directory, device or FIFO is
+refused, naming it). --dry-run makes these checks, says what the grant would send, and sends
+and writes nothing.
 
 It is idempotent: a second run of the same file issues nothing new and answers ALREADY_ISSUED
 with the same coupon ids. So it is resumable: after Ctrl-C (or a crash), run the same command
@@ -78,11 +84,16 @@ IssueCoupon's p99 within what docs/performance.md ("Granting a campaign to a lis
 
 It shows a progress bar with the rate and the time left (a line per 10% when stderr is not a
 terminal), then a table of the answers with what to do about each refusal, and writes --out
-(default FILE.ID.csv beside FILE): a CSV of member,result,coupon_id for every member answered,
+(default BASE.ID.csv in the working directory, BASE being FILE's name without its directory): a CSV of member,result,coupon_id for every member answered,
 in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
-(each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). Exits 1 if any
-answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); refusals
-(MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers, not errors.`,
+(each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). It stops by itself,
+saying why, how many members were done and not sent, and exits 1, when continuing is pointless:
+once a member answers CAMPAIGN_NOT_ACTIVE (the campaign was paused or ended meanwhile), or after
+10 members in a row failed (the database is unreachable). Exits 1 if any
+answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV) or unknown (the
+answer lost and the coupon not found by looking it up: UNKNOWN in the CSV, counted apart; a
+re-run settles it); refusals (MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers,
+not errors.`,
 		Example: `  couponctl grant --campaign SORRY-1201 --members outage-members.txt
   couponctl grant --campaign SORRY-1201 --members outage-members.txt --concurrency 16 --out sorry.csv`,
 		Args: cobra.NoArgs,
@@ -96,14 +107,18 @@ answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); 
 			if err := ids.Campaign(campaignID); err != nil {
 				return usageError{fmt.Errorf("--campaign: %w", err)}
 			}
-			list, err := readIDs(members, ids.Member)
+			list, err := readIDs(members, ids.Member, cmd.ErrOrStderr())
 			if err != nil {
 				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
 			}
 			if out == "" {
-				out = members + "." + campaignID + ".csv"
+				out = defaultOut(members, "."+campaignID+".csv")
 			}
-			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out, concurrency: concurrency})
+			if err := checkOut(out); err != nil {
+				return fmt.Errorf("grant: --out %w; nothing was issued", err)
+			}
+			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out,
+				concurrency: concurrency, dryRun: dryRun})
 		},
 	}
 	f := c.Flags()
@@ -111,7 +126,8 @@ answer was an error (RETRY_EXHAUSTED three times, a failure: ERROR in the CSV); 
 	f.StringVar(&members, "members", "", "a file of member ids, one a line (required)")
 	f.IntVar(&concurrency, "concurrency", defaultGrantConcurrency,
 		fmt.Sprintf("members granted at once, 1-%d: the requests in flight and the database connections", maxGrantConcurrency))
-	f.StringVar(&out, "out", "", "the CSV of member,result,coupon_id (default FILE.ID.csv)")
+	f.StringVar(&out, "out", "", "the CSV of member,result,coupon_id, a regular file or a new name (default BASE.ID.csv in the working directory)")
+	f.BoolVar(&dryRun, "dry-run", false, "check everything and say what would be sent; send and write nothing")
 	return c
 }
 
@@ -137,7 +153,18 @@ type granted struct {
 	err error
 }
 
+// why is g's error, or its result when it has none.
+func (g granted) why() string {
+	if g.err != nil {
+		return g.err.Error()
+	}
+	return string(g.out.Result)
+}
+
 func (g granted) result() string {
+	if errors.Is(g.err, issuance.ErrOutcomeUnknown) {
+		return resultUnknown
+	}
 	if g.err != nil {
 		return resultError
 	}
@@ -151,6 +178,10 @@ func (g granted) failed() bool {
 
 // resultError is the CSV's and the summary's result for a member whose call failed.
 const resultError = "ERROR"
+
+// resultUnknown is the result for a member whose answer was lost and whose coupon could not be
+// looked up either (issuance.ErrOutcomeUnknown): it may hold one; a re-run says which.
+const resultUnknown = "UNKNOWN"
 
 // runGrant checks job against the tables, grants it, then writes the CSV and the summary.
 func runGrant(cmd *cobra.Command, job grantJob) error {
@@ -177,6 +208,12 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	if err != nil {
 		return err
 	}
+	if job.dryRun {
+		plan.write(errOut, job)
+		fmt.Fprintf(cmd.OutOrStdout(), "grant %s: dry run: %d members would be sent (%d of them answer ALREADY_ISSUED, %d COUPON_VOIDED); "+
+			"nothing was sent and %s was not written\n", job.campaignID, len(job.members), plan.held, plan.voided, job.out)
+		return nil
+	}
 	// The CSV's directory is checked before anything is issued: answers that cannot be written
 	// are found out at the start, not after the grant.
 	tmp, err := os.CreateTemp(filepath.Dir(job.out), filepath.Base(job.out)+".*")
@@ -196,7 +233,10 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 			"(each ends within %s), then writing the answers\n", cfg.Budget)
 	}
 	stopNote := context.AfterFunc(ctx, inFlight)
-	results, took := grantAll(ctx, svc, job, newRateProgress(errOut, len(job.members), "grant "+job.campaignID))
+	stop := &grantStop{}
+	step, quiet := newRateProgress(errOut, len(job.members), "grant "+job.campaignID)
+	results, took := grantAll(ctx, svc, job, step, stop)
+	quiet()
 	stopNote()
 	if err := writeGrantCSV(tmp, job.out, job.members, results); err != nil {
 		return fmt.Errorf("grant: --out: %w; the answers are in the tables: run the same command again with another --out", err)
@@ -209,6 +249,11 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 			"again to grant the rest (the members already granted answer ALREADY_ISSUED with the same coupons)\n",
 			sum.answered, len(job.members), job.out)
 		return ctx.Err()
+	case stop.reason() != "":
+		fmt.Fprintf(errOut, "couponctl: grant: stopped: %s, run the same command again: %d done, %d not sent "+
+			"(the members already granted answer ALREADY_ISSUED with the same coupons); answers in %s\n",
+			stop.reason(), sum.answered, len(job.members)-sum.answered, job.out)
+		return errViolations
 	case sum.failed > 0:
 		fmt.Fprintf(errOut, "grant: %d members were not granted because of errors (RETRY_EXHAUSTED or ERROR in %s): "+
 			"run the same command again once the cause is fixed; the members already granted answer ALREADY_ISSUED\n",
@@ -314,12 +359,52 @@ func (p grantPlan) write(w io.Writer, job grantJob) {
 	}
 }
 
-// grantAll grants job's members, job.concurrency at a time, until every one is answered or ctx
-// ends, and returns the answers by member index (nil for a member not sent) and the time taken.
-// A request sent is answered: ctx's end stops the sending, and the requests in flight run on
-// to their answer (each within ISSUE_BUDGET), so that every member the grant reached is in the
-// answers.
-func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step func()) ([]*granted, time.Duration) {
+// grantOutageStreak is how many members in a row may fail (an error, or RETRY_EXHAUSTED after
+// every attempt) before a grant stops: the relay's breaker threshold (outbox.DefaultBreakerFailures),
+// for the same reason, that a streak that long is an outage, not a busy row.
+const grantOutageStreak = outbox.DefaultBreakerFailures
+
+// grantStop is why a grant stopped sending before its list's end: set once, by the first worker
+// that sees the reason, and read after every worker is done.
+type grantStop struct {
+	mu     sync.Mutex
+	streak int    // failed members in a row
+	why    string // "" while the grant goes on
+}
+
+// record counts g and says whether the grant must stop: the campaign stopped being active (a
+// member answered CAMPAIGN_NOT_ACTIVE, so every one after would), or grantOutageStreak members
+// in a row failed.
+func (s *grantStop) record(g *granted, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.why != "":
+	case g.err == nil && g.out.Result == issuance.ResultCampaignNotActive:
+		s.why = fmt.Sprintf("campaign %s is no longer active (%s): couponctl campaign show %s says why; once it is active",
+			id, g.out.Reason, id)
+	case g.failed():
+		if s.streak++; s.streak >= grantOutageStreak {
+			s.why = fmt.Sprintf("database unreachable: %d members in a row failed (the last: %s); once it answers", s.streak, g.why())
+		}
+	default:
+		s.streak = 0
+	}
+	return s.why != ""
+}
+
+func (s *grantStop) reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.why
+}
+
+// grantAll grants job's members, job.concurrency at a time, until every one is answered, ctx
+// ends or stop says the rest would fail, and returns the answers by member index (nil for a
+// member not sent) and the time taken. A request sent is answered: ctx's end stops the sending,
+// and the requests in flight run on to their answer (each within ISSUE_BUDGET), so that every
+// member the grant reached is in the answers.
+func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step func(), stop *grantStop) ([]*granted, time.Duration) {
 	results := make([]*granted, len(job.members))
 	calls := context.WithoutCancel(ctx)
 	var next atomic.Int64
@@ -327,7 +412,7 @@ func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step fun
 	start := time.Now()
 	for range job.concurrency {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && stop.reason() == "" {
 				i := int(next.Add(1) - 1)
 				if i >= len(job.members) {
 					return
@@ -341,6 +426,7 @@ func grantAll(ctx context.Context, svc *issuance.Service, job grantJob, step fun
 				}
 				results[i] = g
 				step()
+				stop.record(g, job.campaignID)
 			}
 		})
 	}
@@ -385,11 +471,7 @@ func summarize(members []string, results []*granted) grantSummary {
 		}
 		s.failed++
 		if len(s.firstErrors) < 5 {
-			why := string(g.out.Result)
-			if g.err != nil {
-				why = g.err.Error()
-			}
-			s.firstErrors = append(s.firstErrors, members[i]+": "+why)
+			s.firstErrors = append(s.firstErrors, members[i]+": "+g.why())
 		}
 	}
 	return s
@@ -400,7 +482,7 @@ func summarize(members []string, results []*granted) grantSummary {
 var grantResults = []string{
 	string(issuance.ResultIssued), string(issuance.ResultAlreadyIssued), string(issuance.ResultMonthlyCap),
 	string(issuance.ResultBudgetExceeded), string(issuance.ResultCampaignNotActive), string(issuance.ResultCouponVoided),
-	string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultError,
+	string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultUnknown, resultError,
 }
 
 // grantAdvice says what to do about the members of each refusal or error, for campaign id.
@@ -417,6 +499,8 @@ func grantAdvice(result, id string) string {
 		return "these members' coupons of the campaign were voided without --allow-reissue (couponctl coupon show COUPON_ID, the id in the CSV); a grant does not issue them another"
 	case string(issuance.ResultRetryExhausted), resultError:
 		return "not granted: errors (below); run the same command again once the cause is fixed"
+	case resultUnknown:
+		return "the answer was lost and the coupon could not be looked up: each may or may not hold one; the same command again answers ALREADY_ISSUED with it or grants it"
 	}
 	return ""
 }
@@ -461,26 +545,55 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // newRateProgress reports progress through total steps with the rate and the time left: a bar on
-// a terminal, a plain line per 10% elsewhere. It returns the callback for each step done, safe
-// for concurrent use.
-func newRateProgress(w *lockedWriter, total int, what string) func() {
+// a terminal, elsewhere a plain line per 10% and at least every progressEvery (also while no step
+// is done). It returns the callback for each step done, safe for concurrent use, and the function
+// that ends the reporting.
+func newRateProgress(w *lockedWriter, total int, what string) (step func(), quiet func()) {
 	if f, ok := w.w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
 			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("members"),
 			progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
-		return func() { _ = bar.Add(1) }
+		return func() { _ = bar.Add(1) }, func() {}
 	}
-	var done atomic.Int64
+	var done, said atomic.Int64 // members answered; when the last line was printed, in ns since start
 	start := time.Now()
 	every := int64(max(1, total/10))
-	return func() {
+	line := func(n int64) {
+		said.Store(int64(time.Since(start)))
+		rate := float64(n) / max(time.Since(start).Seconds(), 1e-9)
+		left := "?"
+		if n > 0 {
+			left = time.Duration(float64(int64(total)-n) / rate * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s: %d/%d members (%d%%), %.0f/s, %s left\n", what, n, total, n*100/int64(total), rate, left)
+	}
+	// A line at least every progressEvery, even while no member is answered (a stalled database).
+	end, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-end:
+				return
+			case <-t.C:
+				if time.Since(start)-time.Duration(said.Load()) >= progressEvery {
+					line(done.Load())
+				}
+			}
+		}
+	}()
+	step = func() {
 		n := done.Add(1)
 		if n%every != 0 && n != int64(total) {
 			return
 		}
-		rate := float64(n) / max(time.Since(start).Seconds(), 1e-9)
-		left := time.Duration(float64(int64(total)-n) / rate * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(w, "%s: %d/%d members (%d%%), %.0f/s, %s left\n", what, n, total, n*100/int64(total), rate, left)
+		line(n)
 	}
+	return step, func() { close(end); <-ended }
 }
+
+// progressEvery is the longest a long verb stays silent on a log (stderr not a terminal).
+const progressEvery = 5 * time.Second

@@ -613,7 +613,7 @@ func TestGrantChecksFirst(t *testing.T) {
 		{d.admin, []string{"--campaign", "LATER", "--members", good}, 1, "run the grant then, or move its start"},
 		{d.admin, []string{"--campaign", "BIG", "--members", good}, 1, "above the 2000 yen monthly cap"},
 		{d.admin, []string{"--campaign", "SPENT", "--members", good}, 1, "raise its budget first (couponctl campaign update SPENT --add-budget-yen"},
-		{d.admin, []string{"--campaign", "OK", "--members", good, "--out", filepath.Join(dir, "no", "such", "dir.csv")}, 1, "--out: "},
+		{d.admin, []string{"--campaign", "OK", "--members", good, "--out", filepath.Join(dir, "no", "such", "dir.csv")}, 1, "such/dir.csv: its directory: "},
 	} {
 		t.Setenv("DATABASE_URL", c.db)
 		code, stdout, stderr := grantCLI(append([]string{"grant"}, c.args...)...)

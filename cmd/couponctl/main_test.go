@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -236,7 +237,17 @@ func TestExitCodes(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `UPDATE campaign_budgets SET issued_yen = 3000 WHERE campaign_id = 'DRIFT'`); err != nil {
 		t.Fatal(err)
 	}
+	longAgo, past := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+	if err := campaign.Create(context.Background(), conn, campaign.Campaign{ID: "ENDED", DiscountYen: 1000, BudgetYen: 10_000,
+		StartsAt: &longAgo, EndsAt: &past}); err != nil {
+		t.Fatal(err)
+	}
 	db := []string{"DATABASE_URL=" + dbURL}
+	// resume of an ended campaign is refused, naming campaign update --ends (before: "resume changed").
+	if code, stdout, stderr := couponctlBin(t, db, "campaign", "resume", "ENDED", "--reason", "r"); code != 1 ||
+		!strings.Contains(stderr, "couponctl campaign update ENDED --ends T") {
+		t.Errorf("resume of an ended campaign: exit %d, want 1 naming campaign update --ends\n%s%s", code, stdout, stderr)
+	}
 	for _, c := range []struct {
 		env  []string
 		args []string
@@ -271,6 +282,10 @@ func TestExitCodes(t *testing.T) {
 		{nil, []string{"reconcile", "--format", "xml"}, 2},
 		{nil, []string{"serve", "--listen", ""}, 2},
 		{nil, []string{"legacy", "rollback"}, 2},
+		{db, []string{"campaign", "update", "DRIFT", "--stripes", "0", "--reason", "r"}, 2},
+		{db, []string{"campaign", "update", "DRIFT", "--coupon-valid-days", "-1", "--reason", "r"}, 2},
+		{nil, []string{"campaign", "create", "--id", "X", "--discount-yen", "100", "--budget-yen", "1000", "--coupon-valid-days", "0"}, 2},
+		{nil, []string{"outbox", "prune", "--older-than", "1ns"}, 2},
 	} {
 		code, _, stderr := couponctlBin(t, c.env, c.args...)
 		if code != c.code {

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/opsverbs"
 	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -106,8 +110,20 @@ as a new push.`,
 					fmt.Fprintln(w, "  "+id)
 				}
 			}
+			var pruned []prunedRow
 			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
-				fmt.Fprintf(w, "%d of the given coupons were neither parked nor skipped; left alone\n", n)
+				pruned, err = prunedOf(cmd.Context(), pool, args)
+				if err != nil {
+					return err
+				}
+				for _, p := range pruned {
+					fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: its outbox row was pruned at %s (outbox prune deletes rows "+
+						"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
+						p.id, p.at.In(issuance.Tokyo).Format(time.RFC3339), p.id)
+				}
+				if n -= len(pruned); n > 0 {
+					fmt.Fprintf(w, "%d of the given coupons were neither parked nor skipped; left alone\n", n)
+				}
 			}
 			if len(res.KeyExpired) > 0 {
 				fmt.Fprintf(w, "REFUSED %d rows first pushed more than %s ago: LINE no longer knows their retry key, so "+
@@ -117,10 +133,34 @@ as a new push.`,
 				}
 				return fmt.Errorf("%d rows refused (retry key expired)", len(res.KeyExpired))
 			}
+			if len(pruned) > 0 {
+				return errViolations // each named above
+			}
 			return nil
 		},
 	}
 	c.Flags().BoolVar(&all, "all", false, "requeue every parked and skipped row")
 	c.Flags().BoolVar(&force, "force", false, "also requeue rows whose retry key has expired (the member may get the message twice)")
 	return c
+}
+
+// prunedRow is a coupon whose outbox row "outbox prune" deleted, and when.
+type prunedRow struct {
+	id string
+	at time.Time
+}
+
+// prunedOf returns the coupons of ids whose outbox row was pruned, in ids' order.
+func prunedOf(ctx context.Context, q *pgxpool.Pool, ids []string) ([]prunedRow, error) {
+	rows, err := q.Query(ctx, `
+SELECT c.coupon_id::text, c.outbox_pruned_at FROM unnest($1::uuid[]) WITH ORDINALITY AS g(id, n)
+  JOIN issued_coupons c ON c.coupon_id = g.id
+ WHERE c.outbox_pruned_at IS NOT NULL AND NOT EXISTS (SELECT FROM notification_outbox o WHERE o.coupon_id = g.id)
+ ORDER BY g.n`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox requeue: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (p prunedRow, err error) {
+		return p, r.Scan(&p.id, &p.at)
+	})
 }

@@ -148,7 +148,7 @@ func TestReconcileDriftAndRepair(t *testing.T) {
 	}
 }
 
-// TestPruneThenReconcile: after "outbox prune --older-than 1s" deletes the delivered rows,
+// TestPruneThenReconcile: after "outbox prune --older-than 1s --force" deletes the delivered rows,
 // "reconcile" exits 0: each pruned row's coupon is marked, whatever the retention. It still
 // catches an outbox row deleted by hand. The broken variant, a prune that deletes without
 // marking (as before), makes reconcile report the pruned coupons as lost.
@@ -180,7 +180,7 @@ UPDATE notification_outbox SET skipped_at = now() - interval '2 s', last_error =
 		t.Fatal(err)
 	}
 	t.Setenv("DATABASE_URL", pgtest.LoginAs(t, url, "coupon_admin"))
-	if out, err := couponctl("outbox", "prune", "--older-than", "1s"); err != nil || !strings.Contains(out, "deleted 13 ") {
+	if out, err := couponctl("outbox", "prune", "--older-than", "1s", "--force"); err != nil || !strings.Contains(out, "deleted 13 ") {
 		t.Fatalf("outbox prune: %v\n%s", err, out)
 	}
 	if out, err := couponctl("reconcile"); err != nil {

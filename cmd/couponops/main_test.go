@@ -34,7 +34,7 @@ func TestVerbs(t *testing.T) {
 	if code, out := couponops("reconcile"); code != 0 {
 		t.Errorf("reconcile on a clean database: exit %d\n%s", code, out)
 	}
-	if code, out := couponops("outbox", "prune", "--older-than", "1h"); code != 0 || !strings.Contains(out, "deleted 0 ") {
+	if code, out := couponops("outbox", "prune", "--older-than", "1h", "--force"); code != 0 || !strings.Contains(out, "deleted 0 ") {
 		t.Errorf("outbox prune: exit %d\n%s", code, out)
 	}
 	drift(t, url)

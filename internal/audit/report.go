@@ -52,6 +52,8 @@ type Check struct {
 	Failed   int
 	Examples []string
 	Omitted  int
+	// Note says what the check accepted without an answer, such as the coupons a grant wrote.
+	Note string `json:",omitempty"`
 }
 
 // fail counts one failure and its line.
@@ -110,6 +112,9 @@ func (r Report) Write(w io.Writer) {
 			verdict = "FAIL"
 		}
 		fmt.Fprintf(w, "  %s %-86s %7d %s, %d failed\n", verdict, c.Name, c.Checked, c.Unit, c.Failed)
+		if c.Note != "" {
+			fmt.Fprintf(w, "       %s\n", c.Note)
+		}
 	}
 	fmt.Fprintln(w, "Invariants (SQL on the tables):")
 	r.Invariants.Write(w)

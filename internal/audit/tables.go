@@ -23,6 +23,8 @@ type pairCoupon struct {
 	id       string
 	issuedAt time.Time
 	voidedAt *time.Time
+	// grantedBy is the login of the `couponctl grant` that issued it ("" for IssueCoupon's).
+	grantedBy string
 }
 
 // coupon is a row of issued_coupons that an answer named.
@@ -60,7 +62,7 @@ SELECT coupon_id::text, campaign_id, member_id, voided_at IS NULL AND NOT legacy
   FROM issued_coupons WHERE coupon_id = ANY($1::uuid[])`
 
 const sqlCouponsOfPairs = `
-SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at, i.voided_at
+SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.issued_at, i.voided_at, coalesce(i.granted_by, '')
   FROM issued_coupons i
   JOIN unnest($1::text[], $2::text[]) AS p(campaign_id, member_id)
     ON i.campaign_id = p.campaign_id AND i.member_id = p.member_id
@@ -124,7 +126,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "coupons of the pairs", sqlCouponsOfPairs, []any{pairCampaigns, pairMembers}, func(r pgx.Rows) error {
 			var c pairCoupon
 			var p pair
-			if err := r.Scan(&c.id, &p.campaign, &p.member, &c.issuedAt, &c.voidedAt); err != nil {
+			if err := r.Scan(&c.id, &p.campaign, &p.member, &c.issuedAt, &c.voidedAt, &c.grantedBy); err != nil {
 				return err
 			}
 			t.byPair[p] = append(t.byPair[p], c)

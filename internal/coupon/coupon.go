@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,6 +45,11 @@ type Voided struct {
 	// skipped, parked, pruned, or no outbox row.
 	Push     string
 	PushedAt *time.Time
+	// Released is set when the void corrected an earlier one made without reissue
+	// ([AllowReissue]): At and By are then the history row's, VoidedAt and VoidedBy the void's.
+	Released bool
+	VoidedAt *time.Time
+	VoidedBy string
 }
 
 // Results of coupon_void.
@@ -67,7 +73,8 @@ SELECT result, campaign_id, member_id, month, amount_yen, voided_at, voided_by, 
 // budget and its member's month, with the void's lock protocol (docs/design.md, "Lock order").
 // It sets no lock_timeout: it waits as long as the session's allows. With allowReissue the
 // member may be issued the campaign again; without it, IssueCoupon answers the pair
-// COUPON_VOIDED. Two voids of one coupon at once give its yen back once: the second is refused.
+// COUPON_VOIDED. A coupon voided already without reissue is, with allowReissue, corrected by
+// [AllowReissue]. Two voids of one coupon at once give its yen back once: the second is refused.
 // Errors: [ErrNotFound],
 // [ErrRefused] (the [Voided] then says what the coupon is), or the database's (the user must be
 // in coupon_admin).
@@ -91,6 +98,8 @@ func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool)
 		return v, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
 	case err != nil:
 		return v, fmt.Errorf("coupon: void %s: %w", id, err)
+	case result == resultAlreadyVoided && allowReissue:
+		return AllowReissue(ctx, db, id, reason)
 	case result == resultAlreadyVoided:
 		return v, fmt.Errorf("%w: coupon %s was voided already, at %s by %s; nothing changed", ErrRefused, id,
 			v.At.In(issuance.Tokyo).Format(time.RFC3339), orUnknown(v.By))
@@ -99,6 +108,54 @@ func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool)
 	case result != resultVoided:
 		return v, fmt.Errorf("coupon: void %s: coupon_void answered %q", id, result)
 	}
+	return v, nil
+}
+
+// Results of coupon_allow_reissue.
+const (
+	resultReleased       = "RELEASED"
+	resultAlreadyAllowed = "ALREADY_ALLOWED"
+	resultNotVoided      = "NOT_VOIDED"
+)
+
+const sqlAllowReissue = `
+SELECT result, campaign_id, member_id, voided_at, voided_by, changed_at, changed_by
+  FROM coupon_allow_reissue($1, $2)`
+
+// AllowReissue corrects a void made without reissue: coupon id's member may be issued its
+// campaign again (schema/current/coupon_allow_reissue.sql). It changes no counter, since the
+// coupon's yen went back at the void, and writes a coupon_changes row with reason, whose time
+// and login it returns as At and By. Errors: [ErrNotFound]; [ErrRefused] for a coupon not voided
+// or already allowed; or the database's.
+func AllowReissue(ctx context.Context, db Querier, id, reason string) (Voided, error) {
+	v := Voided{CouponID: id}
+	var result string
+	var by, voidedBy *string
+	err := db.QueryRow(ctx, sqlAllowReissue, id, reason).Scan(&result, &v.CampaignID, &v.MemberID, &v.VoidedAt, &voidedBy, &v.At, &by)
+	if by != nil {
+		v.By = *by
+	}
+	if voidedBy != nil {
+		v.VoidedBy = *voidedBy
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateNotFound:
+		return v, fmt.Errorf("%w: %s", ErrNotFound, id)
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
+		return v, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+	case err != nil:
+		return v, fmt.Errorf("coupon: allow reissue of %s: %w", id, err)
+	case result == resultAlreadyAllowed:
+		v.At = v.VoidedAt
+		return v, fmt.Errorf("%w: coupon %s was voided already, at %s by %s, with reissue allowed; nothing changed", ErrRefused, id,
+			v.VoidedAt.In(issuance.Tokyo).Format(time.RFC3339), orUnknown(v.VoidedBy))
+	case result == resultNotVoided:
+		return v, fmt.Errorf("%w: coupon %s is not voided; nothing changed", ErrRefused, id)
+	case result != resultReleased:
+		return v, fmt.Errorf("coupon: allow reissue of %s: coupon_allow_reissue answered %q", id, result)
+	}
+	v.Released = true
 	return v, nil
 }
 
@@ -153,6 +210,34 @@ SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.i
        c.voided_at, coalesce(c.voided_by, ''), coalesce(c.void_reason, ''), c.reissue_allowed, c.legacy_duplicate
   FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
  WHERE c.coupon_id = $1`
+
+// sqlForMember lists member $1's coupons (of campaign $2, or every campaign when $2 is ”),
+// oldest first, through issued_coupons_member_month.
+var sqlForMember = strings.Replace(sqlShow, "WHERE c.coupon_id = $1",
+	"WHERE c.member_id = $1 AND ($2 = '' OR c.campaign_id = $2) ORDER BY c.issued_at, c.coupon_id", 1)
+
+// ForMember returns member's coupons, of campaignID or of every campaign when it is "", voided
+// and redeemed ones included, oldest first; none is not an error. Errors: the database's.
+func ForMember(ctx context.Context, db Rows, member, campaignID string) ([]Coupon, error) {
+	rows, err := db.Query(ctx, sqlForMember, member, campaignID)
+	if err != nil {
+		return nil, fmt.Errorf("coupon: coupons of member %s: %w", member, err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c Coupon, err error) {
+		return c, r.Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
+			&c.ExpiresAt, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+			&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coupon: coupons of member %s: %w", member, err)
+	}
+	return list, nil
+}
+
+// Rows runs a query: a pool or a connection.
+type Rows interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
 
 // Show reads coupon id. Errors: [ErrNotFound], or the database's.
 func Show(ctx context.Context, db Querier, id string) (Coupon, error) {

@@ -80,7 +80,36 @@ type Report struct {
 	LegacyDuplicatesLive int64 `json:"legacy_duplicates_live"`
 	// CapYen is the R3 cap the report was checked against.
 	CapYen int `json:"cap_yen"`
+	// MonthsNamed are the first [NamedMonths] member-months over the cap or drifted, by member
+	// and month: the rows behind MembersOverCap and UsageDrift.
+	MonthsNamed []MemberMonth `json:"member_months"`
 }
+
+// NamedMonths is how many member-months a [Report] names; the counts cover every one.
+const NamedMonths = 20
+
+// MemberMonth is one member x month R3 found wrong: its counter and its live coupons' sum.
+type MemberMonth struct {
+	MemberID string `json:"member_id"`
+	Month    string `json:"month"`
+	UsedYen  int64  `json:"used_yen"` // the member_monthly_usage counter (0 when the row is missing)
+	LiveYen  int64  `json:"live_yen"` // the sum of the member's live coupons of the month
+}
+
+func (m MemberMonth) String() string {
+	return fmt.Sprintf("%s %s (counter %d yen, live coupons %d yen)", m.MemberID, m.Month, m.UsedYen, m.LiveYen)
+}
+
+// sqlMonthsNamed lists the member-months over cap $1 (legacy-only ones aside) or whose counter
+// differs from their live coupons, at most $2.
+const sqlMonthsNamed = `
+WITH live AS (SELECT member_id, month, SUM(amount_yen)::bigint AS s, bool_and(client_month IS NOT NULL) AS legacy_only
+                FROM issued_coupons WHERE voided_at IS NULL GROUP BY 1, 2)
+SELECT member_id, month, COALESCE(u.used_yen, 0)::bigint, COALESCE(c.s, 0)
+  FROM live c FULL JOIN member_monthly_usage u USING (member_id, month)
+ WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0) OR (c.s > $1 AND NOT c.legacy_only)
+ ORDER BY member_id, month
+ LIMIT $2`
 
 // Check reads the tables through q and returns the report.
 func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
@@ -98,6 +127,16 @@ func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
 		&r.OutboxWithoutCoupon, &r.LegacyDuplicatesLive)
 	if err != nil {
 		return r, fmt.Errorf("reconcile: counts: %w", err)
+	}
+	if r.MembersOverCap+r.UsageDrift == 0 {
+		return r, nil
+	}
+	rows, err = q.Query(ctx, sqlMonthsNamed, cfg.CapYen, NamedMonths)
+	if err == nil {
+		r.MonthsNamed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[MemberMonth])
+	}
+	if err != nil {
+		return r, fmt.Errorf("reconcile: member-months: %w", err)
 	}
 	return r, nil
 }
@@ -195,6 +234,12 @@ func (r Report) Write(w io.Writer) {
 	}
 	if v := r.Violations(); len(v) > 0 {
 		fmt.Fprintf(w, "VIOLATIONS (%d):\n  %s\n", len(v), strings.Join(v, "\n  "))
+		if len(r.MonthsNamed) > 0 {
+			fmt.Fprintf(w, "R3 member-months (at most %d; couponctl coupon show --member M lists a member's coupons):\n", NamedMonths)
+			for _, m := range r.MonthsNamed {
+				fmt.Fprintln(w, "  "+m.String())
+			}
+		}
 		return
 	}
 	fmt.Fprintln(w, "all rules held: R1 budget, R2 one per member, R3 monthly cap, counters, outbox")
