@@ -283,7 +283,7 @@ func runFleet(t *testing.T, migrations fs.FS) *fleetRun {
 	stop()
 
 	t.Logf("%d answers; draining the outbox", run.answers.total.Load())
-	drainRelay(t, both[2], run.answers)
+	drainRelay(t, both[2], pool, run.answers)
 	run.tables, run.pushes = checkTables(ctx, t, pool, stub, run.voided)
 	return run
 }
@@ -532,10 +532,12 @@ func voidUnpushed(ctx context.Context, pool *pgxpool.Pool, allowReissue bool) (s
 	return id, v.Push, nil
 }
 
-// drainRelay calls RelayOutbox on f until a run finds nothing more to do.
-func drainRelay(t *testing.T, f fleet, a *answers) {
+// drainRelay calls RelayOutbox on f until a run finds nothing more to do and no outbox row is
+// open (not sent, skipped or parked): a row leased by a run of an instance that was stopped
+// comes due again when its lease (RELAY_LEASE, 30 s) ends, and is pushed then.
+func drainRelay(t *testing.T, f fleet, pool *pgxpool.Pool, a *answers) {
 	t.Helper()
-	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+	pgtest.Eventually(t, 3*pgtest.PollTimeout, func() error {
 		status, body, err := post(context.Background(), f.url+"/RelayOutbox", `{"max_rows": 1000}`)
 		if err != nil {
 			return err
@@ -547,6 +549,14 @@ func drainRelay(t *testing.T, f fleet, a *answers) {
 		}
 		if got.Sent+got.RetryLater+got.Parked+got.Skipped > 0 {
 			return fmt.Errorf("RelayOutbox still working: %s", body)
+		}
+		var open int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM notification_outbox
+			WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`).Scan(&open); err != nil {
+			return err
+		}
+		if open > 0 {
+			return fmt.Errorf("%d outbox rows still open (leased by a stopped run, or waiting to be retried)", open)
 		}
 		return nil
 	})
