@@ -133,13 +133,17 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		var before *coupon.Coupon
+		if err != nil {
+			before = v.votedBefore(ctx, id, err)
+		}
 		mu.Lock()
 		switch {
-		case err != nil && v.votedBefore(ctx, id, done, err):
+		case before != nil:
 			earlier++
 			streak = 0
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run, at %s by %s, for the same reason: done\n",
-				id, tokyoTime(done.At), done.By)
+				id, tokyoTime(before.VoidedAt), orLegacy(before.VoidedBy))
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
 			streak = 0
@@ -199,14 +203,26 @@ func (v voider) progress(report func()) (stop func()) {
 	return func() { t.Stop(); close(quit); <-finished }
 }
 
-// votedBefore reports whether err refused coupon id because it was voided already, by a void
-// with this --reason: an earlier run of the same command, whose work is done.
-func (v voider) votedBefore(ctx context.Context, id string, done coupon.Voided, err error) bool {
-	if !errors.Is(err, coupon.ErrRefused) || done.At == nil {
-		return false
+// votedBefore returns coupon id as it is when err refused it because the state this command
+// asks for holds already, else nil: voided with this --reason (and reissue allowed, if asked),
+// or, with --allow-reissue, a void corrected to allow reissue with this --reason (its history
+// row): an earlier run of the same command, whose work is done.
+func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.Coupon {
+	if !errors.Is(err, coupon.ErrRefused) {
+		return nil
 	}
 	c, err := coupon.Show(ctx, v.db, id)
-	return err == nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue)
+	switch {
+	case err != nil || c.VoidedAt == nil:
+		return nil
+	case c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
+		return &c
+	case v.reissue && c.ReissueAllowed:
+		if corrected, err := coupon.CorrectedFor(ctx, v.db, id, v.reason); err == nil && corrected {
+			return &c
+		}
+	}
+	return nil
 }
 
 // dryRun says what voiding each of ids would do, from the coupon as it is now; it changes

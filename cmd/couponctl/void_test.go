@@ -120,6 +120,12 @@ func TestVoidCorrectedWithReissue(t *testing.T) {
 	if code, stdout, _ = grantCLI("coupon", "show", "--member", "nobody"); code != 0 || !strings.Contains(stdout, "member nobody has no coupons") {
 		t.Errorf("coupon show --member nobody: exit %d\n%s", code, stdout)
 	}
+	// The same correction again, as a re-run after an interruption: its work is done (exit 0),
+	// and the line names the void's login.
+	code, stdout, stderr = grantCLI("coupon", "void", id, "--allow-reissue", "--reason", "CS-1: may have it again")
+	if code != 0 || !strings.Contains(stdout, "voided already by an earlier run") || strings.Contains(stdout, " by , ") {
+		t.Errorf("the same correction again: exit %d, want 0 saying an earlier run did it, with the login\n%s%s", code, stdout, stderr)
+	}
 	code, _, stderr = grantCLI("coupon", "void", id, "--allow-reissue", "--reason", "again")
 	if code != 1 || !strings.Contains(stderr, "with reissue allowed; nothing changed") {
 		t.Errorf("a second correction: exit %d, want 1 saying reissue is allowed already\n%s", code, stderr)

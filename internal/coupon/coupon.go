@@ -256,3 +256,13 @@ func Show(ctx context.Context, db Querier, id string) (Coupon, error) {
 	}
 	return c, nil
 }
+
+// CorrectedFor reports whether coupon id's reissue was allowed by a correction ([AllowReissue])
+// given reason: the history row coupon_allow_reissue wrote (coupon_changes). Errors: the
+// database's.
+func CorrectedFor(ctx context.Context, db Querier, id, reason string) (bool, error) {
+	var found bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM coupon_changes
+		WHERE coupon_id = $1 AND what = 'allow_reissue' AND reason = $2)`, id, reason).Scan(&found)
+	return found, err
+}
