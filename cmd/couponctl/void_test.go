@@ -7,8 +7,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -129,5 +131,28 @@ func TestVoidCorrectedWithReissue(t *testing.T) {
 	code, _, stderr = grantCLI("coupon", "void", id, "--allow-reissue", "--reason", "again")
 	if code != 1 || !strings.Contains(stderr, "with reissue allowed; nothing changed") {
 		t.Errorf("a second correction: exit %d, want 1 saying reissue is allowed already\n%s", code, stderr)
+	}
+}
+
+// TestCouponStateExpired: coupon show calls a live coupon past its expires_at expired, not live
+// (a new user read "state live" on a coupon that had expired); a voided or redeemed one keeps
+// that state, and one without validity stays live.
+func TestCouponStateExpired(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	past, future := now.Add(-time.Second), now.Add(time.Second)
+	for _, c := range []struct {
+		c    coupon.Coupon
+		want string
+	}{
+		{coupon.Coupon{ExpiresAt: &past}, "expired"},
+		{coupon.Coupon{ExpiresAt: &now}, "expired"},
+		{coupon.Coupon{ExpiresAt: &future}, "live"},
+		{coupon.Coupon{}, "live"},
+		{coupon.Coupon{ExpiresAt: &past, VoidedAt: &past}, "voided"},
+		{coupon.Coupon{ExpiresAt: &past, RedeemedAt: &past}, "redeemed"},
+	} {
+		if got := couponState(c.c, now); got != c.want {
+			t.Errorf("couponState(%+v) = %q, want %q", c.c, got, c.want)
+		}
 	}
 }
