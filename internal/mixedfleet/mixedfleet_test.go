@@ -404,6 +404,8 @@ func serve(t *testing.T, name, bin, dbURL, lineURL string) fleet {
 		"LINE_CHANNEL_ACCESS_TOKEN=mixed-fleet", "LINE_API_BASE_URL="+lineURL, "RELAY_RETRY_BASE=0s")
 	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// Pdeathsig kills it if this test binary dies first (go test's -timeout), where no Cleanup runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -495,11 +497,17 @@ func operate(ctx context.Context, pool *pgxpool.Pool) ([]string, map[string]stri
 	_, err = campaign.Update(ctx, pool, "FLEET-A", campaign.Changes{AddBudgetYen: &add, Reason: "mixed fleet: raise"})
 	fail("raise FLEET-A", err)
 	voided := map[string]string{}
+voiding:
 	for tries := 0; len(voided) < voids && len(errs) == 0; tries++ {
 		id, push, err := voidUnpushed(ctx, pool, len(voided)%2 == 0)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000: // the relays took every row: wait for new ones
 			time.Sleep(time.Millisecond)
+		case errors.Is(err, pgx.ErrNoRows):
+			// The load ran dry (every member holds what the rules let it hold) and the relays
+			// pushed the rest: fewer voids. checkTables still fails a run that voided none
+			// before its push.
+			break voiding
 		case err != nil:
 			fail("void a coupon not yet pushed", err)
 		default:
