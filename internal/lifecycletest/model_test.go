@@ -272,16 +272,28 @@ func (m *model) coupon(id string) *mCoupon {
 	return nil
 }
 
-// void is what voiding coupon c with allowReissue must do: VOIDED (true), or a refusal when it
-// was voided already.
-func (m *model) void(c *mCoupon, allowReissue bool) bool {
-	if c.voided {
-		return false
+// voidOutcome is what voiding a coupon must do.
+type voidOutcome int
+
+const (
+	voidVoids    voidOutcome = iota // VOIDED: its yen go back
+	voidCorrects                    // a void without reissue corrected (coupon_allow_reissue, 00019): no counter moves
+	voidRefused                     // voided already, and nothing to correct
+)
+
+// void is what voiding coupon c with allowReissue must do, applied to the model.
+func (m *model) void(c *mCoupon, allowReissue bool) voidOutcome {
+	switch {
+	case c.voided && allowReissue && !c.reissue:
+		c.reissue = true
+		return voidCorrects
+	case c.voided:
+		return voidRefused
 	}
 	c.voided, c.reissue = true, allowReissue
 	m.byID[c.campaign].issued -= c.amount
 	m.usage[memberMonth{c.member, c.month}] -= c.amount
-	return true
+	return voidVoids
 }
 
 // errRefused is the model's word for a change the system must refuse, changing nothing.
