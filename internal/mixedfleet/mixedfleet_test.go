@@ -73,8 +73,8 @@ func TestPreviousReleaseBesideThisOne(t *testing.T) {
 
 // TestMixedFleetCatchesADroppedIssueCoupon is the check's negative control, the failure of the
 // 00009->00013 migration under load: a migration that drops and recreates the issuance
-// functions while issuances wait inside them (it holds campaign_budgets until pg_locks shows one
-// waiting) fails those in flight with "cache lookup failed for function" (XX000), which both
+// functions while issuances wait inside them (it holds campaign_budgets until pg_locks shows an
+// issuance function's call waiting, not the budget gauge's scan, which would fail nothing) fails those in flight with "cache lookup failed for function" (XX000), which both
 // releases answer 500. The check must say so.
 func TestMixedFleetCatchesADroppedIssueCoupon(t *testing.T) {
 	run := runFleet(t, withDropAndRecreate(t))
@@ -123,9 +123,10 @@ DECLARE
   f regprocedure;
   def text;
 BEGIN
-  WHILE NOT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-                     WHERE d.datname = current_database() AND NOT l.granted
-                       AND l.relation = 'campaign_budgets'::regclass) LOOP
+  WHILE NOT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                     WHERE a.datname = current_database() AND NOT l.granted
+                       AND l.relation = 'campaign_budgets'::regclass
+                       AND a.query LIKE '%issue_coupon%') LOOP
     PERFORM pg_sleep(0.01);
   END LOOP;
   FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
