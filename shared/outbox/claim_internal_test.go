@@ -19,9 +19,10 @@ import (
 )
 
 // previousClaim is the previous release's claim, inline SQL on the tables (shared/outbox/outboxdb
-// before 00015_expiry.sql), the broken variant of outbox_claim: it leases every due row, voided,
-// expired or unlinked alike, and leaves the decision to the relay's Go code. It is kept here as a
-// fixture; the tables it reads stay, so the previous release keeps running beside this one.
+// before 00015_expiry.sql): it leases every due row, voided, expired or unlinked alike, and
+// leaves the decision to the relay's Go code. The tables it reads stay, so the previous release
+// keeps running beside this one; since 00022_lease_refuses_unpushable.sql the database refuses
+// its lease of a voided or expired coupon's row. It is kept here as a fixture.
 const previousClaim = `
 WITH due AS MATERIALIZED (
   SELECT coupon_id, member_id, next_attempt_at, first_pushed_at FROM notification_outbox
@@ -45,15 +46,22 @@ RETURNING o.coupon_id::text, o.member_id, o.attempts, i.campaign_id, i.amount_ye
 // expiry, m4's expiring inside the relay's lease, m5's member without a LINE account; m1's and
 // m6's (expiring after the lease) are live. The relay pushes m1 and m6 alone; the void closed m2's
 // row as skipped (voided), the claim closes the three others, each with its reason, counted apart
-// in the run's answer; LINE never sees
-// m2, m3 or m4. Judged by the outbox rows (SQL) and by the requests at the LINE stand-in. The
-// broken variants, the previous release's inline claim (which still runs, as coupon_relay, on this
-// schema) and outbox_claim without its expiry rule (pgtest.BreakFunction), push the expired
-// coupon: the check sees that.
+// in the run's answer; LINE never sees m2, m3 or m4. Judged by the outbox rows (SQL) and by the
+// requests at the LINE stand-in. The previous release's inline claim, which still runs as
+// coupon_relay on this schema, is refused the leases of m3 and m4 (00022): they stay open and
+// unleased, for outbox_claim to close, and LINE never sees them. The broken variants, that
+// inline claim without 00022's trigger and outbox_claim with neither its nor the trigger's
+// expiry rule (pgtest.BreakFunction), push the expired coupon: the check sees that.
 func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 	t.Parallel()
 	const lease = 10 * time.Second
-	for _, variant := range []string{"outbox_claim", "previous inline claim", "outbox_claim without expiry"} {
+	const (
+		current        = "outbox_claim"
+		inline         = "previous inline claim"
+		inlineUnguared = "previous inline claim without the lease guard"
+		noExpiry       = "outbox_claim and the lease guard without expiry"
+	)
+	for _, variant := range []string{current, inline, inlineUnguared, noExpiry} {
 		t.Run(variant, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -80,10 +88,16 @@ func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 			}
 			var res Result
 			switch variant {
-			case "previous inline claim":
+			case inlineUnguared:
+				if _, err := pool.Exec(ctx, `DROP TRIGGER outbox_lease_refused ON notification_outbox`); err != nil {
+					t.Fatal(err)
+				}
+				fallthrough
+			case inline:
 				res = deliverClaimedBy(t, r, previousClaim)
-			case "outbox_claim without expiry":
+			case noExpiry:
 				pgtest.BreakFunction(t, pool, "outbox_claim", [2]string{"WHEN i.expires_at <= now() + p_lease THEN 'expired'", ""})
+				pgtest.BreakFunction(t, pool, "outbox_lease_refused", [2]string{"OR c.expires_at <= NEW.next_attempt_at", ""})
 				fallthrough
 			default:
 				if res, err = r.Run(ctx, 0); err != nil {
@@ -91,10 +105,14 @@ func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 				}
 			}
 			srv.Close()
-			if variant != "outbox_claim" {
+			switch variant {
+			case inlineUnguared, noExpiry:
 				if stub.Calls(ids["m3"]) == 0 {
 					t.Errorf("%s pushed no expired coupon: the test would not see a claim that ignores expiry", variant)
 				}
+				return
+			case inline:
+				checkInlineLeftExpired(t, pool, stub, ids)
 				return
 			}
 			for _, m := range []string{"m2", "m3", "m4", "m5"} {
@@ -121,6 +139,28 @@ func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 				t.Errorf("outbox rows (released, first pushed only when sent): %q, want %q", rows, w)
 			}
 		})
+	}
+}
+
+// checkInlineLeftExpired: after the previous release's inline claim, LINE saw none of the voided
+// and expired coupons (m2, m3, m4), and the expired ones' rows are open and unleased, the lease
+// refused, for outbox_claim to close.
+func checkInlineLeftExpired(t *testing.T, pool *pgxpool.Pool, stub *linestub.Stub, ids map[string]string) {
+	t.Helper()
+	for _, m := range []string{"m2", "m3", "m4"} {
+		if n := stub.Calls(ids[m]); n != 0 {
+			t.Errorf("%s's coupon: %d push requests at LINE after the previous release's claim, want none", m, n)
+		}
+	}
+	var rows string
+	if err := pool.QueryRow(context.Background(), `SELECT string_agg(member_id || ':' || CASE
+	    WHEN sent_at IS NOT NULL OR skipped_at IS NOT NULL OR parked_at IS NOT NULL THEN 'closed'
+	    WHEN claimed_by IS NOT NULL THEN 'leased' ELSE 'open' END, ' ' ORDER BY member_id)
+	  FROM notification_outbox WHERE member_id IN ('m3', 'm4')`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if w := "m3:open m4:open"; rows != w {
+		t.Errorf("expired coupons' outbox rows after the previous release's claim: %q, want %q", rows, w)
 	}
 }
 
