@@ -3,10 +3,9 @@
 CREATE OR REPLACE FUNCTION public.outbox_lease_refused()
  RETURNS trigger
  LANGUAGE plpgsql
- SET search_path TO 'public', 'pg_temp'
 AS $function$
 BEGIN
-  IF EXISTS (SELECT 1 FROM issued_coupons c
+  IF EXISTS (SELECT 1 FROM public.issued_coupons c
               WHERE c.coupon_id = NEW.coupon_id
                 AND (c.voided_at IS NOT NULL OR c.expires_at <= NEW.next_attempt_at)) THEN
     RETURN NULL;

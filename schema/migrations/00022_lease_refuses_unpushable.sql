@@ -15,14 +15,16 @@ SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances be
 -- on its next run. It takes no lock: it reads the coupon row by its primary key, in a snapshot
 -- of its own taken after the claim locked the outbox row (READ COMMITTED, a VOLATILE function),
 -- so it sees a void that committed meanwhile. A void that is still open holds the outbox row
--- (00018), which every claim skips.
+-- (00018), which every claim skips. It runs with the rights of the statement that fires it, so it
+-- reads its one table by its schema-qualified name, which no temporary table can stand in for,
+-- instead of a SET search_path, which is set and restored on every call, once per leased row
+-- (BenchmarkClaimLeaseGuard measures both, docs/performance.md).
 -- +goose StatementBegin
 CREATE FUNCTION outbox_lease_refused() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
-SET search_path = public, pg_temp
 AS $$
 BEGIN
-  IF EXISTS (SELECT 1 FROM issued_coupons c
+  IF EXISTS (SELECT 1 FROM public.issued_coupons c
               WHERE c.coupon_id = NEW.coupon_id
                 AND (c.voided_at IS NOT NULL OR c.expires_at <= NEW.next_attempt_at)) THEN
     RETURN NULL;
