@@ -217,3 +217,75 @@ func deliverClaimedBy(t *testing.T, r *Relay, claim string) Result {
 	}
 	return r.deliver(ctx, &run, claimed)
 }
+
+// TestLeaseGuardLetsTheMarksThrough: 00022's trigger refuses leases only. Two rows leased by
+// outbox_claim (m1's and m6's coupons, live), then m1's coupon voided while its push is in flight
+// and m6's moved past its expiry: the relay's marks of the push that was under way, sent for m1
+// and retry for m6, still apply (they give the lease back, claimed_by NULL), so the rows say what
+// happened to the pushes. Judged by the rows. The broken variant, the trigger called for every
+// update (no WHEN), swallows both marks: m1's row stays leased although LINE took the push.
+func TestLeaseGuardLetsTheMarksThrough(t *testing.T) {
+	t.Parallel()
+	const lease = 10 * time.Second
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "as migrated", true: "trigger without WHEN"}[broken], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool, err := pgxpool.New(ctx, pgtest.URL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			ids := issueSix(t, pool, lease)
+			if broken {
+				if _, err := pool.Exec(ctx, `DROP TRIGGER outbox_lease_refused ON notification_outbox;
+					CREATE TRIGGER outbox_lease_refused BEFORE UPDATE ON notification_outbox
+					  FOR EACH ROW EXECUTE FUNCTION outbox_lease_refused()`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run := uuid.New()
+			claimed, err := outboxdb.Claim(ctx, pool, outboxdb.ClaimParams{Run: run, Limit: 10, Lease: lease,
+				DueAt: time.Now().Add(time.Minute), KeyWindow: RetryKeyWindow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			leased := map[string]bool{}
+			for _, c := range claimed {
+				if c.SkipReason == "" {
+					leased[c.CouponID] = true
+				}
+			}
+			if len(leased) != 2 || !leased[ids["m1"]] || !leased[ids["m6"]] {
+				t.Fatalf("leased %v, want m1's and m6's coupons %s, %s", leased, ids["m1"], ids["m6"])
+			}
+			if v, err := coupon.Void(ctx, pool, ids["m1"], "voided in flight", false); err != nil || v.Push != "in flight" {
+				t.Fatalf("void of m1's coupon: %+v %v, want in flight", v, err)
+			}
+			if _, err := pool.Exec(ctx, `UPDATE issued_coupons SET expires_at = now() - interval '1 minute' WHERE coupon_id = $1`, ids["m6"]); err != nil {
+				t.Fatal(err)
+			}
+			if err := outboxdb.MarkSent(ctx, pool, ids["m1"]); err != nil {
+				t.Fatal(err)
+			}
+			if err := outboxdb.MarkRetry(ctx, pool, run, ids["m6"], 0, "LINE answered 500"); err != nil {
+				t.Fatal(err)
+			}
+			var rows string
+			if err := pool.QueryRow(ctx, `SELECT string_agg(member_id || ':' || CASE
+			    WHEN claimed_by IS NOT NULL THEN 'leased' WHEN sent_at IS NOT NULL THEN 'sent'
+			    ELSE 'open/' || attempts || '/' || coalesce(last_error, '') END, ' ' ORDER BY member_id)
+			  FROM notification_outbox WHERE member_id IN ('m1', 'm6')`).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			const want = "m1:sent m6:open/1/LINE answered 500"
+			t.Logf("outbox rows after the marks: %q", rows)
+			switch {
+			case broken && rows == want:
+				t.Errorf("with the trigger called for every update the marks still applied (%q): the test would not see a guard that swallows them", rows)
+			case !broken && rows != want:
+				t.Errorf("outbox rows after the marks: %q, want %q", rows, want)
+			}
+		})
+	}
+}
