@@ -97,6 +97,14 @@ func withDropAndRecreate(t *testing.T) fs.FS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fsys := copyMigrations(t)
+	fsys[fmt.Sprintf("%05d_drop_and_recreate_issuance.sql", newest+1)] = &fstest.MapFile{Data: []byte(dropAndRecreate)}
+	return fsys
+}
+
+// copyMigrations is this tree's migrations, in a file system a test may change.
+func copyMigrations(t *testing.T) fstest.MapFS {
+	t.Helper()
 	fsys := fstest.MapFS{}
 	names, err := fs.Glob(schema.Migrations(), "*.sql")
 	if err != nil {
@@ -109,7 +117,6 @@ func withDropAndRecreate(t *testing.T) fs.FS {
 		}
 		fsys[n] = &fstest.MapFile{Data: b}
 	}
-	fsys[fmt.Sprintf("%05d_drop_and_recreate_issuance.sql", newest+1)] = &fstest.MapFile{Data: []byte(dropAndRecreate)}
 	return fsys
 }
 
