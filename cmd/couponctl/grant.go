@@ -112,9 +112,9 @@ not errors.`,
 				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
 			}
 			if out == "" {
-				out = defaultOut(members, "."+campaignID+".csv")
+				out = outDefault(members, "."+campaignID+".csv")
 			}
-			if err := checkOut(out); err != nil {
+			if err := outCheck(out); err != nil {
 				return fmt.Errorf("grant: --out %w; nothing was issued", err)
 			}
 			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out,
