@@ -17,6 +17,7 @@ import (
 	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func couponCmd() *cobra.Command {
@@ -108,8 +109,9 @@ type voider struct {
 }
 
 // voidOutageStreak is how many voids in a row may fail (not a refusal: an error) before a void
-// file stops: the relay's breaker threshold, as grant's.
-const voidOutageStreak = grantOutageStreak
+// file stops: the relay's breaker threshold, as grant's. A variable, so that a test can take the
+// stop away (its broken variant).
+var voidOutageStreak = outbox.DefaultBreakerFailures
 
 // voidProgressEvery is how often a void file says how far it is, failing or not.
 const voidProgressEvery = progressEvery
@@ -135,7 +137,7 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		}
 		var before *coupon.Coupon
 		if err != nil {
-			before = v.votedBefore(ctx, id, err)
+			before = voidDoneBefore(v, ctx, id, err)
 		}
 		mu.Lock()
 		switch {
@@ -225,6 +227,10 @@ func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.C
 	return nil
 }
 
+// voidDoneBefore is [voider.votedBefore] as a void file calls it: a variable, so that a test can
+// swap in its broken variant (void_test.go).
+var voidDoneBefore = voider.votedBefore
+
 // dryRun says what voiding each of ids would do, from the coupon as it is now; it changes
 // nothing.
 func (v voider) dryRun(ctx context.Context, ids []string) error {
@@ -311,12 +317,14 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		text := sc.Text()
-		if n == 1 && strings.HasPrefix(text, utf8BOM) {
-			fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
-			text = strings.TrimPrefix(text, utf8BOM)
+		if n == 1 {
+			var bom bool
+			if text, bom = idTrimBOM(text); bom {
+				fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
+			}
 		}
 		line := strings.TrimSpace(text)
-		if line == "" || isComment(line) {
+		if line == "" || idComment(line) {
 			continue
 		}
 		if err := check(line); err != nil {
@@ -337,6 +345,14 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 func isComment(line string) bool {
 	return strings.HasPrefix(line, "# ") || strings.HasPrefix(line, "#\t")
 }
+
+// idComment is isComment, and idTrimBOM returns a line without a leading UTF-8 byte order mark
+// and whether it had one, as readIDs calls them: variables, so that a test can swap in their
+// broken variants (members_file_test.go).
+var (
+	idComment = isComment
+	idTrimBOM = func(line string) (string, bool) { return strings.CutPrefix(line, utf8BOM) }
+)
 
 func couponShowCmd() *cobra.Command {
 	var member, campaignID string

@@ -361,8 +361,13 @@ func (p grantPlan) write(w io.Writer, job grantJob) {
 
 // grantOutageStreak is how many members in a row may fail (an error, or RETRY_EXHAUSTED after
 // every attempt) before a grant stops: the relay's breaker threshold (outbox.DefaultBreakerFailures),
-// for the same reason, that a streak that long is an outage, not a busy row.
-const grantOutageStreak = outbox.DefaultBreakerFailures
+// for the same reason, that a streak that long is an outage, not a busy row. A variable, as
+// grantStopResult, so that a test can take the stop away (its broken variant).
+var grantOutageStreak = outbox.DefaultBreakerFailures
+
+// grantStopResult is the answer that stops a grant: the campaign is no longer active (paused,
+// ended, expired), so every member after would answer it too.
+var grantStopResult = issuance.ResultCampaignNotActive
 
 // grantStop is why a grant stopped sending before its list's end: set once, by the first worker
 // that sees the reason, and read after every worker is done.
@@ -380,7 +385,7 @@ func (s *grantStop) record(g *granted, id string) bool {
 	defer s.mu.Unlock()
 	switch {
 	case s.why != "":
-	case g.err == nil && g.out.Result == issuance.ResultCampaignNotActive:
+	case g.err == nil && g.out.Result == grantStopResult:
 		s.why = fmt.Sprintf("campaign %s is no longer active (%s): couponctl campaign show %s says why; once it is active",
 			id, g.out.Reason, id)
 	case g.failed():
