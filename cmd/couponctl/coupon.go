@@ -149,7 +149,7 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
 			streak = 0
-			fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err)
+			voidRefused(v, id, err)
 		case err != nil:
 			refused++
 			streak++
@@ -226,6 +226,10 @@ func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.C
 	}
 	return nil
 }
+
+// voidRefused prints the refusal err of coupon id's void: on stderr, once, as couponctl prints
+// every error. A variable, so that a test can swap in its broken variant (void_test.go).
+var voidRefused = func(v voider, id string, err error) { fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err) }
 
 // voidDoneBefore is [voider.votedBefore] as a void file calls it: a variable, so that a test can
 // swap in its broken variant (void_test.go).

@@ -171,6 +171,10 @@ func (g granted) result() string {
 	return string(g.out.Result)
 }
 
+// grantedResult is [granted.result] as the CSV and the summary call it: a variable, so that a
+// test can swap in its broken variant (grant_unknown_test.go).
+var grantedResult = granted.result
+
 // failed reports whether g is an error: no answer, or RETRY_EXHAUSTED after every attempt.
 func (g granted) failed() bool {
 	return g.err != nil || g.out.Result == issuance.ResultRetryExhausted
@@ -446,7 +450,7 @@ func writeGrantCSV(tmp *os.File, path string, members []string, results []*grant
 	_ = w.Write([]string{"member", "result", "coupon_id"})
 	for i, g := range results {
 		if g != nil {
-			_ = w.Write([]string{members[i], g.result(), g.out.CouponID})
+			_ = w.Write([]string{members[i], grantedResult(*g), g.out.CouponID})
 		}
 	}
 	w.Flush()
@@ -470,7 +474,7 @@ func summarize(members []string, results []*granted) grantSummary {
 			continue
 		}
 		s.answered++
-		s.counts[g.result()]++
+		s.counts[grantedResult(*g)]++
 		if !g.failed() {
 			continue
 		}
