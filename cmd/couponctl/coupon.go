@@ -397,7 +397,7 @@ without coupons is not an error: it says so.`,
 			}
 			defer closePool()
 			if member != "" {
-				list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
+				list, err := memberCoupons(cmd.Context(), pool, member, campaignID)
 				if err != nil {
 					return err
 				}
@@ -416,6 +416,10 @@ without coupons is not an error: it says so.`,
 	c.Flags().StringVar(&campaignID, "campaign", "", "with --member: only this campaign's")
 	return c
 }
+
+// memberCoupons is [coupon.ForMember] as coupon show --member calls it: a variable, so that a
+// test can swap in its broken variants (coupon_show_test.go).
+var memberCoupons = coupon.ForMember
 
 // couponState is a coupon's state at now as show prints it: voided, redeemed, expired (at or
 // after its expires_at: it is no longer valid, and the relay never pushes it), else live.
