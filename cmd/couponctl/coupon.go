@@ -113,8 +113,6 @@ type voider struct {
 // stop away (its broken variant).
 var voidOutageStreak = outbox.DefaultBreakerFailures
 
-// voidProgressEvery is how often a void file says how far it is, failing or not.
-const voidProgressEvery = progressEvery
 
 // all voids each of ids and prints what each void did; it returns errViolations if any was
 // refused or failed. After voidOutageStreak failures in a row it stops, saying how many were done
@@ -186,9 +184,10 @@ func (v voider) printVoid(id string, done coupon.Voided) {
 		id, tokyoTime(done.At), done.By, done.AmountYen, done.CampaignID, done.MemberID, done.Month, pushNote(done))
 }
 
-// progress calls report every voidProgressEvery until the returned stop is called.
+// progress calls report every progressEvery (progressTicks), failing or not, until the returned
+// stop is called.
 func (v voider) progress(report func()) (stop func()) {
-	t := time.NewTicker(voidProgressEvery)
+	ticks, stopTicks := progressTicks()
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -197,12 +196,12 @@ func (v voider) progress(report func()) (stop func()) {
 			select {
 			case <-quit:
 				return
-			case <-t.C:
+			case <-ticks:
 				report()
 			}
 		}
 	}()
-	return func() { t.Stop(); close(quit); <-finished }
+	return func() { stopTicks(); close(quit); <-finished }
 }
 
 // votedBefore returns coupon id as it is when err refused it because the state this command

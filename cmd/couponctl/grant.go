@@ -581,14 +581,14 @@ func newRateProgress(w *lockedWriter, total int, what string) (step func(), quie
 	end, ended := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(progressEvery)
-		defer t.Stop()
+		ticks, stopTicks := progressTicks()
+		defer stopTicks()
 		for {
 			select {
 			case <-end:
 				return
-			case <-t.C:
-				if time.Since(start)-time.Duration(said.Load()) >= progressEvery {
+			case now := <-ticks:
+				if now.Sub(start)-time.Duration(said.Load()) >= progressEvery {
 					line(done.Load())
 				}
 			}
@@ -604,5 +604,14 @@ func newRateProgress(w *lockedWriter, total int, what string) (step func(), quie
 	return step, func() { close(end); <-ended }
 }
 
-// progressEvery is the longest a long verb stays silent on a log (stderr not a terminal).
-const progressEvery = 5 * time.Second
+// progressEvery is the longest a long verb stays silent on a log (stderr not a terminal). A
+// variable, as progressTicks, so that a test can deliver the ticks itself and swap in a broken
+// variant (progress_test.go).
+var progressEvery = 5 * time.Second
+
+// progressTicks returns the ticks at which a long verb looks whether a progress line is due, every
+// progressEvery, and the function that stops them.
+var progressTicks = func() (<-chan time.Time, func()) {
+	t := time.NewTicker(progressEvery)
+	return t.C, t.Stop
+}
