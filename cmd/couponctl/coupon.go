@@ -113,7 +113,6 @@ type voider struct {
 // stop away (its broken variant).
 var voidOutageStreak = outbox.DefaultBreakerFailures
 
-
 // all voids each of ids and prints what each void did; it returns errViolations if any was
 // refused or failed. After voidOutageStreak failures in a row it stops, saying how many were done
 // and not sent.
