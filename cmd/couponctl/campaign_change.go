@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/shared/ids"
@@ -88,14 +89,11 @@ then on; coupons issued before keep theirs.` + changeHelp,
 				}
 				ch.AddBudgetYen = &add
 			}
-			if f.Changed("stripes") {
-				if stripes < 1 || stripes > campaign.MaxStripes {
-					return flagError("--stripes %d: want 1-%d", stripes, campaign.MaxStripes)
-				}
-				ch.Stripes = &stripes
+			if err := changeRanges(f, stripes, validDays); err != nil {
+				return err
 			}
-			if f.Changed("coupon-valid-days") && (validDays < 0 || validDays > campaign.MaxValidDays) {
-				return flagError("--coupon-valid-days %d: want 0-%d (0 removes the validity)", validDays, campaign.MaxValidDays)
+			if f.Changed("stripes") {
+				ch.Stripes = &stripes
 			}
 			var err error
 			if ch.SetStarts = f.Changed("starts"); ch.SetStarts {
@@ -168,11 +166,31 @@ a member who holds the coupon still gets ALREADY_ISSUED with its id. This is how
 runaway campaign in one command.`, campaign.Pause)
 }
 
+// checkChangeRanges refuses, as flag values (exit 2, with the usage), a --stripes outside 1 to
+// campaign.MaxStripes and a --coupon-valid-days outside 0 to campaign.MaxValidDays, among the
+// flags given in f.
+func checkChangeRanges(f *pflag.FlagSet, stripes, validDays int) error {
+	if f.Changed("stripes") && (stripes < 1 || stripes > campaign.MaxStripes) {
+		return flagError("--stripes %d: want 1-%d", stripes, campaign.MaxStripes)
+	}
+	if f.Changed("coupon-valid-days") && (validDays < 0 || validDays > campaign.MaxValidDays) {
+		return flagError("--coupon-valid-days %d: want 0-%d (0 removes the validity)", validDays, campaign.MaxValidDays)
+	}
+	return nil
+}
+
+// changeRanges and campaignResume are checkChangeRanges and resumeUnlessEnded as the verbs call
+// them: variables, so that a test can swap in their broken variants (campaign_refusals_test.go).
+var (
+	changeRanges   = checkChangeRanges
+	campaignResume = resumeUnlessEnded
+)
+
 func campaignResumeCmd() *cobra.Command {
 	return stateCmd("resume", "Resume a paused campaign",
 		`Resume a paused campaign: it issues again within its period and budget. An ended campaign
 is refused (exit 1, nothing changed): resuming does not move its end; "campaign update --ends T"
-does.`, resumeUnlessEnded)
+does.`, campaignResume)
 }
 
 // resumeUnlessEnded resumes campaign id, refusing one that has ended: a resume changes only the

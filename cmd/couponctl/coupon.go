@@ -17,6 +17,7 @@ import (
 	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/outbox"
 )
 
 func couponCmd() *cobra.Command {
@@ -108,11 +109,9 @@ type voider struct {
 }
 
 // voidOutageStreak is how many voids in a row may fail (not a refusal: an error) before a void
-// file stops: the relay's breaker threshold, as grant's.
-const voidOutageStreak = grantOutageStreak
-
-// voidProgressEvery is how often a void file says how far it is, failing or not.
-const voidProgressEvery = progressEvery
+// file stops: the relay's breaker threshold, as grant's. A variable, so that a test can take the
+// stop away (its broken variant).
+var voidOutageStreak = outbox.DefaultBreakerFailures
 
 // all voids each of ids and prints what each void did; it returns errViolations if any was
 // refused or failed. After voidOutageStreak failures in a row it stops, saying how many were done
@@ -135,7 +134,7 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		}
 		var before *coupon.Coupon
 		if err != nil {
-			before = v.votedBefore(ctx, id, err)
+			before = voidDoneBefore(v, ctx, id, err)
 		}
 		mu.Lock()
 		switch {
@@ -147,7 +146,7 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
 			streak = 0
-			fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err)
+			voidRefused(v, id, err)
 		case err != nil:
 			refused++
 			streak++
@@ -184,9 +183,10 @@ func (v voider) printVoid(id string, done coupon.Voided) {
 		id, tokyoTime(done.At), done.By, done.AmountYen, done.CampaignID, done.MemberID, done.Month, pushNote(done))
 }
 
-// progress calls report every voidProgressEvery until the returned stop is called.
+// progress calls report every progressEvery (progressTicks), failing or not, until the returned
+// stop is called.
 func (v voider) progress(report func()) (stop func()) {
-	t := time.NewTicker(voidProgressEvery)
+	ticks, stopTicks := progressTicks()
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -195,12 +195,12 @@ func (v voider) progress(report func()) (stop func()) {
 			select {
 			case <-quit:
 				return
-			case <-t.C:
+			case <-ticks:
 				report()
 			}
 		}
 	}()
-	return func() { t.Stop(); close(quit); <-finished }
+	return func() { stopTicks(); close(quit); <-finished }
 }
 
 // votedBefore returns coupon id as it is when err refused it because the state this command
@@ -224,6 +224,14 @@ func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.C
 	}
 	return nil
 }
+
+// voidRefused prints the refusal err of coupon id's void: on stderr, once, as couponctl prints
+// every error. A variable, so that a test can swap in its broken variant (void_test.go).
+var voidRefused = func(v voider, id string, err error) { fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err) }
+
+// voidDoneBefore is [voider.votedBefore] as a void file calls it: a variable, so that a test can
+// swap in its broken variant (void_test.go).
+var voidDoneBefore = voider.votedBefore
 
 // dryRun says what voiding each of ids would do, from the coupon as it is now; it changes
 // nothing.
@@ -311,12 +319,14 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		text := sc.Text()
-		if n == 1 && strings.HasPrefix(text, utf8BOM) {
-			fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
-			text = strings.TrimPrefix(text, utf8BOM)
+		if n == 1 {
+			var bom bool
+			if text, bom = idTrimBOM(text); bom {
+				fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
+			}
 		}
 		line := strings.TrimSpace(text)
-		if line == "" || isComment(line) {
+		if line == "" || idComment(line) {
 			continue
 		}
 		if err := check(line); err != nil {
@@ -337,6 +347,14 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 func isComment(line string) bool {
 	return strings.HasPrefix(line, "# ") || strings.HasPrefix(line, "#\t")
 }
+
+// idComment is isComment, and idTrimBOM returns a line without a leading UTF-8 byte order mark
+// and whether it had one, as readIDs calls them: variables, so that a test can swap in their
+// broken variants (members_file_test.go).
+var (
+	idComment = isComment
+	idTrimBOM = func(line string) (string, bool) { return strings.CutPrefix(line, utf8BOM) }
+)
 
 func couponShowCmd() *cobra.Command {
 	var member, campaignID string
@@ -377,7 +395,7 @@ without coupons is not an error: it says so.`,
 			}
 			defer closePool()
 			if member != "" {
-				list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
+				list, err := memberCoupons(cmd.Context(), pool, member, campaignID)
 				if err != nil {
 					return err
 				}
@@ -396,6 +414,10 @@ without coupons is not an error: it says so.`,
 	c.Flags().StringVar(&campaignID, "campaign", "", "with --member: only this campaign's")
 	return c
 }
+
+// memberCoupons is [coupon.ForMember] as coupon show --member calls it: a variable, so that a
+// test can swap in its broken variants (coupon_show_test.go).
+var memberCoupons = coupon.ForMember
 
 // couponState is a coupon's state at now as show prints it: voided, redeemed, expired (at or
 // after its expires_at: it is no longer valid, and the relay never pushes it), else live.

@@ -112,9 +112,9 @@ not errors.`,
 				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
 			}
 			if out == "" {
-				out = defaultOut(members, "."+campaignID+".csv")
+				out = outDefault(members, "."+campaignID+".csv")
 			}
-			if err := checkOut(out); err != nil {
+			if err := outCheck(out); err != nil {
 				return fmt.Errorf("grant: --out %w; nothing was issued", err)
 			}
 			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out,
@@ -170,6 +170,10 @@ func (g granted) result() string {
 	}
 	return string(g.out.Result)
 }
+
+// grantedResult is [granted.result] as the CSV and the summary call it: a variable, so that a
+// test can swap in its broken variant (grant_unknown_test.go).
+var grantedResult = granted.result
 
 // failed reports whether g is an error: no answer, or RETRY_EXHAUSTED after every attempt.
 func (g granted) failed() bool {
@@ -361,8 +365,13 @@ func (p grantPlan) write(w io.Writer, job grantJob) {
 
 // grantOutageStreak is how many members in a row may fail (an error, or RETRY_EXHAUSTED after
 // every attempt) before a grant stops: the relay's breaker threshold (outbox.DefaultBreakerFailures),
-// for the same reason, that a streak that long is an outage, not a busy row.
-const grantOutageStreak = outbox.DefaultBreakerFailures
+// for the same reason, that a streak that long is an outage, not a busy row. A variable, as
+// grantStopResult, so that a test can take the stop away (its broken variant).
+var grantOutageStreak = outbox.DefaultBreakerFailures
+
+// grantStopResult is the answer that stops a grant: the campaign is no longer active (paused,
+// ended, expired), so every member after would answer it too.
+var grantStopResult = issuance.ResultCampaignNotActive
 
 // grantStop is why a grant stopped sending before its list's end: set once, by the first worker
 // that sees the reason, and read after every worker is done.
@@ -380,7 +389,7 @@ func (s *grantStop) record(g *granted, id string) bool {
 	defer s.mu.Unlock()
 	switch {
 	case s.why != "":
-	case g.err == nil && g.out.Result == issuance.ResultCampaignNotActive:
+	case g.err == nil && g.out.Result == grantStopResult:
 		s.why = fmt.Sprintf("campaign %s is no longer active (%s): couponctl campaign show %s says why; once it is active",
 			id, g.out.Reason, id)
 	case g.failed():
@@ -441,7 +450,7 @@ func writeGrantCSV(tmp *os.File, path string, members []string, results []*grant
 	_ = w.Write([]string{"member", "result", "coupon_id"})
 	for i, g := range results {
 		if g != nil {
-			_ = w.Write([]string{members[i], g.result(), g.out.CouponID})
+			_ = w.Write([]string{members[i], grantedResult(*g), g.out.CouponID})
 		}
 	}
 	w.Flush()
@@ -465,7 +474,7 @@ func summarize(members []string, results []*granted) grantSummary {
 			continue
 		}
 		s.answered++
-		s.counts[g.result()]++
+		s.counts[grantedResult(*g)]++
 		if !g.failed() {
 			continue
 		}
@@ -572,14 +581,14 @@ func newRateProgress(w *lockedWriter, total int, what string) (step func(), quie
 	end, ended := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(progressEvery)
-		defer t.Stop()
+		ticks, stopTicks := progressTicks()
+		defer stopTicks()
 		for {
 			select {
 			case <-end:
 				return
-			case <-t.C:
-				if time.Since(start)-time.Duration(said.Load()) >= progressEvery {
+			case now := <-ticks:
+				if now.Sub(start)-time.Duration(said.Load()) >= progressEvery {
 					line(done.Load())
 				}
 			}
@@ -595,5 +604,14 @@ func newRateProgress(w *lockedWriter, total int, what string) (step func(), quie
 	return step, func() { close(end); <-ended }
 }
 
-// progressEvery is the longest a long verb stays silent on a log (stderr not a terminal).
-const progressEvery = 5 * time.Second
+// progressEvery is the longest a long verb stays silent on a log (stderr not a terminal). A
+// variable, as progressTicks, so that a test can deliver the ticks itself and swap in a broken
+// variant (progress_test.go).
+var progressEvery = 5 * time.Second
+
+// progressTicks returns the ticks at which a long verb looks whether a progress line is due, every
+// progressEvery, and the function that stops them.
+var progressTicks = func() (<-chan time.Time, func()) {
+	t := time.NewTicker(progressEvery)
+	return t.C, t.Stop
+}

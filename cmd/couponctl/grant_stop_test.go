@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -14,14 +15,22 @@ import (
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // TestGrantStopsWhenTheCampaignPauses: a campaign paused while a grant runs stops the grant: it
 // sends no more members once one answers CAMPAIGN_NOT_ACTIVE, says why and how many were not
 // sent, and exits 1 (before: every remaining member was sent and refused, and the grant exited
 // 0). Judged by the CSV against the coupons counted with SQL: at most one CAMPAIGN_NOT_ACTIVE
-// per worker, members left unsent, each ISSUED in the CSV a coupon in the table.
+// per worker, members left unsent, each ISSUED in the CSV a coupon in the table. Shown red on
+// the broken variant, a grant that no answer stops.
 func TestGrantStopsWhenTheCampaignPauses(t *testing.T) {
+	checkAndBreak(t, grantPauseCheck, brokenVariant{"no answer stops the grant", func(t *testing.T) {
+		swap(t, &grantStopResult, issuance.Result("no such result"))
+	}})
+}
+
+func grantPauseCheck(t *testing.T, v *verdict) {
 	const n, workers = 3000, 4
 	d := newGrantDB(t, campaign.Campaign{ID: "STOP", DiscountYen: 500, BudgetYen: 100_000_000})
 	t.Setenv("DATABASE_URL", d.admin)
@@ -49,7 +58,7 @@ func TestGrantStopsWhenTheCampaignPauses(t *testing.T) {
 	}
 	r := <-done
 	if r.code != 1 || !strings.Contains(r.stderr, "couponctl: grant: stopped: campaign STOP is no longer active (PAUSED)") {
-		t.Errorf("grant: exit %d, want 1 saying the campaign is paused\n%s%s", r.code, r.stdout, r.stderr)
+		v.Errorf("grant: exit %d, want 1 saying the campaign is paused\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	answers := readGrantCSV(t, csvPath)
 	issued, refused := 0, 0
@@ -62,16 +71,16 @@ func TestGrantStopsWhenTheCampaignPauses(t *testing.T) {
 		}
 	}
 	if refused > workers {
-		t.Errorf("%d members answered CAMPAIGN_NOT_ACTIVE, want at most %d (one per worker in flight)", refused, workers)
+		v.Errorf("%d members answered CAMPAIGN_NOT_ACTIVE, want at most %d (one per worker in flight)", refused, workers)
 	}
 	if len(answers) >= n {
-		t.Errorf("every member was sent, want the grant to stop")
+		v.Errorf("every member was sent, want the grant to stop")
 	}
 	if !strings.Contains(r.stderr, fmt.Sprintf("%d done, %d not sent", len(answers), n-len(answers))) {
-		t.Errorf("the stop does not say %d done, %d not sent:\n%s", len(answers), n-len(answers), r.stderr)
+		v.Errorf("the stop does not say %d done, %d not sent:\n%s", len(answers), n-len(answers), r.stderr)
 	}
 	if c := d.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'STOP'`); c != issued {
-		t.Errorf("%d coupons in the table, %d ISSUED in the CSV", c, issued)
+		v.Errorf("%d coupons in the table, %d ISSUED in the CSV", c, issued)
 	}
 }
 
@@ -124,9 +133,21 @@ func (p *cutProxy) cut() {
 // TestGrantStopsWhenTheDatabaseStops: the database going away under a grant (its connections
 // cut and new ones refused) stops the grant after a streak of failed members: it says "database
 // unreachable", how many were done and not sent, and exits 1 (before: it ground through the whole
-// list, each member failing after its retries).
+// list, each member failing after its retries). Shown red on the broken variant, a grant without
+// the breaker, which sends all 60 members.
 func TestGrantStopsWhenTheDatabaseStops(t *testing.T) {
-	const n, workers = 3000, 4
+	checkAndBreak(t, grantOutageCheck, brokenVariant{"no breaker", func(t *testing.T) {
+		swap(t, &grantOutageStreak, math.MaxInt)
+	}})
+}
+
+func grantOutageCheck(t *testing.T, v *verdict) {
+	const n, workers = 60, 4
+	// Each member the outage fails takes up to one ISSUE_BUDGET: near the least, so that the broken
+	// variant's walk through the whole list stays short.
+	t.Setenv("ISSUE_BUDGET", "900ms")
+	t.Setenv("ISSUE_STATEMENT_TIMEOUT", "500ms")
+	t.Setenv("ISSUE_LOCK_TIMEOUT", "300ms")
 	d := newGrantDB(t, campaign.Campaign{ID: "DOWN", DiscountYen: 500, BudgetYen: 100_000_000})
 	u, err := url.Parse(d.admin)
 	if err != nil {
@@ -141,6 +162,9 @@ func TestGrantStopsWhenTheDatabaseStops(t *testing.T) {
 		code           int
 		stdout, stderr string
 	}
+	// The cut comes while the grant runs, made so rather than hoped for: its requests wait behind
+	// a held budget row (pg_blocking_pids) when the proxy is cut.
+	hold := pgtest.HoldCampaign(t, d.url, "DOWN")
 	done := make(chan result, 1)
 	go func() {
 		code, stdout, stderr := grantCLI("grant", "--campaign", "DOWN", "--members", path, "--out", csvPath,
@@ -153,22 +177,23 @@ func TestGrantStopsWhenTheDatabaseStops(t *testing.T) {
 			t.Fatalf("the grant ended before the cut: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		default:
 		}
-		if c := d.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'DOWN'`); c < 50 {
-			return fmt.Errorf("%d coupons so far", c)
+		if b := hold.Blocked(); b == 0 {
+			return fmt.Errorf("no request of the grant waits behind the hold")
 		}
 		return nil
 	})
 	proxy.cut()
+	hold.Release()
 	r := <-done
 	if r.code != 1 || !strings.Contains(r.stderr, "couponctl: grant: stopped: database unreachable") {
-		t.Errorf("grant: exit %d, want 1 saying the database is unreachable\n%s%s", r.code, r.stdout, r.stderr)
+		v.Errorf("grant: exit %d, want 1 saying the database is unreachable\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	answers := readGrantCSV(t, csvPath)
 	if len(answers) >= n {
-		t.Errorf("every member was sent, want the grant to stop")
+		v.Errorf("every member was sent, want the grant to stop")
 	}
 	if !strings.Contains(r.stderr, fmt.Sprintf("%d done, %d not sent", len(answers), n-len(answers))) {
-		t.Errorf("the stop does not say %d done, %d not sent:\n%s", len(answers), n-len(answers), r.stderr)
+		v.Errorf("the stop does not say %d done, %d not sent:\n%s", len(answers), n-len(answers), r.stderr)
 	}
 }
 
@@ -176,8 +201,14 @@ func TestGrantStopsWhenTheDatabaseStops(t *testing.T) {
 // streak of failed voids, saying "database unreachable" with how many were done and not sent,
 // exit 1 (before: it went through the whole file, each void failing); its re-run, once the
 // database answers, counts the coupons the first run voided as done and voids the rest, exit 0.
-// Counted with SQL.
+// Counted with SQL. Shown red on the broken variant, a void file without the breaker.
 func TestVoidFileStopsWhenTheDatabaseStops(t *testing.T) {
+	checkAndBreak(t, voidOutageCheck, brokenVariant{"no breaker", func(t *testing.T) {
+		swap(t, &voidOutageStreak, math.MaxInt)
+	}})
+}
+
+func voidOutageCheck(t *testing.T, v *verdict) {
 	const n = 400
 	d := newGrantDB(t, campaign.Campaign{ID: "VD", DiscountYen: 500, BudgetYen: 100_000_000})
 	path, members := memberFile(t, "v", n)
@@ -229,7 +260,7 @@ func TestVoidFileStopsWhenTheDatabaseStops(t *testing.T) {
 	// A void whose COMMIT was sent as the connection was cut is in the table but not among the
 	// run's "done": the re-run below counts it as an earlier run's.
 	if r.code != 1 || !strings.Contains(r.stderr, "couponctl: coupon void: stopped: database unreachable") {
-		t.Errorf("void file: exit %d, want 1 saying the database is unreachable\n%s", r.code, r.stderr)
+		v.Errorf("void file: exit %d, want 1 saying the database is unreachable\n%s", r.code, r.stderr)
 	}
 	if first >= n {
 		t.Fatalf("every coupon was voided before the cut: nothing shown")
@@ -237,9 +268,9 @@ func TestVoidFileStopsWhenTheDatabaseStops(t *testing.T) {
 	t.Setenv("DATABASE_URL", d.admin)
 	code, stdout, stderr := grantCLI("coupon", "void", "--file", file, "--reason", "FRAUD-1")
 	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("voided %d of %d coupons; %d voided by an earlier run; 0 refused", n-first, n, first)) {
-		t.Errorf("re-run: exit %d, want 0 with %d done by the first run\n%s%s", code, first, stdout, stderr)
+		v.Errorf("re-run: exit %d, want 0 with %d done by the first run\n%s%s", code, first, stdout, stderr)
 	}
 	if c := voided(); c != n {
-		t.Errorf("%d coupons voided after the re-run, want %d", c, n)
+		v.Errorf("%d coupons voided after the re-run, want %d", c, n)
 	}
 }

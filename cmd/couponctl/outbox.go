@@ -112,7 +112,7 @@ as a new push.`,
 			}
 			var pruned []prunedRow
 			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
-				pruned, err = prunedOf(cmd.Context(), pool, args)
+				pruned, err = prunedRows(cmd.Context(), pool, args)
 				if err != nil {
 					return err
 				}
@@ -149,6 +149,10 @@ type prunedRow struct {
 	id string
 	at time.Time
 }
+
+// prunedRows is prunedOf as requeue calls it: a variable, so that a test can swap in its broken
+// variant (prune_test.go).
+var prunedRows = prunedOf
 
 // prunedOf returns the coupons of ids whose outbox row was pruned, in ids' order.
 func prunedOf(ctx context.Context, q *pgxpool.Pool, ids []string) ([]prunedRow, error) {

@@ -8,6 +8,13 @@ import (
 	"path/filepath"
 )
 
+// outCheck and outDefault are checkOut and defaultOut as the verbs call them: variables, so that
+// a test can swap in their broken variants, kept in outfile_test.go.
+var (
+	outCheck   = checkOut
+	outDefault = defaultOut
+)
+
 // fileKind names what a non-regular file is, for a refusal.
 func fileKind(m fs.FileMode) string {
 	switch {

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -463,26 +464,44 @@ UPDATE campaign_budgets SET coupons_expire_at = now() WHERE campaign_id = 'X' RE
 // TestAuditAcceptsGrantedCoupons: a coupon `couponctl grant` wrote while the log ran, for a pair
 // the log holds (a member's tap answered ALREADY_ISSUED with it), is explained by its granted_by,
 // not failed as "no answer said ISSUED", and counted in the check's note (before: one false
-// failure per granted coupon of a logged pair).
+// failure per granted coupon of a logged pair). Shown red on the broken variant, an audit to
+// which granted_by explains nothing.
 func TestAuditAcceptsGrantedCoupons(t *testing.T) {
-	pool, answers := issueLog(t)
-	svc, err := issuance.New(pool, issuance.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := svc.Grant(context.Background(), "m8", "C")
-	if err != nil || out.Result != issuance.ResultIssued {
-		t.Fatalf("grant: %+v, %v", out, err)
-	}
-	answers = append(answers, answerOf(time.Now(), "m8", "C", "ALREADY_ISSUED", out.CouponID))
-	rep, err := Run(context.Background(), pool, answers, testConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := rep.Violations(); len(v) > 0 {
-		t.Errorf("violations: %q, want none", v)
-	}
-	if n := rep.Checks[4].Note; !strings.Contains(n, "1 coupons granted by couponctl grant") {
-		t.Errorf("check %q: note %q, want the granted coupon counted", rep.Checks[4].Name, n)
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			if broken {
+				saved := grantExplains
+				grantExplains = func(string) bool { return false }
+				t.Cleanup(func() { grantExplains = saved })
+			}
+			pool, answers := issueLog(t)
+			svc, err := issuance.New(pool, issuance.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := svc.Grant(context.Background(), "m8", "C")
+			if err != nil || out.Result != issuance.ResultIssued {
+				t.Fatalf("grant: %+v, %v", out, err)
+			}
+			answers = append(answers, answerOf(time.Now(), "m8", "C", "ALREADY_ISSUED", out.CouponID))
+			rep, err := Run(context.Background(), pool, answers, testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, note := rep.Violations(), rep.Checks[4].Note
+			if broken {
+				if len(v) == 0 {
+					t.Errorf("the broken variant passed the audit: the test would not see a granted coupon failed")
+				}
+				t.Logf("the broken variant: %q", v)
+				return
+			}
+			if len(v) > 0 {
+				t.Errorf("violations: %q, want none", v)
+			}
+			if !strings.Contains(note, "1 coupons granted by couponctl grant") {
+				t.Errorf("check %q: note %q, want the granted coupon counted", rep.Checks[4].Name, note)
+			}
+		})
 	}
 }

@@ -88,6 +88,10 @@ type Report struct {
 // NamedMonths is how many member-months a [Report] names; the counts cover every one.
 const NamedMonths = 20
 
+// monthsNamed is [NamedMonths] as [Check] asks for them: a variable, so that a test can swap in
+// its broken variant, a report that names none (names_internal_test.go).
+var monthsNamed = NamedMonths
+
 // MemberMonth is one member x month R3 found wrong: its counter and its live coupons' sum.
 type MemberMonth struct {
 	MemberID string `json:"member_id"`
@@ -131,7 +135,7 @@ func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
 	if r.MembersOverCap+r.UsageDrift == 0 {
 		return r, nil
 	}
-	rows, err = q.Query(ctx, sqlMonthsNamed, cfg.CapYen, NamedMonths)
+	rows, err = q.Query(ctx, sqlMonthsNamed, cfg.CapYen, monthsNamed)
 	if err == nil {
 		r.MonthsNamed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[MemberMonth])
 	}
