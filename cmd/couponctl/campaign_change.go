@@ -281,7 +281,7 @@ func writeHistory(w io.Writer, id string, list []campaign.Change) {
 
 // describe writes a change's figures before and after it as key=value pairs in key order, times
 // in Asia/Tokyo: for a budget or stripes change all of them (the issued yen they kept), otherwise
-// those it changed.
+// those it changed. A change with nothing before it, the create, has "-" before.
 func describe(c campaign.Change) (before, after string) {
 	keys := make([]string, 0, len(c.After))
 	for k := range c.After {
@@ -290,6 +290,9 @@ func describe(c campaign.Change) (before, after string) {
 		}
 	}
 	sort.Strings(keys)
+	if len(c.Before) == 0 {
+		return "-", pairs(keys, c.After)
+	}
 	return pairs(keys, c.Before), pairs(keys, c.After)
 }
 

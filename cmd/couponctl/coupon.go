@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -228,7 +229,7 @@ func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.C
 // dryRun says what voiding each of ids would do, from the coupon as it is now; it changes
 // nothing.
 func (v voider) dryRun(ctx context.Context, ids []string) error {
-	var would, refused int
+	var would, release, refused int
 	for _, id := range ids {
 		c, err := coupon.Show(ctx, v.db, id)
 		switch {
@@ -238,8 +239,9 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 		case c.VoidedAt != nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run (%s): done\n", id, tokyoTime(c.VoidedAt))
 		case c.VoidedAt != nil && v.reissue && !c.ReissueAllowed:
-			would++
-			fmt.Fprintf(v.out, "%s: would allow reissue: %s may be issued %s again; no counter changes\n", id, c.MemberID, c.CampaignID)
+			release++
+			fmt.Fprintf(v.out, "%s: voided already, at %s by %s: would release its pair for reissue: %s may be issued %s again; no counter changes\n",
+				id, tokyoTime(c.VoidedAt), orLegacy(c.VoidedBy), c.MemberID, c.CampaignID)
 		case c.VoidedAt != nil:
 			refused++
 			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: voided already, at %s by %s\n", id, tokyoTime(c.VoidedAt), c.VoidedBy)
@@ -252,7 +254,11 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 				id, c.AmountYen, c.CampaignID, c.MemberID, c.Month, c.Push)
 		}
 	}
-	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided, %d refused; nothing changed\n", would, len(ids), refused)
+	released := ""
+	if v.reissue {
+		released = fmt.Sprintf(", %d would have its pair released for reissue", release)
+	}
+	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided%s, %d refused; nothing changed\n", would, len(ids), released, refused)
 	return nil
 }
 
@@ -315,6 +321,9 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 			fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
 			text = strings.TrimPrefix(text, utf8BOM)
 		}
+		if why := misencoded(text); why != "" {
+			return nil, fmt.Errorf("%s:%d: %s", path, n, why)
+		}
 		line := strings.TrimSpace(text)
 		if line == "" || isComment(line) {
 			continue
@@ -331,6 +340,20 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 		return nil, fmt.Errorf("%s: no ids in it", path)
 	}
 	return ids, nil
+}
+
+// misencoded says what in line is not the UTF-8 (ASCII) text of an id file, "" when nothing is:
+// UTF-16 text (its byte order mark, or the NUL bytes between its ASCII characters), or a UTF-8
+// byte order mark past the file's start (files joined together, each saved with one).
+func misencoded(line string) string {
+	switch {
+	case strings.Contains(line, "\xff\xfe"), strings.Contains(line, "\xfe\xff"), strings.Contains(line, "\x00"):
+		return "UTF-16 text (a UTF-16 byte order mark or NUL bytes) from here on: save the file as UTF-8 (or ASCII)"
+	case strings.Contains(line, utf8BOM):
+		return fmt.Sprintf("a UTF-8 byte order mark (BOM) at byte %d of the line, where files were joined: remove it",
+			strings.Index(line, utf8BOM))
+	}
+	return ""
 }
 
 // isComment reports whether line (trimmed) is a comment of an id file: "#" alone is an id.
@@ -377,6 +400,13 @@ without coupons is not an error: it says so.`,
 			}
 			defer closePool()
 			if member != "" {
+				if campaignID != "" {
+					if _, err := campaign.Show(cmd.Context(), pool, campaignID); errors.Is(err, campaign.ErrNotFound) {
+						return fmt.Errorf("campaign %s does not exist (couponctl campaign list shows the campaigns)", campaignID)
+					} else if err != nil {
+						return err
+					}
+				}
 				list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
 				if err != nil {
 					return err

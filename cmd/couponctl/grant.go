@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -85,7 +86,8 @@ IssueCoupon's p99 within what docs/performance.md ("Granting a campaign to a lis
 It shows a progress bar with the rate and the time left (a line per 10% when stderr is not a
 terminal), then a table of the answers with what to do about each refusal, and writes --out
 (default BASE.ID.csv in the working directory, BASE being FILE's name without its directory): a CSV of member,result,coupon_id for every member answered,
-in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
+in FILE's order; a member id starting with =, +, - or @ is written behind a single quote ('=1+1)
+so that a spreadsheet shows it rather than running it as a formula. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
 (each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). It stops by itself,
 saying why, how many members were done and not sent, and exits 1, when continuing is pointless:
 once a member answers CAMPAIGN_NOT_ACTIVE (the campaign was paused or ended meanwhile), or after
@@ -441,7 +443,7 @@ func writeGrantCSV(tmp *os.File, path string, members []string, results []*grant
 	_ = w.Write([]string{"member", "result", "coupon_id"})
 	for i, g := range results {
 		if g != nil {
-			_ = w.Write([]string{members[i], g.result(), g.out.CouponID})
+			_ = w.Write([]string{csvCell(members[i]), g.result(), g.out.CouponID})
 		}
 	}
 	w.Flush()
@@ -449,6 +451,17 @@ func writeGrantCSV(tmp *os.File, path string, members []string, results []*grant
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// csvCell is s as a cell of grant's CSV that no spreadsheet runs as a formula (CSV injection):
+// a cell starting with =, +, -, @, tab or carriage return gets a single quote before it, as
+// OWASP's "CSV Injection" advises. Member ids are visible ASCII (shared/ids), so they may start
+// with the first four.
+func csvCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
 }
 
 // grantSummary is the answers counted by result.

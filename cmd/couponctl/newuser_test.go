@@ -157,7 +157,7 @@ func TestCorrectionDryRunSaysWhatHappens(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := grantCLI("coupon", "void", ids[0], "--allow-reissue", "--reason", "CS-2", "--dry-run")
-	if code != 0 || strings.Contains(stdout, "would be voided") ||
+	if code != 0 || strings.Contains(stdout, "would void") || !strings.Contains(stdout, "would release its pair for reissue") ||
 		!strings.Contains(stdout, "dry run: 0 of 1 coupons would be voided, 1 would have its pair released for reissue, 0 refused; nothing changed") {
 		t.Errorf("dry run of a correction: exit %d\n%s%s", code, stdout, stderr)
 	}

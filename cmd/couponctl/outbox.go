@@ -111,9 +111,9 @@ as a new push.`,
 				}
 			}
 			var pruned []prunedRow
+			var unknown []string
 			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
-				pruned, err = prunedOf(cmd.Context(), pool, args)
-				if err != nil {
+				if pruned, err = prunedOf(cmd.Context(), pool, args); err != nil {
 					return err
 				}
 				for _, p := range pruned {
@@ -121,7 +121,13 @@ as a new push.`,
 						"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
 						p.id, p.at.In(issuance.Tokyo).Format(time.RFC3339), p.id)
 				}
-				if n -= len(pruned); n > 0 {
+				if unknown, err = unknownOf(cmd.Context(), pool, args); err != nil {
+					return err
+				}
+				for _, id := range unknown {
+					fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: no such coupon (coupon show --member M lists a member's coupons)\n", id)
+				}
+				if n -= len(pruned) + len(unknown); n > 0 {
 					fmt.Fprintf(w, "%d of the given coupons were neither parked nor skipped; left alone\n", n)
 				}
 			}
@@ -133,7 +139,7 @@ as a new push.`,
 				}
 				return fmt.Errorf("%d rows refused (retry key expired)", len(res.KeyExpired))
 			}
-			if len(pruned) > 0 {
+			if len(pruned)+len(unknown) > 0 {
 				return errViolations // each named above
 			}
 			return nil
@@ -163,4 +169,16 @@ SELECT c.coupon_id::text, c.outbox_pruned_at FROM unnest($1::uuid[]) WITH ORDINA
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (p prunedRow, err error) {
 		return p, r.Scan(&p.id, &p.at)
 	})
+}
+
+// unknownOf returns the coupons of ids that do not exist, in ids' order.
+func unknownOf(ctx context.Context, q *pgxpool.Pool, ids []string) ([]string, error) {
+	rows, err := q.Query(ctx, `
+SELECT g.id::text FROM unnest($1::uuid[]) WITH ORDINALITY AS g(id, n)
+ WHERE NOT EXISTS (SELECT FROM issued_coupons c WHERE c.coupon_id = g.id)
+ ORDER BY g.n`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox requeue: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
