@@ -148,11 +148,11 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
 			streak = 0
-			fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err)
+			fmt.Fprintf(v.errs, "couponctl: %s: %s\n", id, tokyoTimes(err.Error()))
 		case err != nil:
 			refused++
 			streak++
-			fmt.Fprintf(v.errs, "couponctl: %s: failed: %v\n", id, err)
+			fmt.Fprintf(v.errs, "couponctl: %s: failed: %s\n", id, tokyoTimes(err.Error()))
 		default:
 			voided++
 			streak = 0
@@ -235,7 +235,7 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 		switch {
 		case err != nil:
 			refused++
-			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %v\n", id, err)
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %s\n", id, tokyoTimes(err.Error()))
 		case c.VoidedAt != nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run (%s): done\n", id, tokyoTime(c.VoidedAt))
 		case c.VoidedAt != nil && v.reissue && !c.ReissueAllowed:
@@ -260,14 +260,6 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 	}
 	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided%s, %d refused; nothing changed\n", would, len(ids), released, refused)
 	return nil
-}
-
-// tokyoTime formats t in Asia/Tokyo, RFC 3339, as every verb prints times.
-func tokyoTime(t *time.Time) string {
-	if t == nil {
-		return "(none)"
-	}
-	return t.In(issuance.Tokyo).Format(time.RFC3339)
 }
 
 // pushNote says what a void means for the coupon's LINE push.

@@ -238,3 +238,19 @@ func pgxIdent(t *testing.T, d grantDB) string {
 	}
 	return name
 }
+
+// TestTokyoTimes: PostgreSQL's text of a timestamptz in any session zone becomes RFC 3339 at
+// +09:00, its fraction kept; other text is left as it is.
+func TestTokyoTimes(t *testing.T) {
+	for in, want := range map[string]string{
+		"starts 2026-12-05 13:24:30+00 is not":                   "starts 2026-12-05T22:24:30+09:00 is not",
+		"at 2026-12-05 13:24:30.123456+00;":                      "at 2026-12-05T22:24:30.123456+09:00;",
+		"(2026-12-05 18:54:30+05:30) and 2026-12-05 22:24:30+09": "(2026-12-05T22:24:30+09:00) and 2026-12-05T22:24:30+09:00",
+		"2026-12-05 13:24:30-03:30:15":                           "2026-12-06T01:54:45+09:00",
+		"month 2026-12, 2026-12-05T22:24:30+09:00 kept":          "month 2026-12, 2026-12-05T22:24:30+09:00 kept",
+	} {
+		if got := tokyoTimes(in); got != want {
+			t.Errorf("tokyoTimes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

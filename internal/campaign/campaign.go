@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mops/coupon-api/shared/ids"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // ErrNotFound is returned by [Show] for a campaign id that does not exist.
@@ -127,7 +128,7 @@ func (c Campaign) Validate() error {
 	}
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
 		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID,
-			c.StartsAt.Format(time.RFC3339), c.EndsAt.Format(time.RFC3339))
+			c.StartsAt.In(issuance.Tokyo).Format(time.RFC3339), c.EndsAt.In(issuance.Tokyo).Format(time.RFC3339))
 	}
 	return nil
 }
