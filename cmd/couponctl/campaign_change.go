@@ -122,7 +122,19 @@ then on; coupons issued before keep theirs.` + changeHelp,
 				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days or --coupons-expire")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
-				return campaign.Update(ctx, db, args[0], ch)
+				if err := checkExpiryMove(ctx, db, args[0], ch); err != nil {
+					return nil, err
+				}
+				done, err := campaign.Update(ctx, db, args[0], ch)
+				if err != nil {
+					return done, err
+				}
+				if s, err := campaign.Show(ctx, db, args[0]); err == nil {
+					if w, _ := campaign.CheckExpiry(s.StartsAt, s.EndsAt, s.CouponsExpireAt); w != "" {
+						fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+					}
+				}
+				return done, nil
 			})
 		},
 	}
@@ -136,6 +148,30 @@ then on; coupons issued before keep theirs.` + changeHelp,
 	f.StringVar(&expires, "coupons-expire", "", "coupons issued from now valid until this instant, RFC 3339")
 	reasonFlag(c, &reason)
 	return c
+}
+
+// checkExpiryMove refuses (a usage error: exit 2) a change of campaign id after which its
+// coupons would expire at or before its start ([campaign.CheckExpiry]), judged on the campaign
+// as read just before the change.
+func checkExpiryMove(ctx context.Context, db campaign.Querier, id string, ch campaign.Changes) error {
+	if !ch.SetStarts && !ch.SetValidity {
+		return nil
+	}
+	s, err := campaign.Show(ctx, db, id)
+	if err != nil {
+		return err
+	}
+	starts, expire := s.StartsAt, s.CouponsExpireAt
+	if ch.SetStarts {
+		starts = ch.StartsAt
+	}
+	if ch.SetValidity {
+		expire = ch.ExpireAt
+	}
+	if _, err := campaign.CheckExpiry(starts, nil, expire); err != nil {
+		return usageError{fmt.Errorf("campaign %s: %w; nothing changed", id, err)}
+	}
+	return nil
 }
 
 // stateCmd is pause, resume or end: one change of the campaign's state.

@@ -29,7 +29,7 @@ func TestCouponsExpireInsideThePeriod(t *testing.T) {
 
 	code, stdout, stderr := grantCLI("campaign", "create", "--id", "EARLY", "--discount-yen", "500", "--budget-yen", "5000",
 		"--starts", at(10), "--ends", at(20), "--coupons-expire", at(5))
-	if code != 2 || !strings.Contains(stderr, "--coupons-expire "+at(5)) || !strings.Contains(stderr, "--starts "+at(10)) {
+	if code != 2 || !strings.Contains(stderr, "expire at "+at(5)+", at or before its start at "+at(10)) {
 		t.Errorf("create with coupons expiring before the start: exit %d, want 2 naming both instants\n%s%s", code, stdout, stderr)
 	}
 	if n := rows("EARLY"); n != 0 {
