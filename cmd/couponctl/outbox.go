@@ -55,7 +55,7 @@ func outboxStatusCmd() *cobra.Command {
 			fmt.Fprintln(tw, "COUPON_ID\tMEMBER_ID\tATTEMPTS\tPARKED_AT\tLAST_ERROR")
 			for _, p := range s.ParkedRows {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.CouponID, p.MemberID, p.Attempts,
-					p.ParkedAt.Format(time.RFC3339), strings.ReplaceAll(p.LastError, "\n", " "))
+					tokyoTime(&p.ParkedAt), strings.ReplaceAll(p.LastError, "\n", " "))
 			}
 			return tw.Flush()
 		},
