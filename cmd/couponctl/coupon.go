@@ -361,7 +361,7 @@ func couponShowCmd() *cobra.Command {
 		Long: `Show one coupon by its id, or, with --member, every coupon of member M (of campaign C with
 --campaign), voided and redeemed ones included, oldest first: its id, campaign, state (live,
 voided, voided with reissue allowed, redeemed), amount, month, issue time and push. A member
-without coupons is not an error: it says so.`,
+without coupons is not an error: it says so. A --campaign that does not exist is (exit 1).`,
 		Example: `  couponctl coupon show 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41
   couponctl coupon show --member m0000101 --campaign XMAS-2026`,
 		Args: func(cmd *cobra.Command, args []string) error {

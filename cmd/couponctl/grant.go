@@ -59,8 +59,9 @@ func grantCmd() *cobra.Command {
 		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV] [--dry-run]",
 		Short: "Issue a campaign to every member of a list, through IssueCoupon's rules and answers",
 		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines, comments (a line
-starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM are skipped; a
-member listed twice is sent once), through the same issuance as
+starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are
+skipped; a BOM further down or UTF-16 text is refused, naming its line; a member listed twice is
+sent once), through the same issuance as
 IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap at MONTHLY_CAP_YEN),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.

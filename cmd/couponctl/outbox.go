@@ -73,8 +73,9 @@ func outboxRequeueCmd() *cobra.Command {
 attempt count starts again; last_error is kept. Requeue after fixing the cause: a member who
 unblocked the account, a LINE outage that outlasted the attempts, or (for a skipped row) a
 member who has since linked a LINE account (couponctl line link); a skipped row whose member is
-still unlinked is left as it is. (A refused channel token parks nothing: the relay gives the
-rows back and stops until the token is renewed.)
+still unlinked is left as it is. A coupon that does not exist, or whose row outbox prune
+deleted, is named on stderr and makes the verb exit 1. (A refused channel token parks nothing:
+the relay gives the rows back and stops until the token is renewed.)
 
 The push is re-sent with the same X-Line-Retry-Key, and LINE answers 409 instead of delivering
 again, but only for 24 hours after the key's first use (LINE Messaging API, "Retry failed API
