@@ -122,19 +122,7 @@ then on; coupons issued before keep theirs.` + changeHelp,
 				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days or --coupons-expire")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
-				if err := checkExpiryMove(ctx, db, args[0], ch); err != nil {
-					return nil, err
-				}
-				done, err := campaign.Update(ctx, db, args[0], ch)
-				if err != nil {
-					return done, err
-				}
-				if s, err := campaign.Show(ctx, db, args[0]); err == nil {
-					if w, _ := campaign.CheckExpiry(s.StartsAt, s.EndsAt, s.CouponsExpireAt); w != "" {
-						fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
-					}
-				}
-				return done, nil
+				return update(ctx, db, cmd.ErrOrStderr(), args[0], ch)
 			})
 		},
 	}
@@ -148,6 +136,25 @@ then on; coupons issued before keep theirs.` + changeHelp,
 	f.StringVar(&expires, "coupons-expire", "", "coupons issued from now valid until this instant, RFC 3339")
 	reasonFlag(c, &reason)
 	return c
+}
+
+// update applies ch to campaign id ([campaign.Update]) unless it would leave the campaign's
+// coupons expiring at or before its start ([checkExpiryMove]), and warns on w when they expire
+// before its end.
+func update(ctx context.Context, db campaign.Querier, w io.Writer, id string, ch campaign.Changes) ([]campaign.Change, error) {
+	if err := checkExpiryMove(ctx, db, id, ch); err != nil {
+		return nil, err
+	}
+	done, err := campaign.Update(ctx, db, id, ch)
+	if err != nil {
+		return done, err
+	}
+	if s, err := campaign.Show(ctx, db, id); err == nil {
+		if warning, _ := campaign.CheckExpiry(s.StartsAt, s.EndsAt, s.CouponsExpireAt); warning != "" {
+			fmt.Fprintln(w, "warning:", warning)
+		}
+	}
+	return done, nil
 }
 
 // checkExpiryMove refuses (a usage error: exit 2) a change of campaign id after which its

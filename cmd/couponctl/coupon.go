@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/campaign"
@@ -254,12 +255,18 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 				id, c.AmountYen, c.CampaignID, c.MemberID, c.Month, c.Push)
 		}
 	}
+	v.dryRunSummary(len(ids), would, release, refused)
+	return nil
+}
+
+// dryRunSummary is the dry run's last line: of total coupons, how many would be voided, would
+// have their pair released (a correction, with --allow-reissue) and would be refused.
+func (v voider) dryRunSummary(total, would, release, refused int) {
 	released := ""
 	if v.reissue {
 		released = fmt.Sprintf(", %d would have its pair released for reissue", release)
 	}
-	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided%s, %d refused; nothing changed\n", would, len(ids), released, refused)
-	return nil
+	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided%s, %d refused; nothing changed\n", would, total, released, refused)
 }
 
 // pushNote says what a void means for the coupon's LINE push.
@@ -392,19 +399,7 @@ without coupons is not an error: it says so. A --campaign that does not exist is
 			}
 			defer closePool()
 			if member != "" {
-				if campaignID != "" {
-					if _, err := campaign.Show(cmd.Context(), pool, campaignID); errors.Is(err, campaign.ErrNotFound) {
-						return fmt.Errorf("campaign %s does not exist (couponctl campaign list shows the campaigns)", campaignID)
-					} else if err != nil {
-						return err
-					}
-				}
-				list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
-				if err != nil {
-					return err
-				}
-				writeMemberCoupons(cmd.OutOrStdout(), member, campaignID, list)
-				return nil
+				return showMember(cmd, pool, member, campaignID)
 			}
 			c, err := coupon.Show(cmd.Context(), pool, args[0])
 			if err != nil {
@@ -417,6 +412,26 @@ without coupons is not an error: it says so. A --campaign that does not exist is
 	c.Flags().StringVar(&member, "member", "", "list this member's coupons")
 	c.Flags().StringVar(&campaignID, "campaign", "", "with --member: only this campaign's")
 	return c
+}
+
+// showMember prints member's coupons of campaignID (of every campaign when it is ""). A member
+// without coupons is not an error; a campaign that does not exist is.
+func showMember(cmd *cobra.Command, pool *pgxpool.Pool, member, campaignID string) error {
+	if campaignID != "" {
+		_, err := campaign.Show(cmd.Context(), pool, campaignID)
+		if errors.Is(err, campaign.ErrNotFound) {
+			return fmt.Errorf("campaign %s does not exist (couponctl campaign list shows the campaigns)", campaignID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	list, err := coupon.ForMember(cmd.Context(), pool, member, campaignID)
+	if err != nil {
+		return err
+	}
+	writeMemberCoupons(cmd.OutOrStdout(), member, campaignID, list)
+	return nil
 }
 
 // couponState is a coupon's state at now as show prints it: voided, redeemed, expired (at or

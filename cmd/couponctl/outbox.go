@@ -14,7 +14,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/opsverbs"
 	"github.com/mops/coupon-api/internal/outboxadmin"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -111,24 +110,12 @@ as a new push.`,
 					fmt.Fprintln(w, "  "+id)
 				}
 			}
-			var pruned []prunedRow
-			var unknown []string
+			missing := 0
 			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
-				if pruned, err = prunedOf(cmd.Context(), pool, args); err != nil {
+				if missing, err = nameMissing(cmd, pool, args); err != nil {
 					return err
 				}
-				for _, p := range pruned {
-					fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: its outbox row was pruned at %s (outbox prune deletes rows "+
-						"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
-						p.id, p.at.In(issuance.Tokyo).Format(time.RFC3339), p.id)
-				}
-				if unknown, err = unknownOf(cmd.Context(), pool, args); err != nil {
-					return err
-				}
-				for _, id := range unknown {
-					fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: no such coupon (coupon show --member M lists a member's coupons)\n", id)
-				}
-				if n -= len(pruned) + len(unknown); n > 0 {
+				if n -= missing; n > 0 {
 					fmt.Fprintf(w, "%d of the given coupons were neither parked nor skipped; left alone\n", n)
 				}
 			}
@@ -140,7 +127,7 @@ as a new push.`,
 				}
 				return fmt.Errorf("%d rows refused (retry key expired)", len(res.KeyExpired))
 			}
-			if len(pruned)+len(unknown) > 0 {
+			if missing > 0 {
 				return errViolations // each named above
 			}
 			return nil
@@ -149,6 +136,28 @@ as a new push.`,
 	c.Flags().BoolVar(&all, "all", false, "requeue every parked and skipped row")
 	c.Flags().BoolVar(&force, "force", false, "also requeue rows whose retry key has expired (the member may get the message twice)")
 	return c
+}
+
+// nameMissing names on stderr the coupons of ids that have no outbox row to requeue: those whose
+// row outbox prune deleted, and those that do not exist. It returns how many it named.
+func nameMissing(cmd *cobra.Command, pool *pgxpool.Pool, ids []string) (int, error) {
+	pruned, err := prunedOf(cmd.Context(), pool, ids)
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range pruned {
+		fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: its outbox row was pruned at %s (outbox prune deletes rows "+
+			"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
+			p.id, tokyoTime(&p.at), p.id)
+	}
+	unknown, err := unknownOf(cmd.Context(), pool, ids)
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range unknown {
+		fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: no such coupon (coupon show --member M lists a member's coupons)\n", id)
+	}
+	return len(pruned) + len(unknown), nil
 }
 
 // prunedRow is a coupon whose outbox row "outbox prune" deleted, and when.

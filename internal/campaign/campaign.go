@@ -126,6 +126,11 @@ func (c Campaign) Validate() error {
 	if c.CouponValidDays > 0 && c.CouponsExpireAt != nil {
 		return fmt.Errorf("campaign %s: give coupons a validity in days or an expiry instant, not both", c.ID)
 	}
+	return c.validatePeriod()
+}
+
+// validatePeriod checks c's period and its coupons' fixed expiry within it.
+func (c Campaign) validatePeriod() error {
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
 		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID, tokyo(c.StartsAt), tokyo(c.EndsAt))
 	}
