@@ -149,11 +149,11 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		case errors.Is(err, coupon.ErrRefused), errors.Is(err, coupon.ErrNotFound):
 			refused++
 			streak = 0
-			fmt.Fprintf(v.errs, "couponctl: %s: %s\n", id, tokyoTimes(err.Error()))
+			fmt.Fprintf(v.errs, "couponctl: %s: %s\n", id, refusalTimes(err.Error()))
 		case err != nil:
 			refused++
 			streak++
-			fmt.Fprintf(v.errs, "couponctl: %s: failed: %s\n", id, tokyoTimes(err.Error()))
+			fmt.Fprintf(v.errs, "couponctl: %s: failed: %s\n", id, refusalTimes(err.Error()))
 		default:
 			voided++
 			streak = 0
@@ -236,7 +236,7 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 		switch {
 		case err != nil:
 			refused++
-			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %s\n", id, tokyoTimes(err.Error()))
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %s\n", id, refusalTimes(err.Error()))
 		case c.VoidedAt != nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run (%s): done\n", id, tokyoTime(c.VoidedAt))
 		case c.VoidedAt != nil && v.reissue && !c.ReissueAllowed:
@@ -320,7 +320,7 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 			fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
 			text = strings.TrimPrefix(text, utf8BOM)
 		}
-		if why := misencoded(text); why != "" {
+		if why := idEncoding(text); why != "" {
 			return nil, fmt.Errorf("%s:%d: %s", path, n, why)
 		}
 		line := strings.TrimSpace(text)
@@ -354,6 +354,10 @@ func misencoded(line string) string {
 	}
 	return ""
 }
+
+// idEncoding is [misencoded] as readIDs calls it: a variable, so that a test can swap in its
+// broken variant (newuser_test.go).
+var idEncoding = misencoded
 
 // isComment reports whether line (trimmed) is a comment of an id file: "#" alone is an id.
 func isComment(line string) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/csv"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -108,8 +109,13 @@ func TestUnknownCouponAndCampaignAreNamed(t *testing.T) {
 
 // TestGrantCSVNeutralisesFormulas: member ids that a spreadsheet would run as a formula (=, +,
 // -, @ first) are written to grant's CSV behind a single quote (OWASP, "CSV Injection"), while
-// the coupons go to the members as they are named (counted with SQL).
+// the coupons go to the members as they are named (counted with SQL). Red on the broken variant,
+// the cell written as it is.
 func TestGrantCSVNeutralisesFormulas(t *testing.T) {
+	redAndGreen(t, grantCSVCheck, func(t *testing.T) { swapFor(t, &grantCSVCell, func(s string) string { return s }) })
+}
+
+func grantCSVCheck(t *testing.T, failf func(string, ...any)) {
 	d := newGrantDB(t, campaign.Campaign{ID: "F", DiscountYen: 500, BudgetYen: 1_000_000})
 	t.Setenv("DATABASE_URL", d.admin)
 	members := []string{"=1+1", "+81-90", "-2+3", "@SUM(A1)", "m=1"}
@@ -122,7 +128,7 @@ func TestGrantCSVNeutralisesFormulas(t *testing.T) {
 		t.Fatalf("grant: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if n := d.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'F' AND member_id = ANY($1)`, members); n != len(members) {
-		t.Errorf("%d coupons for the members as named, want %d", n, len(members))
+		failf("%d coupons for the members as named, want %d", n, len(members))
 	}
 	f, err := os.Open(out)
 	if err != nil {
@@ -137,12 +143,12 @@ func TestGrantCSVNeutralisesFormulas(t *testing.T) {
 	for _, l := range lines[1:] {
 		got[l[0]] = true
 		if strings.ContainsAny(l[0][:1], "=+-@\t\r") {
-			t.Errorf("CSV cell %q starts a formula", l[0])
+			failf("CSV cell %q starts a formula", l[0])
 		}
 	}
 	for _, want := range []string{"'=1+1", "'+81-90", "'-2+3", "'@SUM(A1)", "m=1"} {
 		if !got[want] {
-			t.Errorf("CSV lacks the member cell %q: %q", want, lines)
+			failf("CSV lacks the member cell %q: %q", want, lines)
 		}
 	}
 }
@@ -167,8 +173,13 @@ func TestCorrectionDryRunSaysWhatHappens(t *testing.T) {
 }
 
 // TestMemberFileEncodingNamed: a UTF-8 byte order mark, or UTF-16 text, after the first line of
-// a member file (files joined together) is named with its line, before anything is sent.
+// a member file (files joined together) is named with its line, before anything is sent. Red on
+// the broken variant, readIDs blind to the encoding (before: "byte 0 is 0xEF").
 func TestMemberFileEncodingNamed(t *testing.T) {
+	redAndGreen(t, memberFileEncodingCheck, func(t *testing.T) { swapFor(t, &idEncoding, func(string) string { return "" }) })
+}
+
+func memberFileEncodingCheck(t *testing.T, failf func(string, ...any)) {
 	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none") // never reached: the file is read first
 	utf16 := func(s string) string {
 		var b strings.Builder
@@ -190,7 +201,7 @@ func TestMemberFileEncodingNamed(t *testing.T) {
 		}
 		code, stdout, stderr := grantCLI("grant", "--campaign", "X", "--members", file)
 		if code != 1 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "byte 0 is 0x") {
-			t.Errorf("%s: exit %d, want 1 with %q\n%s%s", c.name, code, c.want, stdout, stderr)
+			failf("%s: exit %d, want 1 with %q\n%s%s", c.name, code, c.want, stdout, stderr)
 		}
 	}
 }
@@ -208,8 +219,13 @@ func TestHistoryCreateHasNoBefore(t *testing.T) {
 
 // TestDatabaseRefusalTimesInTokyo: a refusal raised by a SQL function with a time in it (ending a
 // campaign that has not started) prints that time in RFC 3339 at +09:00, as every other time
-// couponctl prints, not in PostgreSQL's format in the session's zone.
+// couponctl prints, not in PostgreSQL's format in the session's zone. Red on the broken variant,
+// the refusal printed as the database wrote it.
 func TestDatabaseRefusalTimesInTokyo(t *testing.T) {
+	redAndGreen(t, refusalTimesCheck, func(t *testing.T) { swapFor(t, &refusalTimes, func(s string) string { return s }) })
+}
+
+func refusalTimesCheck(t *testing.T, failf func(string, ...any)) {
 	d := newGrantDB(t)
 	t.Setenv("DATABASE_URL", d.url)
 	starts := time.Now().Add(72 * time.Hour).Truncate(time.Second).UTC()
@@ -225,7 +241,7 @@ func TestDatabaseRefusalTimesInTokyo(t *testing.T) {
 	want := starts.In(tokyo(t)).Format(time.RFC3339)
 	if code != 1 || !strings.Contains(stderr, "it starts "+want+")") ||
 		regexp.MustCompile(`\d{2}:\d{2}:\d{2}\+00`).MatchString(stderr) {
-		t.Errorf("end of a campaign not started: exit %d, want 1 with its start as %s\n%s%s", code, want, stdout, stderr)
+		failf("end of a campaign not started: exit %d, want 1 with its start as %s\n%s%s", code, want, stdout, stderr)
 	}
 }
 
@@ -253,4 +269,26 @@ func TestTokyoTimes(t *testing.T) {
 			t.Errorf("tokyoTimes(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// redAndGreen runs check as it is, where it must find nothing, then with the broken variant that
+// install puts in place (until its subtest ends), where it must find something: the check can
+// fail. check reports what it finds through failf, and stops t only where it cannot go on.
+func redAndGreen(t *testing.T, check func(t *testing.T, failf func(string, ...any)), install func(t *testing.T)) {
+	t.Run("fixed", func(t *testing.T) { check(t, t.Errorf) })
+	t.Run("broken variant", func(t *testing.T) {
+		install(t)
+		var found []string
+		check(t, func(format string, args ...any) { found = append(found, fmt.Sprintf(format, args...)) })
+		if len(found) == 0 {
+			t.Error("the check passed the broken variant")
+		}
+	})
+}
+
+// swapFor sets *p to v until t ends.
+func swapFor[T any](t *testing.T, p *T, v T) {
+	old := *p
+	*p = v
+	t.Cleanup(func() { *p = old })
 }

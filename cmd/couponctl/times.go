@@ -39,3 +39,7 @@ func tokyoTimes(msg string) string {
 		return t.In(issuance.Tokyo).Format(time.RFC3339Nano)
 	})
 }
+
+// refusalTimes is [tokyoTimes] as couponctl prints its errors: a variable, so that a test can
+// swap in its broken variant (newuser_test.go).
+var refusalTimes = tokyoTimes
