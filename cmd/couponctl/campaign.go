@@ -108,7 +108,7 @@ func checkExpiryFlag(def campaign.Campaign, expires string) error {
 	if def.CouponsExpireAt != nil && !def.CouponsExpireAt.After(time.Now()) {
 		return flagError("--coupons-expire %s has passed: every coupon would be issued expired", expires)
 	}
-	if _, err := campaign.CheckExpiry(def.StartsAt, def.EndsAt, def.CouponsExpireAt); err != nil {
+	if _, err := expiryCheck(def.StartsAt, def.EndsAt, def.CouponsExpireAt); err != nil {
 		return flagError("campaign %s: %w", def.ID, err)
 	}
 	return nil

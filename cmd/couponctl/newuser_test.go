@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/coupon"
 )
@@ -20,8 +22,15 @@ import (
 // TestCouponsExpireInsideThePeriod: a campaign whose coupons would expire at or before its start
 // could never issue one: create and update refuse it with exit 2, naming both instants in
 // +09:00, and write nothing (counted with SQL); coupons expiring before the period's end are what
-// the contract allows (the campaign ends at the expiry), and both verbs say so.
+// the contract allows (the campaign ends at the expiry), and both verbs say so. Red on the broken
+// variant, the expiry judged by nothing (before: both taken silently).
 func TestCouponsExpireInsideThePeriod(t *testing.T) {
+	redAndGreen(t, expiryInsidePeriodCheck, func(t *testing.T) {
+		swapFor(t, &expiryCheck, func(_, _, _ *time.Time) (string, error) { return "", nil })
+	})
+}
+
+func expiryInsidePeriodCheck(t *testing.T, failf func(string, ...any)) {
 	d := newGrantDB(t)
 	t.Setenv("DATABASE_URL", d.url)
 	day := time.Now().Add(48 * time.Hour).Truncate(time.Hour).In(tokyo(t))
@@ -31,15 +40,15 @@ func TestCouponsExpireInsideThePeriod(t *testing.T) {
 	code, stdout, stderr := grantCLI("campaign", "create", "--id", "EARLY", "--discount-yen", "500", "--budget-yen", "5000",
 		"--starts", at(10), "--ends", at(20), "--coupons-expire", at(5))
 	if code != 2 || !strings.Contains(stderr, "expire at "+at(5)+", at or before its start at "+at(10)) {
-		t.Errorf("create with coupons expiring before the start: exit %d, want 2 naming both instants\n%s%s", code, stdout, stderr)
+		failf("create with coupons expiring before the start: exit %d, want 2 naming both instants\n%s%s", code, stdout, stderr)
 	}
 	if n := rows("EARLY"); n != 0 {
-		t.Errorf("the refused create wrote %d campaigns rows", n)
+		failf("the refused create wrote %d campaigns rows", n)
 	}
 	code, stdout, stderr = grantCLI("campaign", "create", "--id", "SHORT", "--discount-yen", "500", "--budget-yen", "5000",
 		"--starts", at(10), "--ends", at(20), "--coupons-expire", at(15))
 	if code != 0 || !strings.Contains(stderr, "warning: its coupons expire at "+at(15)+", before its end at "+at(20)) {
-		t.Errorf("create with coupons expiring before the end: exit %d, want 0 with a warning naming both\n%s%s", code, stdout, stderr)
+		failf("create with coupons expiring before the end: exit %d, want 0 with a warning naming both\n%s%s", code, stdout, stderr)
 	}
 	if n := rows("SHORT"); n != 1 {
 		t.Fatalf("create SHORT wrote %d campaigns rows, want 1", n)
@@ -59,18 +68,18 @@ func TestCouponsExpireInsideThePeriod(t *testing.T) {
 	} {
 		code, stdout, stderr = grantCLI(append([]string{"campaign", "update", "SHORT", "--reason", "x"}, args...)...)
 		if code != 2 || !strings.Contains(stderr, "before its start") || !strings.Contains(stderr, "nothing changed") {
-			t.Errorf("update %v: exit %d, want 2 refusing coupons that expire before the start\n%s%s", args, code, stdout, stderr)
+			failf("update %v: exit %d, want 2 refusing coupons that expire before the start\n%s%s", args, code, stdout, stderr)
 		}
 	}
 	if got := startsAt(); got != at(10) {
-		t.Errorf("a refused update moved the start to %s", got)
+		failf("a refused update moved the start to %s", got)
 	}
 	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'SHORT' AND what <> 'create'`); n != 0 {
-		t.Errorf("refused updates wrote %d history rows", n)
+		failf("refused updates wrote %d history rows", n)
 	}
 	code, stdout, stderr = grantCLI("campaign", "update", "SHORT", "--ends", at(30), "--reason", "x")
 	if code != 0 || !strings.Contains(stderr, "warning: its coupons expire at "+at(15)+", before its end at "+at(30)) {
-		t.Errorf("update --ends past the expiry: exit %d, want 0 with the warning\n%s%s", code, stdout, stderr)
+		failf("update --ends past the expiry: exit %d, want 0 with the warning\n%s%s", code, stdout, stderr)
 	}
 }
 
@@ -89,21 +98,28 @@ func TestPruneFloorNamesItsSetting(t *testing.T) {
 // TestUnknownCouponAndCampaignAreNamed: "outbox requeue" of a coupon that does not exist, and
 // "coupon show --member M --campaign NOPE" of a campaign that does not exist, say so and exit 1
 // (before: "neither parked nor skipped; left alone" and "has no coupons of campaign NOPE", exit 0).
+// Red on requeue's broken variant, blind to coupons that do not exist.
 func TestUnknownCouponAndCampaignAreNamed(t *testing.T) {
+	redAndGreen(t, unknownNamedCheck, func(t *testing.T) {
+		swapFor(t, &couponsUnknown, func(context.Context, *pgxpool.Pool, []string) ([]string, error) { return nil, nil })
+	})
+}
+
+func unknownNamedCheck(t *testing.T, failf func(string, ...any)) {
 	d := newGrantDB(t, campaign.Campaign{ID: "K", DiscountYen: 500, BudgetYen: 1_000_000})
 	t.Setenv("DATABASE_URL", d.admin)
 	issueTo(t, d, "K", "k1")
 	const nobody = "00000000-0000-4000-8000-000000000001"
 	code, stdout, stderr := grantCLI("outbox", "requeue", nobody)
 	if code != 1 || !strings.Contains(stderr, "couponctl: "+nobody+": no such coupon") {
-		t.Errorf("requeue of an unknown coupon: exit %d, want 1 saying it does not exist\n%s%s", code, stdout, stderr)
+		failf("requeue of an unknown coupon: exit %d, want 1 saying it does not exist\n%s%s", code, stdout, stderr)
 	}
 	code, stdout, stderr = grantCLI("coupon", "show", "--member", "k1", "--campaign", "NOPE")
 	if code != 1 || !strings.Contains(stderr, "couponctl: campaign NOPE does not exist") {
-		t.Errorf("coupon show --campaign NOPE: exit %d, want 1 saying the campaign does not exist\n%s%s", code, stdout, stderr)
+		failf("coupon show --campaign NOPE: exit %d, want 1 saying the campaign does not exist\n%s%s", code, stdout, stderr)
 	}
 	if code, stdout, stderr = grantCLI("coupon", "show", "--member", "k1", "--campaign", "K"); code != 0 || !strings.Contains(stdout, "live") {
-		t.Errorf("coupon show --member k1 --campaign K: exit %d\n%s%s", code, stdout, stderr)
+		failf("coupon show --member k1 --campaign K: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
 

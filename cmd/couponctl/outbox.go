@@ -150,7 +150,7 @@ func nameMissing(cmd *cobra.Command, pool *pgxpool.Pool, ids []string) (int, err
 			"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
 			p.id, tokyoTime(&p.at), p.id)
 	}
-	unknown, err := unknownOf(cmd.Context(), pool, ids)
+	unknown, err := couponsUnknown(cmd.Context(), pool, ids)
 	if err != nil {
 		return 0, err
 	}
@@ -180,6 +180,10 @@ SELECT c.coupon_id::text, c.outbox_pruned_at FROM unnest($1::uuid[]) WITH ORDINA
 		return p, r.Scan(&p.id, &p.at)
 	})
 }
+
+// couponsUnknown is [unknownOf] as requeue calls it: a variable, so that a test can swap in its
+// broken variant (newuser_test.go).
+var couponsUnknown = unknownOf
 
 // unknownOf returns the coupons of ids that do not exist, in ids' order.
 func unknownOf(ctx context.Context, q *pgxpool.Pool, ids []string) ([]string, error) {
