@@ -335,7 +335,7 @@ current_setting('synchronous_commit'), (SELECT count(*) FROM pg_stat_replication
 		}
 	}
 	fmt.Fprintf(w, "%s, %d cores, %s, PostgreSQL %s (fsync %s, synchronous_commit %s, %s), ISSUE_BATCH_MAX %d\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), version, fsync, syncCommit,
+		time.Now().In(issuance.Tokyo).Format("2006-01-02 15:04 -07:00"), runtime.NumCPU(), runtime.Version(), version, fsync, syncCommit,
 		standbys, batchMax)
 	return nil
 }

@@ -47,8 +47,8 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			if def.CouponsExpireAt, err = parseTime("--coupons-expire", expires); err != nil {
 				return usageError{err}
 			}
-			if def.CouponsExpireAt != nil && !def.CouponsExpireAt.After(time.Now()) {
-				return flagError("--coupons-expire %s has passed: every coupon would be issued expired", expires)
+			if err := checkExpiryFlag(def, expires); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("coupon-valid-days") && def.CouponValidDays < 1 {
 				return flagError("--coupon-valid-days %d: want 1-%d", def.CouponValidDays, campaign.MaxValidDays)
@@ -100,6 +100,18 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 		_ = c.MarkFlagRequired(name)
 	}
 	return c
+}
+
+// checkExpiryFlag refuses (a usage error: exit 2) the --coupons-expire expires of a campaign
+// to create, def: one that has passed, or one at or before its start ([campaign.CheckExpiry]).
+func checkExpiryFlag(def campaign.Campaign, expires string) error {
+	if def.CouponsExpireAt != nil && !def.CouponsExpireAt.After(time.Now()) {
+		return flagError("--coupons-expire %s has passed: every coupon would be issued expired", expires)
+	}
+	if _, err := expiryCheck(def.StartsAt, def.EndsAt, def.CouponsExpireAt); err != nil {
+		return flagError("campaign %s: %w", def.ID, err)
+	}
+	return nil
 }
 
 func parseTime(flag, v string) (*time.Time, error) {

@@ -120,7 +120,7 @@ then on; coupons issued before keep theirs.` + changeHelp,
 				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days or --coupons-expire")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
-				return campaign.Update(ctx, db, args[0], ch)
+				return update(ctx, db, cmd.ErrOrStderr(), args[0], ch)
 			})
 		},
 	}
@@ -134,6 +134,53 @@ then on; coupons issued before keep theirs.` + changeHelp,
 	f.StringVar(&expires, "coupons-expire", "", "coupons issued from now valid until this instant, RFC 3339")
 	reasonFlag(c, &reason)
 	return c
+}
+
+// update applies ch to campaign id ([campaign.Update]) unless it would leave the campaign's
+// coupons expiring at or before its start ([checkExpiryMove]), and warns on w when they expire
+// before its end.
+func update(ctx context.Context, db campaign.Querier, w io.Writer, id string, ch campaign.Changes) ([]campaign.Change, error) {
+	if err := checkExpiryMove(ctx, db, id, ch); err != nil {
+		return nil, err
+	}
+	done, err := campaign.Update(ctx, db, id, ch)
+	if err != nil {
+		return done, err
+	}
+	if s, err := campaign.Show(ctx, db, id); err == nil {
+		if warning, _ := expiryCheck(s.StartsAt, s.EndsAt, s.CouponsExpireAt); warning != "" {
+			fmt.Fprintln(w, "warning:", warning)
+		}
+	}
+	return done, nil
+}
+
+// expiryCheck is [campaign.CheckExpiry] as create and update call it: a variable, so that a test
+// can swap in its broken variant (newuser_test.go).
+var expiryCheck = campaign.CheckExpiry
+
+// checkExpiryMove refuses (a usage error: exit 2) a change of campaign id after which its
+// coupons would expire at or before its start ([campaign.CheckExpiry]), judged on the campaign
+// as read just before the change.
+func checkExpiryMove(ctx context.Context, db campaign.Querier, id string, ch campaign.Changes) error {
+	if !ch.SetStarts && !ch.SetValidity {
+		return nil
+	}
+	s, err := campaign.Show(ctx, db, id)
+	if err != nil {
+		return err
+	}
+	starts, expire := s.StartsAt, s.CouponsExpireAt
+	if ch.SetStarts {
+		starts = ch.StartsAt
+	}
+	if ch.SetValidity {
+		expire = ch.ExpireAt
+	}
+	if _, err := expiryCheck(starts, nil, expire); err != nil {
+		return usageError{fmt.Errorf("campaign %s: %w; nothing changed", id, err)}
+	}
+	return nil
 }
 
 // stateCmd is pause, resume or end: one change of the campaign's state.
@@ -299,7 +346,7 @@ func writeHistory(w io.Writer, id string, list []campaign.Change) {
 
 // describe writes a change's figures before and after it as key=value pairs in key order, times
 // in Asia/Tokyo: for a budget or stripes change all of them (the issued yen they kept), otherwise
-// those it changed.
+// those it changed. A change with nothing before it, the create, has "-" before.
 func describe(c campaign.Change) (before, after string) {
 	keys := make([]string, 0, len(c.After))
 	for k := range c.After {
@@ -308,6 +355,9 @@ func describe(c campaign.Change) (before, after string) {
 		}
 	}
 	sort.Strings(keys)
+	if len(c.Before) == 0 {
+		return "-", pairs(keys, c.After)
+	}
 	return pairs(keys, c.Before), pairs(keys, c.After)
 }
 

@@ -12,8 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/coupon"
 	"github.com/mops/coupon-api/shared/ids"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -150,7 +152,7 @@ func (v voider) all(ctx context.Context, ids []string) error {
 		case err != nil:
 			refused++
 			streak++
-			fmt.Fprintf(v.errs, "couponctl: %s: failed: %v\n", id, err)
+			fmt.Fprintf(v.errs, "couponctl: %s: failed: %s\n", id, refusalTimes(err.Error()))
 		default:
 			voided++
 			streak = 0
@@ -227,7 +229,9 @@ func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.C
 
 // voidRefused prints the refusal err of coupon id's void: on stderr, once, as couponctl prints
 // every error. A variable, so that a test can swap in its broken variant (void_test.go).
-var voidRefused = func(v voider, id string, err error) { fmt.Fprintf(v.errs, "couponctl: %s: %v\n", id, err) }
+var voidRefused = func(v voider, id string, err error) {
+	fmt.Fprintf(v.errs, "couponctl: %s: %s\n", id, refusalTimes(err.Error()))
+}
 
 // voidDoneBefore is [voider.votedBefore] as a void file calls it: a variable, so that a test can
 // swap in its broken variant (void_test.go).
@@ -236,18 +240,19 @@ var voidDoneBefore = voider.votedBefore
 // dryRun says what voiding each of ids would do, from the coupon as it is now; it changes
 // nothing.
 func (v voider) dryRun(ctx context.Context, ids []string) error {
-	var would, refused int
+	var would, release, refused int
 	for _, id := range ids {
 		c, err := coupon.Show(ctx, v.db, id)
 		switch {
 		case err != nil:
 			refused++
-			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %v\n", id, err)
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %s\n", id, refusalTimes(err.Error()))
 		case c.VoidedAt != nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run (%s): done\n", id, tokyoTime(c.VoidedAt))
 		case c.VoidedAt != nil && v.reissue && !c.ReissueAllowed:
-			would++
-			fmt.Fprintf(v.out, "%s: would allow reissue: %s may be issued %s again; no counter changes\n", id, c.MemberID, c.CampaignID)
+			release++
+			fmt.Fprintf(v.out, "%s: voided already, at %s by %s: would release its pair for reissue: %s may be issued %s again; no counter changes\n",
+				id, tokyoTime(c.VoidedAt), orLegacy(c.VoidedBy), c.MemberID, c.CampaignID)
 		case c.VoidedAt != nil:
 			refused++
 			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: voided already, at %s by %s\n", id, tokyoTime(c.VoidedAt), c.VoidedBy)
@@ -260,16 +265,18 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 				id, c.AmountYen, c.CampaignID, c.MemberID, c.Month, c.Push)
 		}
 	}
-	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided, %d refused; nothing changed\n", would, len(ids), refused)
+	v.dryRunSummary(len(ids), would, release, refused)
 	return nil
 }
 
-// tokyoTime formats t in Asia/Tokyo, RFC 3339, as every verb prints times.
-func tokyoTime(t *time.Time) string {
-	if t == nil {
-		return "(none)"
+// dryRunSummary is the dry run's last line: of total coupons, how many would be voided, would
+// have their pair released (a correction, with --allow-reissue) and would be refused.
+func (v voider) dryRunSummary(total, would, release, refused int) {
+	released := ""
+	if v.reissue {
+		released = fmt.Sprintf(", %d would have its pair released for reissue", release)
 	}
-	return t.In(issuance.Tokyo).Format(time.RFC3339)
+	fmt.Fprintf(v.out, "dry run: %d of %d coupons would be voided%s, %d refused; nothing changed\n", would, total, released, refused)
 }
 
 // pushNote says what a void means for the coupon's LINE push.
@@ -325,6 +332,9 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 				fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
 			}
 		}
+		if why := idEncoding(text); why != "" {
+			return nil, fmt.Errorf("%s:%d: %s", path, n, why)
+		}
 		line := strings.TrimSpace(text)
 		if line == "" || idComment(line) {
 			continue
@@ -342,6 +352,24 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 	}
 	return ids, nil
 }
+
+// misencoded says what in line is not the UTF-8 (ASCII) text of an id file, "" when nothing is:
+// UTF-16 text (its byte order mark, or the NUL bytes between its ASCII characters), or a UTF-8
+// byte order mark past the file's start (files joined together, each saved with one).
+func misencoded(line string) string {
+	switch {
+	case strings.Contains(line, "\xff\xfe"), strings.Contains(line, "\xfe\xff"), strings.Contains(line, "\x00"):
+		return "UTF-16 text (a UTF-16 byte order mark or NUL bytes) from here on: save the file as UTF-8 (or ASCII)"
+	case strings.Contains(line, utf8BOM):
+		return fmt.Sprintf("a UTF-8 byte order mark (BOM) at byte %d of the line, where files were joined: remove it",
+			strings.Index(line, utf8BOM))
+	}
+	return ""
+}
+
+// idEncoding is [misencoded] as readIDs calls it: a variable, so that a test can swap in its
+// broken variant (newuser_test.go).
+var idEncoding = misencoded
 
 // isComment reports whether line (trimmed) is a comment of an id file: "#" alone is an id.
 func isComment(line string) bool {
@@ -364,7 +392,7 @@ func couponShowCmd() *cobra.Command {
 		Long: `Show one coupon by its id, or, with --member, every coupon of member M (of campaign C with
 --campaign), voided and redeemed ones included, oldest first: its id, campaign, state (live,
 voided, voided with reissue allowed, redeemed), amount, month, issue time and push. A member
-without coupons is not an error: it says so.`,
+without coupons is not an error: it says so. A --campaign that does not exist is (exit 1).`,
 		Example: `  couponctl coupon show 0b8f6b1e-3c52-4a0c-9d0e-6a7f2f1d9c41
   couponctl coupon show --member m0000101 --campaign XMAS-2026`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -395,12 +423,7 @@ without coupons is not an error: it says so.`,
 			}
 			defer closePool()
 			if member != "" {
-				list, err := memberCoupons(cmd.Context(), pool, member, campaignID)
-				if err != nil {
-					return err
-				}
-				writeMemberCoupons(cmd.OutOrStdout(), member, campaignID, list)
-				return nil
+				return showMember(cmd, pool, member, campaignID)
 			}
 			c, err := coupon.Show(cmd.Context(), pool, args[0])
 			if err != nil {
@@ -418,6 +441,26 @@ without coupons is not an error: it says so.`,
 // memberCoupons is [coupon.ForMember] as coupon show --member calls it: a variable, so that a
 // test can swap in its broken variants (coupon_show_test.go).
 var memberCoupons = coupon.ForMember
+
+// showMember prints member's coupons of campaignID (of every campaign when it is ""). A member
+// without coupons is not an error; a campaign that does not exist is.
+func showMember(cmd *cobra.Command, pool *pgxpool.Pool, member, campaignID string) error {
+	if campaignID != "" {
+		_, err := campaign.Show(cmd.Context(), pool, campaignID)
+		if errors.Is(err, campaign.ErrNotFound) {
+			return fmt.Errorf("campaign %s does not exist (couponctl campaign list shows the campaigns)", campaignID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	list, err := memberCoupons(cmd.Context(), pool, member, campaignID)
+	if err != nil {
+		return err
+	}
+	writeMemberCoupons(cmd.OutOrStdout(), member, campaignID, list)
+	return nil
+}
 
 // couponState is a coupon's state at now as show prints it: voided, redeemed, expired (at or
 // after its expires_at: it is no longer valid, and the relay never pushes it), else live.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -58,8 +59,9 @@ func grantCmd() *cobra.Command {
 		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV] [--dry-run]",
 		Short: "Issue a campaign to every member of a list, through IssueCoupon's rules and answers",
 		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines, comments (a line
-starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM are skipped; a
-member listed twice is sent once), through the same issuance as
+starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are
+skipped; a BOM further down or UTF-16 text is refused, naming its line; a member listed twice is
+sent once), through the same issuance as
 IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap at MONTHLY_CAP_YEN),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.
@@ -85,7 +87,8 @@ IssueCoupon's p99 within what docs/performance.md ("Granting a campaign to a lis
 It shows a progress bar with the rate and the time left (a line per 10% when stderr is not a
 terminal), then a table of the answers with what to do about each refusal, and writes --out
 (default BASE.ID.csv in the working directory, BASE being FILE's name without its directory): a CSV of member,result,coupon_id for every member answered,
-in FILE's order. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
+in FILE's order; a member id starting with =, +, - or @ is written behind a single quote ('=1+1)
+so that a spreadsheet shows it rather than running it as a formula. Ctrl-C (SIGINT) or SIGTERM stops sending, waits for the requests in flight
 (each ends within ISSUE_BUDGET), writes the CSV whole and exits 130 (143). It stops by itself,
 saying why, how many members were done and not sent, and exits 1, when continuing is pointless:
 once a member answers CAMPAIGN_NOT_ACTIVE (the campaign was paused or ended meanwhile), or after
@@ -450,7 +453,7 @@ func writeGrantCSV(tmp *os.File, path string, members []string, results []*grant
 	_ = w.Write([]string{"member", "result", "coupon_id"})
 	for i, g := range results {
 		if g != nil {
-			_ = w.Write([]string{members[i], grantedResult(*g), g.out.CouponID})
+			_ = w.Write([]string{grantCSVCell(members[i]), grantedResult(*g), g.out.CouponID})
 		}
 	}
 	w.Flush()
@@ -459,6 +462,21 @@ func writeGrantCSV(tmp *os.File, path string, members []string, results []*grant
 	}
 	return os.Rename(tmp.Name(), path)
 }
+
+// csvCell is s as a cell of grant's CSV that no spreadsheet runs as a formula (CSV injection):
+// a cell starting with =, +, -, @, tab or carriage return gets a single quote before it, as
+// OWASP's "CSV Injection" advises. Member ids are visible ASCII (shared/ids), so they may start
+// with the first four.
+func csvCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
+// grantCSVCell is [csvCell] as writeGrantCSV calls it: a variable, so that a test can swap in
+// its broken variant (newuser_test.go).
+var grantCSVCell = csvCell
 
 // grantSummary is the answers counted by result.
 type grantSummary struct {

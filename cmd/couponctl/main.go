@@ -83,7 +83,7 @@ const (
 )
 
 // run runs the command line args and returns the process's exit code. An error is printed once
-// on stderr, as "couponctl: ...": with the verb's usage when the command line was not understood
+// on stderr, as "couponctl: ...", its times at +09:00 ([refusalTimes]): with the verb's usage when the command line was not understood
 // (exit 2); as "couponctl: interrupted" when a signal ended the verb (exit 130 for Ctrl-C, 143
 // for SIGTERM), whatever the phase it interrupted failed with (a cancelled request, SQLSTATE
 // 57014 from a cancelled query): the verbs clean up before they return.
@@ -105,12 +105,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &usage), errors.As(err, new(opsverbs.UsageError)):
-		fmt.Fprintf(stderr, "couponctl: %v\n\n%s", err, cmd.UsageString())
+		fmt.Fprintf(stderr, "couponctl: %s\n\n%s", refusalTimes(err.Error()), cmd.UsageString())
 		return exitUsage
 	case errors.Is(err, errViolations):
 		return 1
 	}
-	fmt.Fprintln(stderr, "couponctl:", err)
+	fmt.Fprintln(stderr, "couponctl:", refusalTimes(err.Error()))
 	return 1
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/opsverbs"
 	"github.com/mops/coupon-api/internal/outboxadmin"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 
@@ -55,7 +54,7 @@ func outboxStatusCmd() *cobra.Command {
 			fmt.Fprintln(tw, "COUPON_ID\tMEMBER_ID\tATTEMPTS\tPARKED_AT\tLAST_ERROR")
 			for _, p := range s.ParkedRows {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.CouponID, p.MemberID, p.Attempts,
-					p.ParkedAt.Format(time.RFC3339), strings.ReplaceAll(p.LastError, "\n", " "))
+					tokyoTime(&p.ParkedAt), strings.ReplaceAll(p.LastError, "\n", " "))
 			}
 			return tw.Flush()
 		},
@@ -73,8 +72,9 @@ func outboxRequeueCmd() *cobra.Command {
 attempt count starts again; last_error is kept. Requeue after fixing the cause: a member who
 unblocked the account, a LINE outage that outlasted the attempts, or (for a skipped row) a
 member who has since linked a LINE account (couponctl line link); a skipped row whose member is
-still unlinked is left as it is. (A refused channel token parks nothing: the relay gives the
-rows back and stops until the token is renewed.)
+still unlinked is left as it is. A coupon that does not exist, or whose row outbox prune
+deleted, is named on stderr and makes the verb exit 1. (A refused channel token parks nothing:
+the relay gives the rows back and stops until the token is renewed.)
 
 The push is re-sent with the same X-Line-Retry-Key, and LINE answers 409 instead of delivering
 again, but only for 24 hours after the key's first use (LINE Messaging API, "Retry failed API
@@ -110,18 +110,12 @@ as a new push.`,
 					fmt.Fprintln(w, "  "+id)
 				}
 			}
-			var pruned []prunedRow
+			missing := 0
 			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
-				pruned, err = prunedRows(cmd.Context(), pool, args)
-				if err != nil {
+				if missing, err = nameMissing(cmd, pool, args); err != nil {
 					return err
 				}
-				for _, p := range pruned {
-					fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: its outbox row was pruned at %s (outbox prune deletes rows "+
-						"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
-						p.id, p.at.In(issuance.Tokyo).Format(time.RFC3339), p.id)
-				}
-				if n -= len(pruned); n > 0 {
+				if n -= missing; n > 0 {
 					fmt.Fprintf(w, "%d of the given coupons were neither parked nor skipped; left alone\n", n)
 				}
 			}
@@ -133,7 +127,7 @@ as a new push.`,
 				}
 				return fmt.Errorf("%d rows refused (retry key expired)", len(res.KeyExpired))
 			}
-			if len(pruned) > 0 {
+			if missing > 0 {
 				return errViolations // each named above
 			}
 			return nil
@@ -142,6 +136,28 @@ as a new push.`,
 	c.Flags().BoolVar(&all, "all", false, "requeue every parked and skipped row")
 	c.Flags().BoolVar(&force, "force", false, "also requeue rows whose retry key has expired (the member may get the message twice)")
 	return c
+}
+
+// nameMissing names on stderr the coupons of ids that have no outbox row to requeue: those whose
+// row outbox prune deleted, and those that do not exist. It returns how many it named.
+func nameMissing(cmd *cobra.Command, pool *pgxpool.Pool, ids []string) (int, error) {
+	pruned, err := prunedRows(cmd.Context(), pool, ids)
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range pruned {
+		fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: its outbox row was pruned at %s (outbox prune deletes rows "+
+			"sent or skipped before the retention): it cannot be requeued; coupon show %s says how it ended\n",
+			p.id, tokyoTime(&p.at), p.id)
+	}
+	unknown, err := couponsUnknown(cmd.Context(), pool, ids)
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range unknown {
+		fmt.Fprintf(cmd.ErrOrStderr(), "couponctl: %s: no such coupon (coupon show --member M lists a member's coupons)\n", id)
+	}
+	return len(pruned) + len(unknown), nil
 }
 
 // prunedRow is a coupon whose outbox row "outbox prune" deleted, and when.
@@ -167,4 +183,20 @@ SELECT c.coupon_id::text, c.outbox_pruned_at FROM unnest($1::uuid[]) WITH ORDINA
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (p prunedRow, err error) {
 		return p, r.Scan(&p.id, &p.at)
 	})
+}
+
+// couponsUnknown is [unknownOf] as requeue calls it: a variable, so that a test can swap in its
+// broken variant (newuser_test.go).
+var couponsUnknown = unknownOf
+
+// unknownOf returns the coupons of ids that do not exist, in ids' order.
+func unknownOf(ctx context.Context, q *pgxpool.Pool, ids []string) ([]string, error) {
+	rows, err := q.Query(ctx, `
+SELECT g.id::text FROM unnest($1::uuid[]) WITH ORDINALITY AS g(id, n)
+ WHERE NOT EXISTS (SELECT FROM issued_coupons c WHERE c.coupon_id = g.id)
+ ORDER BY g.n`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox requeue: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

@@ -353,7 +353,7 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 	switch issuance.Result(a.Result) {
 	case issuance.ResultUnknownCampaign:
 		if exists && camp.createdAt.Before(sentEarliest) {
-			return fmt.Sprintf("the campaign exists since %s", camp.createdAt.Format(time.RFC3339)), true
+			return fmt.Sprintf("the campaign exists since %s", camp.createdAt.In(issuance.Tokyo).Format(time.RFC3339)), true
 		}
 		return "", true
 	case issuance.ResultCampaignNotActive, issuance.ResultBudgetExceeded, issuance.ResultMonthlyCap, issuance.ResultCouponVoided:

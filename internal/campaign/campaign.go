@@ -126,15 +126,40 @@ func (c Campaign) Validate() error {
 		return fmt.Errorf("campaign %s: give coupons a validity in days or an expiry instant, not both", c.ID)
 	}
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
-		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID,
-			c.StartsAt.Format(time.RFC3339), c.EndsAt.Format(time.RFC3339))
+		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID, tokyo(c.StartsAt), tokyo(c.EndsAt))
 	}
 	return nil
 }
 
+// CheckExpiry judges coupons that all expire at expire (a fixed expiry, nil for none) against
+// the period [starts, ends) (nil bounds are open). It refuses coupons that expire at or before
+// the start: the campaign could never issue one. Coupons that expire before the end are legal:
+// the campaign ends at their expiry (IssueCoupon answers CAMPAIGN_NOT_ACTIVE, reason ENDED,
+// docs/api.md); the warning says so. The database takes both ([Create] and [Update] do not
+// call it): couponctl refuses the operator's mistake before it writes.
+func CheckExpiry(starts, ends, expire *time.Time) (warning string, err error) {
+	switch {
+	case expire == nil:
+	case starts != nil && !expire.After(*starts):
+		return "", fmt.Errorf("its coupons would expire at %s, at or before its start at %s: it could never issue one",
+			tokyo(expire), tokyo(starts))
+	case ends != nil && expire.Before(*ends):
+		return fmt.Sprintf("its coupons expire at %s, before its end at %s: the campaign ends at %s "+
+			"(IssueCoupon answers CAMPAIGN_NOT_ACTIVE, reason ENDED, from then)", tokyo(expire), tokyo(ends), tokyo(expire)), nil
+	}
+	return "", nil
+}
+
+// tokyo is t in RFC 3339 at +09:00, as couponctl prints every time. A fixed zone: Asia/Tokyo
+// has kept +09:00 without daylight saving since 1951, and this package stays below
+// shared/issuance (whose tests create campaigns with it).
+func tokyo(t *time.Time) string { return t.In(jst).Format(time.RFC3339) }
+
+var jst = time.FixedZone("JST", 9*60*60)
+
 // Warnings lists what is legal about c but probably not meant, given R3's cap capYen: a coupon
 // above the cap (every request would be MONTHLY_CAP), a budget that leaves yen no coupon can use,
-// a period that has already ended at now.
+// a period that has already ended at now, coupons that expire before the period ends.
 func (c Campaign) Warnings(capYen int, now time.Time) []string {
 	var w []string
 	if c.DiscountYen > capYen {
@@ -145,6 +170,9 @@ func (c Campaign) Warnings(capYen int, now time.Time) []string {
 	}
 	if c.EndsAt != nil && !c.EndsAt.After(now) {
 		w = append(w, "the campaign has already ended: every request will be CAMPAIGN_NOT_ACTIVE")
+	}
+	if expiry, _ := CheckExpiry(c.StartsAt, c.EndsAt, c.CouponsExpireAt); expiry != "" {
+		w = append(w, expiry)
 	}
 	return w
 }

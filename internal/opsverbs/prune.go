@@ -44,18 +44,20 @@ A pruned row cannot be requeued (outbox requeue says so), so a retention below %
 nothing.`, outbox.PruneBatch, outbox.DefaultRetention, PruneFloor),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			setting := "--older-than " // what set the retention, as the refusals name it
 			if !cmd.Flags().Changed("older-than") {
 				var err error
 				if olderThan, err = envconf.Duration("RELAY_RETENTION", outbox.DefaultRetention); err != nil {
 					return err
 				}
+				setting = "RELAY_RETENTION="
 			}
 			switch {
 			case olderThan <= 0:
-				return flagError("--older-than %s: must be positive", olderThan)
+				return flagError("%s%s: must be positive", setting, olderThan)
 			case olderThan < PruneFloor && !force:
-				return flagError("--older-than %s: below the %s floor: a pruned row can no longer be requeued; "+
-					"give --force to prune it anyway", olderThan, PruneFloor)
+				return flagError("%s%s: below the %s floor: a pruned row can no longer be requeued; "+
+					"give --force to prune it anyway", setting, olderThan, PruneFloor)
 			}
 			pool, closePool, err := OpenMigrated(cmd.Context())
 			if err != nil {
