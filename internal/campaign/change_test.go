@@ -431,7 +431,7 @@ func TestPauseUnderLoad(t *testing.T) {
 			t.Parallel()
 			l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon})
 			if broken {
-				pgtest.BreakFunction(t, l.pool, "issue_coupons_batch", [2]string{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL", "true"})
+				pgtest.BreakFunction(t, l.pool, "issue_coupons_batch", stateOnlyByReads...)
 			}
 			answer := pauseOverAQueuedCall(t, l, "RUN")
 			var wrong []string
@@ -719,6 +719,14 @@ func TestConcurrentChanges(t *testing.T) {
 	}
 }
 
+// stateOnlyByReads is the broken variant of issue_coupons_batch that judges the campaign's state
+// only by its reads: the guards on the stripe it writes, the free stripe's (judged at the instant
+// taken just before it) and the waited stripe's, always true.
+var stateOnlyByReads = [][2]string{
+	{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, v_now) IS NULL", "true"},
+	{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL", "true"},
+}
+
 // TestPauseJudgedOnTheStripe: a pause that has not committed yet holds every stripe; a call that
 // read the campaign active meanwhile waits for a stripe, and once the pause commits it is refused
 // CAMPAIGN_NOT_ACTIVE PAUSED and writes nothing: issue_coupon (the previous release's call, a
@@ -732,14 +740,13 @@ func TestPauseJudgedOnTheStripe(t *testing.T) {
 	batch := `SELECT array_agg(result || ' ' || coalesce(reason, '') ORDER BY i) FROM issue_coupons_batch('RUN',
 		ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()], ARRAY['m1', 'm2', 'm1'], ARRAY[now(), now(), now()], 2000,
 		ARRAY[NULL, NULL, NULL]::text[])`
-	guard := "campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL"
 	for _, c := range []struct{ name, call string }{{"issue_coupon", single}, {"issue_coupons_batch", batch}} {
 		for _, broken := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s broken=%v", c.name, broken), func(t *testing.T) {
 				t.Parallel()
 				l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100 * coupon, Stripes: 2})
 				if broken {
-					pgtest.BreakFunction(t, l.pool, "issue_coupons_batch", [2]string{guard, "true"})
+					pgtest.BreakFunction(t, l.pool, "issue_coupons_batch", stateOnlyByReads...)
 				}
 				pause, err := l.pool.Begin(ctx)
 				if err != nil {
