@@ -190,7 +190,7 @@ func TestIssueRole(t *testing.T) {
 	if err := issueWork(ctx, db.as); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := reconcile.Check(ctx, db.owner, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(ctx, db.owner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,14 +376,13 @@ func TestAdminRole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen}
-	if rep, err := reconcile.Check(ctx, db.as, cfg); err != nil || len(rep.Violations()) == 0 {
+	if rep, err := reconcile.Check(ctx, db.as); err != nil || len(rep.Violations()) == 0 {
 		t.Fatalf("reconcile: %v, %v; want the drifts", rep.Violations(), err)
 	}
 	if rep, err := reconcile.Repair(ctx, db.as); err != nil || len(rep.Campaigns) != 1 || len(rep.Usage) != 2 {
 		t.Fatalf("reconcile --repair: %+v, %v; want 1 campaign and 2 usage rows rebuilt", rep, err)
 	}
-	if rep, err := reconcile.Check(ctx, db.as, cfg); err != nil || len(rep.Violations()) != 0 {
+	if rep, err := reconcile.Check(ctx, db.as); err != nil || len(rep.Violations()) != 0 {
 		t.Fatalf("reconcile after repair: %v, %v; want none", rep.Violations(), err)
 	}
 

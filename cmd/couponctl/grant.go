@@ -20,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/rules"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
@@ -60,7 +61,7 @@ func grantCmd() *cobra.Command {
 		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines, comments (a line
 starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM are skipped; a
 member listed twice is sent once), through the same issuance as
-IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap at MONTHLY_CAP_YEN),
+IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap as the database holds it: couponctl rules show),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.
 
@@ -204,7 +205,11 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	if err := schema.Check(ctx, pool); err != nil {
 		return err
 	}
-	plan, err := checkGrant(ctx, pool, job, cfg.MonthlyCapYen)
+	set, _, err := rules.Show(ctx, pool)
+	if err != nil {
+		return err
+	}
+	plan, err := checkGrant(ctx, pool, job, set.MonthlyCapYen)
 	if err != nil {
 		return err
 	}
@@ -325,7 +330,7 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen in
 			id, at(s.StartsAt), id)
 	}
 	if s.DiscountYen > capYen {
-		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (MONTHLY_CAP_YEN): "+
+		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (couponctl rules show): "+
 			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, capYen)
 	}
 	if err := pool.QueryRow(ctx, sqlGrantHeld, id, job.members).Scan(&p.held, &p.voided); err != nil {
@@ -489,7 +494,7 @@ var grantResults = []string{
 func grantAdvice(result, id string) string {
 	switch result {
 	case string(issuance.ResultMonthlyCap):
-		return "these members have used their monthly cap (MONTHLY_CAP_YEN) in this Asia/Tokyo month; the same command next month may grant them"
+		return "these members have used their monthly cap (couponctl rules show) in this Asia/Tokyo month; the same command next month may grant them"
 	case string(issuance.ResultBudgetExceeded):
 		return fmt.Sprintf("the budget ran out; raise it (couponctl campaign update %s --add-budget-yen D --reason TEXT) "+
 			"and run the same command again: only these members are sent a new coupon", id)

@@ -67,7 +67,7 @@ func (d *voidDB) count(t *testing.T, sql string, args ...any) int64 {
 // of the live coupons it counts, R1-R3, the outbox) and any stripe outside 0..its budget.
 func (d *voidDB) violations(t *testing.T) []string {
 	t.Helper()
-	rep, err := reconcile.Check(context.Background(), d.pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), d.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -608,7 +608,7 @@ func checkTables(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stub *li
 	if notSent == 0 {
 		ps = append(ps, "no coupon was voided before its push: the check of voided pushes checked nothing")
 	}
-	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: monthlyCapYen})
+	rep, err := reconcile.Check(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ CREATE OR REPLACE FUNCTION public.coupon_rules_set(p_monthly_cap_yen integer, p_
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'public', 'pg_temp'
+ SET lock_timeout TO '1s'
 AS $function$
 DECLARE
   v_before integer;
@@ -15,7 +16,8 @@ BEGIN
   ELSIF p_reason IS NULL OR btrim(p_reason) = '' THEN
     RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = 'every change needs a reason (--reason TEXT)';
   END IF;
-  SELECT r.monthly_cap_yen INTO STRICT v_before FROM coupon_rules r FOR UPDATE;
+  LOCK TABLE coupon_rules IN ACCESS EXCLUSIVE MODE;
+  SELECT r.monthly_cap_yen INTO STRICT v_before FROM coupon_rules r;
   IF v_before = p_monthly_cap_yen THEN
     RETURN;
   END IF;

@@ -35,8 +35,8 @@ DECLARE
   k          integer;
 BEGIN
   PERFORM issuance_args_check('issue_coupons_batch', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
-  p_issued_at := issue_clock('issue_coupons_batch', p_issued_at);
   p_cap_yen := monthly_cap_yen();
+  p_issued_at := issue_clock('issue_coupons_batch', p_issued_at);
   v_res := array_fill(NULL::text, ARRAY[n]);
   v_cpn := v_res; v_rsn := v_res;
   v_exp := array_fill(NULL::timestamptz, ARRAY[n]);

@@ -41,42 +41,29 @@ INSERT INTO coupon_rules_changes (before, after, reason)
 VALUES ('{}', '{"monthly_cap_yen": 2000}', 'migration 00021: R3''s cap moves from MONTHLY_CAP_YEN into the database, at its default');
 GRANT SELECT ON coupon_rules, coupon_rules_changes TO coupon_admin;
 
--- monthly_cap_yen is R3's cap in force, in yen.
+-- monthly_cap_yen is R3's cap in force, in yen. Its read takes coupon_rules' ACCESS SHARE lock
+-- until the caller's commit, which coupon_rules_set waits for.
 CREATE FUNCTION monthly_cap_yen() RETURNS integer
 LANGUAGE sql STABLE SET search_path = public, pg_temp
 RETURN (SELECT r.monthly_cap_yen FROM coupon_rules r);
 REVOKE ALL ON FUNCTION monthly_cap_yen() FROM PUBLIC;
 
--- monthly_cap_yen_during is the highest R3 cap in force at any time in Asia/Tokyo month p_month
--- (YYYY-MM): the cap at its start and every cap set during it. A month's coupons were each
--- issued under the cap in force then, and a lowering leaves them alone, so reconcile judges a
--- member's month against this. Before the first history row, the first row's cap.
-CREATE FUNCTION monthly_cap_yen_during(p_month text) RETURNS integer
-LANGUAGE sql STABLE SET search_path = public, pg_temp
-RETURN (
-  WITH m AS (SELECT (p_month || '-01')::timestamp AT TIME ZONE 'Asia/Tokyo' AS s)
-  SELECT max(cap) FROM (
-    SELECT coalesce(
-      (SELECT (c.after->>'monthly_cap_yen')::integer FROM coupon_rules_changes c, m
-        WHERE c.changed_at < m.s AND c.after ? 'monthly_cap_yen' ORDER BY c.change_id DESC LIMIT 1),
-      (SELECT (c.after->>'monthly_cap_yen')::integer FROM coupon_rules_changes c
-        WHERE c.after ? 'monthly_cap_yen' ORDER BY c.change_id LIMIT 1)) AS cap
-    UNION ALL
-    SELECT (c.after->>'monthly_cap_yen')::integer FROM coupon_rules_changes c, m
-     WHERE c.changed_at >= m.s AND c.changed_at < m.s + interval '1 month' AND c.after ? 'monthly_cap_yen'
-  ) caps);
-REVOKE ALL ON FUNCTION monthly_cap_yen_during(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION monthly_cap_yen_during(text) TO coupon_admin;
-
 -- coupon_rules_set sets R3's cap to p_monthly_cap_yen yen (1 to 1,000,000,000) for the
--- issuances that start after it commits; coupons already issued stay. It writes the history row
--- and returns it, or nothing when the cap already is p_monthly_cap_yen. CI422 for a cap out of
--- range or a blank reason (`couponctl rules set`, as the campaign verbs).
+-- coupons issued after it commits; coupons already issued stay. It writes the history row and
+-- returns it, or nothing when the cap already is p_monthly_cap_yen. CI422 for a cap out of range
+-- or a blank reason (`couponctl rules set`, as the campaign verbs).
+-- It locks coupon_rules ACCESS EXCLUSIVE, so the change's time (changed_at) divides the coupons
+-- exactly: it waits until every issuance that read the old cap has ended (each holds ACCESS SHARE
+-- from its read, the first lock it takes, to its commit), and the issuances after it read the new
+-- cap, then take their clock. Each coupon's issued_at therefore falls in the span of the cap it
+-- was issued under, which is how reconcile judges R3. Issuances queue behind the change while it
+-- waits, so it waits at most 1 s (55P03), as a campaign change does.
 -- +goose StatementBegin
 CREATE FUNCTION coupon_rules_set(p_monthly_cap_yen integer, p_reason text)
 RETURNS SETOF coupon_rules_changes
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = public, pg_temp
+SET lock_timeout = '1s'
 AS $$
 DECLARE
   v_before integer;
@@ -87,7 +74,8 @@ BEGIN
   ELSIF p_reason IS NULL OR btrim(p_reason) = '' THEN
     RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = 'every change needs a reason (--reason TEXT)';
   END IF;
-  SELECT r.monthly_cap_yen INTO STRICT v_before FROM coupon_rules r FOR UPDATE;
+  LOCK TABLE coupon_rules IN ACCESS EXCLUSIVE MODE;
+  SELECT r.monthly_cap_yen INTO STRICT v_before FROM coupon_rules r;
   IF v_before = p_monthly_cap_yen THEN
     RETURN;
   END IF;
@@ -197,7 +185,8 @@ REVOKE ALL ON FUNCTION issue_clock_skew(), issuance_batch_max(), arg_array_check
   issuance_args_check(text, text, uuid[], text[], timestamptz[], text[]), issue_clock(text, timestamptz[]) FROM PUBLIC;
 
 -- issue_coupons_batch, as 00015 made it (same arguments and answers), its argument check, its
--- clock and its cap replaced by the three lines after BEGIN.
+-- cap and its clock replaced by the three lines after BEGIN, in this order: the cap's read is the
+-- call's first lock (coupon_rules_set), the clock comes after it.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION issue_coupons_batch(
   p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[], p_issued_at timestamptz[],
@@ -235,8 +224,8 @@ DECLARE
   k          integer;
 BEGIN
   PERFORM issuance_args_check('issue_coupons_batch', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
-  p_issued_at := issue_clock('issue_coupons_batch', p_issued_at);
   p_cap_yen := monthly_cap_yen();
+  p_issued_at := issue_clock('issue_coupons_batch', p_issued_at);
   v_res := array_fill(NULL::text, ARRAY[n]);
   v_cpn := v_res; v_rsn := v_res;
   v_exp := array_fill(NULL::timestamptz, ARRAY[n]);

@@ -112,7 +112,7 @@ func (f *batchFixture) count(t *testing.T, sql string, args ...any) int {
 
 func (f *batchFixture) rulesHold(t *testing.T) {
 	t.Helper()
-	rep, err := reconcile.Check(context.Background(), f.admin, reconcile.Config{CapYen: DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), f.admin)
 	if err != nil {
 		t.Fatal(err)
 	}

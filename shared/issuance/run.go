@@ -290,7 +290,7 @@ func (s *Service) attempt(ctx context.Context, pending []*member, left time.Dura
 	outs := make([]Outcome, n)
 	b := &pgx.Batch{}
 	b.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
-	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, issuedAt, s.cfg.MonthlyCapYen, traces).
+	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, issuedAt, nil, traces).
 		Query(func(rows pgx.Rows) error { return scanAnswers(rows, pending, outs) })
 	return outs, afterSend(ctx, conn.SendBatch(ctx, b).Close(), outs, sess)
 }

@@ -93,6 +93,7 @@ func TestReSendAfterTheCampaignEnded(t *testing.T) {
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ENDS", DiscountYen: 1000, BudgetYen: 100_000, EndsAt: &ends}); err != nil {
 		t.Fatal(err)
 	}
+	pgtest.CallerClock(t, pool) // now moves past the end below
 	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
