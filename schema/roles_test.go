@@ -187,6 +187,7 @@ func TestIssueRole(t *testing.T) {
 	ctx := context.Background()
 	db := newRoleDB(t, "coupon_issue")
 	createIssueCampaigns(t, db.owner)
+	pgtest.CallerClock(t, db.owner) // issueWork issues on rolesDay
 	if err := issueWork(ctx, db.as); err != nil {
 		t.Fatal(err)
 	}
