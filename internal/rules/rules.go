@@ -45,8 +45,9 @@ const changeColumns = `change_id, changed_at, changed_by, before, after, reason`
 // Show returns the settings in force and their history, oldest first, read in one snapshot.
 func Show(ctx context.Context, q db.Querier) (Settings, []Change, error) {
 	var s Settings
-	rows, err := q.Query(ctx, `SELECT r.monthly_cap_yen, r.changed_at, r.changed_by, `+changeColumns+`
-  FROM coupon_rules r LEFT JOIN coupon_rules_changes c ON true ORDER BY c.change_id`)
+	rows, err := q.Query(ctx, `SELECT r.monthly_cap_yen, r.changed_at, r.changed_by,
+       c.change_id, c.changed_at, c.changed_by, c.before, c.after, c.reason
+  FROM coupon_rules r CROSS JOIN coupon_rules_changes c ORDER BY c.change_id`)
 	if err != nil {
 		return s, nil, fmt.Errorf("rules: show: %w", err)
 	}
