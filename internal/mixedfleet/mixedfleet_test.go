@@ -51,8 +51,7 @@ const (
 	beforeMigrate  = 300  // IssueCoupon answers from the previous release alone before migrating
 	besideRequests = 1500 // answers once both releases serve, while the operators act
 	voids          = 24   // coupons the operators void, half with reissue allowed
-	monthlyCapYen  = 2000
-	relayEvery     = 50 // IssueCoupon answers between two RelayOutbox runs
+	relayEvery     = 50   // IssueCoupon answers between two RelayOutbox runs
 )
 
 var campaigns = []struct {

@@ -67,6 +67,7 @@ SET lock_timeout = '1s'
 AS $$
 DECLARE
   v_before integer;
+  v_at     timestamptz;
 BEGIN
   IF p_monthly_cap_yen IS NULL OR p_monthly_cap_yen NOT BETWEEN 1 AND 1000000000 THEN
     RAISE EXCEPTION USING ERRCODE = 'CI422',
@@ -75,13 +76,13 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = 'every change needs a reason (--reason TEXT)';
   END IF;
   LOCK TABLE coupon_rules IN ACCESS EXCLUSIVE MODE;
-  SELECT r.monthly_cap_yen INTO STRICT v_before FROM coupon_rules r;
+  SELECT r.monthly_cap_yen, clock_timestamp() INTO STRICT v_before, v_at FROM coupon_rules r;
   IF v_before = p_monthly_cap_yen THEN
     RETURN;
   END IF;
-  UPDATE coupon_rules SET monthly_cap_yen = p_monthly_cap_yen, changed_at = clock_timestamp(), changed_by = session_user;
+  UPDATE coupon_rules SET monthly_cap_yen = p_monthly_cap_yen, changed_at = v_at, changed_by = session_user;
   RETURN QUERY INSERT INTO coupon_rules_changes (changed_at, before, after, reason)
-    VALUES (clock_timestamp(), jsonb_build_object('monthly_cap_yen', v_before),
+    VALUES (v_at, jsonb_build_object('monthly_cap_yen', v_before),
             jsonb_build_object('monthly_cap_yen', p_monthly_cap_yen), p_reason)
     RETURNING *;
 END
