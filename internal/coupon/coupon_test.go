@@ -413,6 +413,7 @@ func TestExpiry(t *testing.T) {
 		campaign.Campaign{ID: "DAYS7", DiscountYen: 100, BudgetYen: 100_000, CouponValidDays: 7},
 		campaign.Campaign{ID: "FIXED", DiscountYen: 100, BudgetYen: 100_000, CouponsExpireAt: &fixed},
 		campaign.Campaign{ID: "NONE", DiscountYen: 100, BudgetYen: 100_000})
+	pgtest.CallerClock(t, d.pool) // the issue times below are the database's too
 	for _, c := range []struct {
 		at       time.Time
 		campaign string
