@@ -113,13 +113,14 @@ var forgeries = []forgery{
 // (starting in 2030) and BIG (3,000 yen coupons, above the 2,000 yen cap), member sink holding
 // a B8 coupon, and pools as its owner, coupon_issue and coupon_admin.
 type forgeryDB struct {
+	url                 string
 	owner, issue, admin *pgxpool.Pool
 }
 
 func newForgeryDB(t *testing.T) forgeryDB {
 	t.Helper()
 	dbURL := pgtest.URL(t)
-	d := forgeryDB{owner: openPool(t, dbURL), issue: openPool(t, pgtest.LoginAs(t, dbURL, "coupon_issue")),
+	d := forgeryDB{url: dbURL, owner: openPool(t, dbURL), issue: openPool(t, pgtest.LoginAs(t, dbURL, "coupon_issue")),
 		admin: openPool(t, pgtest.LoginAs(t, dbURL, "coupon_admin"))}
 	starts := time.Date(2030, 6, 1, 0, 0, 0, 0, issuance.Tokyo)
 	for _, c := range []campaign.Campaign{
@@ -294,5 +295,50 @@ func TestArgumentFormatsAreTheService(t *testing.T) {
 		if service := ids.Request(c.member, c.campaign); (service == nil) != (err == nil) {
 			t.Errorf("member %q, campaign %q: the service says %v, the database %v", c.member, c.campaign, service, err)
 		}
+	}
+}
+
+// TestOutboxClaimRefusesItsArguments: outbox_claim, as coupon_relay, refuses a limit outside
+// 1..1000, no run, a lease or retry-key window outside (0, 23 h], and a due time after the
+// database's clock (22023), claiming nothing. Its broken variant, the claim of 00015 without the
+// check, claims a row due in an hour for a caller that says it is two hours later.
+func TestOutboxClaimRefusesItsArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newForgeryDB(t)
+	relay := openPool(t, pgtest.LoginAs(t, d.url, "coupon_relay"))
+	if _, err := d.owner.Exec(ctx, `INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('sink', 'U0123456789abcdef0123456789abcdef');
+		UPDATE notification_outbox SET next_attempt_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	claimed := func() int {
+		t.Helper()
+		var n int
+		if err := d.owner.QueryRow(ctx, `SELECT count(*) FROM notification_outbox WHERE claimed_by IS NOT NULL OR skipped_at IS NOT NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, args := range []string{
+		`0, gen_random_uuid(), interval '30 s', now(), interval '23 h'`,
+		`1001, gen_random_uuid(), interval '30 s', now(), interval '23 h'`,
+		`NULL, gen_random_uuid(), interval '30 s', now(), interval '23 h'`,
+		`10, NULL, interval '30 s', now(), interval '23 h'`,
+		`10, gen_random_uuid(), interval '0 s', now(), interval '23 h'`,
+		`10, gen_random_uuid(), interval '30 s', now(), interval '25 h'`,
+		`10, gen_random_uuid(), interval '30 s', NULL, interval '23 h'`,
+		`10, gen_random_uuid(), interval '30 s', now() + interval '2 hours', interval '23 h'`,
+	} {
+		if _, err := relay.Exec(ctx, `SELECT * FROM outbox_claim(`+args+`)`); sqlState(err) != pgerrcode.InvalidParameterValue {
+			t.Errorf("outbox_claim(%s): %v, want 22023", args, err)
+		}
+	}
+	if n := claimed(); n != 0 {
+		t.Errorf("%d rows claimed or skipped by the refused calls, want 0", n)
+	}
+
+	pgtest.BreakFunction(t, d.owner, "outbox_claim", [2]string{"WHERE outbox_claim_args_check(p_limit, p_run, p_lease, p_due_at, p_key_window) AND ", "WHERE "})
+	if _, err := relay.Exec(ctx, `SELECT * FROM outbox_claim(10, gen_random_uuid(), interval '30 s', now() + interval '2 hours', interval '23 h')`); err != nil || claimed() != 1 {
+		t.Errorf("the broken variant, a due time two hours ahead: %v, %d rows claimed; want the row due in an hour claimed (the fixture no longer shows it)", err, claimed())
 	}
 }

@@ -11,6 +11,8 @@
 --                      refuses malformed arguments (issuance_args_check) with 22023: an array
 --                      counted from 0 let one member be charged to others. grant_coupons_batch,
 --                      issue_coupon and grant_coupon call it, so the same holds for each.
+--   outbox_claim       refuses its malformed arguments (outbox_claim_args_check), a due time
+--                      after the database's clock among them.
 -- No function the previous release calls changes its arguments or its answers.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
 
@@ -394,6 +396,81 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+-- outbox_claim_args_check refuses (22023) outbox_claim's arguments that shared/outbox never
+-- sends: a limit outside 1..1000 (RELAY_BATCH_SIZE's range), no run, a lease or a retry-key
+-- window outside (0, 23 h] (shared/outbox's RetryKeyWindow, inside LINE's 24 hours), a due time
+-- missing or after the database's clock (plus issue_clock_skew()): a caller's clock would claim
+-- rows before they are due. It returns true, so that the claim can gate on it. Only this release
+-- calls outbox_claim (the previous release's relay claims inline).
+-- +goose StatementBegin
+CREATE FUNCTION outbox_claim_args_check(p_limit integer, p_run uuid, p_lease interval, p_due_at timestamptz,
+  p_key_window interval)
+RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = format('outbox_claim: a limit of %s rows: want 1 to 1000', p_limit);
+  ELSIF p_run IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'outbox_claim: the claiming run is required';
+  ELSIF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '23 hours'
+     OR p_key_window IS NULL OR p_key_window <= interval '0' OR p_key_window > interval '23 hours' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = format('outbox_claim: a lease of %s and a retry-key window of %s: want each above 0 and at most 23 hours', p_lease, p_key_window);
+  ELSIF p_due_at IS NULL OR p_due_at > now() + issue_clock_skew() THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = format('outbox_claim: due at %s, after the database''s clock (%s)', p_due_at, now());
+  END IF;
+  RETURN true;
+END
+$$;
+-- +goose StatementEnd
+REVOKE ALL ON FUNCTION outbox_claim_args_check(integer, uuid, interval, timestamptz, interval) FROM PUBLIC;
+
+-- outbox_claim, as 00015 made it (same arguments and answers), gated on outbox_claim_args_check
+-- in the UPDATE's WHERE: a condition on the arguments alone is a one-time filter at the top of
+-- the plan, evaluated before any row is read (a LIMIT 0 included).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_claim(p_limit integer, p_run uuid, p_lease interval, p_due_at timestamptz,
+  p_key_window interval)
+RETURNS TABLE (coupon_id text, member_id text, attempts integer, campaign_id text, amount_yen integer,
+  line_user_id text, key_expired boolean, prev_next_attempt_at timestamptz, prev_first_pushed_at timestamptz,
+  trace_parent text, expires_at timestamptz, skip_reason text)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+  WITH due AS MATERIALIZED (
+    SELECT o.coupon_id, o.member_id, o.next_attempt_at, o.first_pushed_at FROM notification_outbox o
+     WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.skipped_at IS NULL AND o.next_attempt_at <= p_due_at
+     ORDER BY o.next_attempt_at
+     LIMIT p_limit
+       FOR UPDATE SKIP LOCKED
+  ), judged AS (
+    SELECT due.coupon_id, due.next_attempt_at, due.first_pushed_at, i.campaign_id, i.amount_yen, i.expires_at,
+           l.line_user_id,
+           CASE WHEN i.voided_at IS NOT NULL THEN 'voided'
+                WHEN i.expires_at <= now() + p_lease THEN 'expired'
+                WHEN l.line_user_id IS NULL THEN 'no_line_account' END AS skip_reason
+      FROM due JOIN issued_coupons i ON i.coupon_id = due.coupon_id
+           LEFT JOIN member_line_accounts l ON l.member_id = due.member_id
+  )
+  UPDATE notification_outbox o
+     SET next_attempt_at = CASE WHEN j.skip_reason IS NULL THEN now() + p_lease ELSE o.next_attempt_at END,
+         claimed_by = CASE WHEN j.skip_reason IS NULL THEN p_run END,
+         first_pushed_at = CASE WHEN j.skip_reason IS NULL THEN COALESCE(o.first_pushed_at, now()) ELSE o.first_pushed_at END,
+         skipped_at = CASE WHEN j.skip_reason IS NOT NULL THEN now() END,
+         skip_reason = j.skip_reason,
+         last_error = CASE j.skip_reason
+           WHEN 'voided' THEN 'skipped: the coupon was voided (couponctl coupon show)'
+           WHEN 'expired' THEN 'skipped: the coupon expired before its push (couponctl coupon show)'
+           WHEN 'no_line_account' THEN 'skipped: the member has no LINE account linked (couponctl line link, then outbox requeue)'
+           ELSE o.last_error END
+    FROM judged j
+   WHERE outbox_claim_args_check(p_limit, p_run, p_lease, p_due_at, p_key_window) AND o.coupon_id = j.coupon_id
+  RETURNING o.coupon_id::text, o.member_id, o.attempts, j.campaign_id, j.amount_yen, COALESCE(j.line_user_id, ''),
+            j.skip_reason IS NULL AND COALESCE(o.first_pushed_at < now() - p_key_window, false),
+            j.next_attempt_at, j.first_pushed_at, o.trace_parent, j.expires_at, j.skip_reason
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
 -- Not undone in place, as 00015: the schema serves the revision before it (issue_coupons_batch
 -- keeps its arguments and answers); roll back the revision instead.
