@@ -205,11 +205,7 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	if err := schema.Check(ctx, pool); err != nil {
 		return err
 	}
-	set, _, err := rules.Show(ctx, pool)
-	if err != nil {
-		return err
-	}
-	plan, err := checkGrant(ctx, pool, job, set.MonthlyCapYen)
+	plan, err := checkGrant(ctx, pool, job)
 	if err != nil {
 		return err
 	}
@@ -291,7 +287,7 @@ SELECT count(*) FILTER (WHERE voided_at IS NULL), count(*) FILTER (WHERE voided_
 // checkGrant refuses, before anything is issued, a grant that cannot issue a coupon: a login
 // outside coupon_admin, a campaign that does not exist or is not active, a coupon above the
 // monthly cap capYen, a spent budget with members still to grant. Otherwise it returns the plan.
-func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen int) (grantPlan, error) {
+func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPlan, error) {
 	var p grantPlan
 	var allowed bool
 	if err := pool.QueryRow(ctx, sqlGrantAllowed).Scan(&p.login, &allowed); err != nil {
@@ -329,9 +325,13 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen in
 			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
 			id, at(s.StartsAt), id)
 	}
-	if s.DiscountYen > capYen {
+	set, _, err := rules.Show(ctx, pool)
+	if err != nil {
+		return p, fmt.Errorf("grant: %w", err)
+	}
+	if s.DiscountYen > set.MonthlyCapYen {
 		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (couponctl rules show): "+
-			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, capYen)
+			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, set.MonthlyCapYen)
 	}
 	if err := pool.QueryRow(ctx, sqlGrantHeld, id, job.members).Scan(&p.held, &p.voided); err != nil {
 		return p, fmt.Errorf("grant: %w", err)
