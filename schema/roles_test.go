@@ -154,6 +154,8 @@ var issueForbidden = []forbidden{
 	{"a grant", `SELECT * FROM grant_coupon(gen_random_uuid(), 'ONE', 'm9', now(), 2000, NULL)`},
 	{"a grant of a batch", `SELECT * FROM grant_coupons_batch('ONE', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
 	{"a validity change", `SELECT * FROM campaign_change_validity('ONE', 7, NULL, 'x')`},
+	{"the monthly cap", `SELECT * FROM coupon_rules_set(1000000, 'x')`},
+	{"the monthly cap's row", `UPDATE coupon_rules SET monthly_cap_yen = 1000000`},
 	{"a coupon's prune mark", `UPDATE issued_coupons SET outbox_pruned_at = now()`},
 	{"a history row", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('ONE', now(), 'x', 'pause', '{}', '{}', 'x')`},
 	{"the history read", `SELECT reason FROM campaign_changes`},
@@ -187,10 +189,11 @@ func TestIssueRole(t *testing.T) {
 	ctx := context.Background()
 	db := newRoleDB(t, "coupon_issue")
 	createIssueCampaigns(t, db.owner)
+	pgtest.CallerClock(t, db.owner) // issueWork issues on rolesDay
 	if err := issueWork(ctx, db.as); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := reconcile.Check(ctx, db.owner, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(ctx, db.owner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,14 +379,13 @@ func TestAdminRole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen}
-	if rep, err := reconcile.Check(ctx, db.as, cfg); err != nil || len(rep.Violations()) == 0 {
+	if rep, err := reconcile.Check(ctx, db.as); err != nil || len(rep.Violations()) == 0 {
 		t.Fatalf("reconcile: %v, %v; want the drifts", rep.Violations(), err)
 	}
 	if rep, err := reconcile.Repair(ctx, db.as); err != nil || len(rep.Campaigns) != 1 || len(rep.Usage) != 2 {
 		t.Fatalf("reconcile --repair: %+v, %v; want 1 campaign and 2 usage rows rebuilt", rep, err)
 	}
-	if rep, err := reconcile.Check(ctx, db.as, cfg); err != nil || len(rep.Violations()) != 0 {
+	if rep, err := reconcile.Check(ctx, db.as); err != nil || len(rep.Violations()) != 0 {
 		t.Fatalf("reconcile after repair: %v, %v; want none", rep.Violations(), err)
 	}
 
@@ -478,6 +480,8 @@ func TestAdminRole(t *testing.T) {
 		{"a pause outside the functions", `UPDATE campaign_budgets SET paused_at = now()`},
 		{"a period outside the functions", `UPDATE campaign_budgets SET ends_at = now()`},
 		{"a history row outside the functions", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('ADMIN', now(), 'x', 'pause', '{}', '{}', 'x')`},
+		{"the monthly cap outside coupon_rules_set", `UPDATE coupon_rules SET monthly_cap_yen = 1000000`},
+		{"a rules history row outside coupon_rules_set", `INSERT INTO coupon_rules_changes (before, after, reason) VALUES ('{}', '{}', 'x')`},
 		{"a history row changed", `UPDATE campaign_changes SET reason = 'x'`},
 		{"a history row deleted", `DELETE FROM campaign_changes`},
 		{"the lock helper", `SELECT * FROM campaign_lock('ADMIN')`},

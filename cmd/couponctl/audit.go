@@ -40,7 +40,7 @@ A violation is:
 Indeterminate answers (a transport error, a 5xx other than 503 RETRY_EXHAUSTED) are not
 judged: the table counts them by whether their pair holds a coupon now.
 
-MONTHLY_CAP_YEN must be the service's (the only setting of the service audit reads). A log
+R3's refusals are judged at the database's cap (coupon_rules, "couponctl rules show"). A log
 without a single answer is refused: nothing to audit, exit 1. Prints the answers by code with latency, the
 indeterminate ones, each check, the invariant report and the lines of every failure (at most
 100 per check); exits 1 on any violation.`,
@@ -53,17 +53,13 @@ indeterminate ones, each check, the invariant report and the lines of every fail
 			if len(answers) == 0 {
 				return fmt.Errorf("%s holds no answers: nothing to audit (did the load or drill that wrote it send any request?)", args[0])
 			}
-			capYen, err := audit.CapYenFromEnv()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			pool, closePool, err := openMigrated(ctx)
 			if err != nil {
 				return err
 			}
 			defer closePool()
-			rep, err := audit.Run(ctx, pool, answers, audit.Config{CapYen: capYen})
+			rep, err := audit.Run(ctx, pool, answers, audit.Config{})
 			if err != nil {
 				return err
 			}

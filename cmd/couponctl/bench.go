@@ -163,10 +163,6 @@ decides the figures; compare them only within one table.`,
 func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby time.Duration) error {
 	ctx := cmd.Context()
 	errOut := cmd.ErrOrStderr()
-	capYen, err := issuance.MonthlyCapFromEnv()
-	if err != nil {
-		return err
-	}
 	batchMax, err := envconf.IntIn("ISSUE_BATCH_MAX", issuance.DefaultBatchMax, 1, issuance.MaxBatchMax)
 	if err != nil {
 		return err
@@ -226,7 +222,7 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: top}, Timeout: issuance.AppTimeout}
 	send := httpIssuer(client, baseURL+"/IssueCoupon")
-	cfg.DBURL, cfg.Proxy, cfg.CapYen, cfg.Progress, cfg.ServerCPU = dbURL, proxy, capYen, errOut, serverCPU
+	cfg.DBURL, cfg.Proxy, cfg.Progress, cfg.ServerCPU = dbURL, proxy, errOut, serverCPU
 	cfg.Issue = func(ctx context.Context, memberID, campaignID string) (string, error) {
 		return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/rules"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -76,11 +77,11 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen in %d budget stripe(s)\n",
 				def.ID, def.DiscountYen, def.BudgetYen, max(def.Stripes, 1))
-			capYen, err := issuance.MonthlyCapFromEnv()
+			set, _, err := rules.Show(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
-			for _, w := range def.Warnings(capYen, time.Now()) {
+			for _, w := range def.Warnings(set.MonthlyCapYen, time.Now()) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			return nil

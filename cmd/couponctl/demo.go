@@ -249,7 +249,7 @@ func (d *demo) replay(ctx context.Context) (silverweek.Stats, error) {
 // check counts the rules from the tables and prints the invariant report; it returns what
 // broke, the scenario's own expectations included.
 func (d *demo) check(ctx context.Context, stats silverweek.Stats) ([]string, error) {
-	rep, err := reconcile.Check(ctx, d.pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(ctx, d.pool)
 	if err != nil {
 		return nil, err
 	}

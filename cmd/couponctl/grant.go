@@ -21,6 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/rules"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
@@ -62,7 +63,7 @@ func grantCmd() *cobra.Command {
 starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are
 skipped; a BOM further down or UTF-16 text is refused, naming its line; a member listed twice is
 sent once), through the same issuance as
-IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap at MONTHLY_CAP_YEN),
+IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap as the database holds it: couponctl rules show),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.
 
@@ -211,7 +212,7 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	if err := schema.Check(ctx, pool); err != nil {
 		return err
 	}
-	plan, err := checkGrant(ctx, pool, job, cfg.MonthlyCapYen)
+	plan, err := checkGrant(ctx, pool, job)
 	if err != nil {
 		return err
 	}
@@ -293,7 +294,7 @@ SELECT count(*) FILTER (WHERE voided_at IS NULL), count(*) FILTER (WHERE voided_
 // checkGrant refuses, before anything is issued, a grant that cannot issue a coupon: a login
 // outside coupon_admin, a campaign that does not exist or is not active, a coupon above the
 // monthly cap capYen, a spent budget with members still to grant. Otherwise it returns the plan.
-func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen int) (grantPlan, error) {
+func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPlan, error) {
 	var p grantPlan
 	var allowed bool
 	if err := pool.QueryRow(ctx, sqlGrantAllowed).Scan(&p.login, &allowed); err != nil {
@@ -331,9 +332,13 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob, capYen in
 			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
 			id, at(s.StartsAt), id)
 	}
-	if s.DiscountYen > capYen {
-		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (MONTHLY_CAP_YEN): "+
-			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, capYen)
+	set, _, err := rules.Show(ctx, pool)
+	if err != nil {
+		return p, fmt.Errorf("grant: %w", err)
+	}
+	if s.DiscountYen > set.MonthlyCapYen {
+		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (couponctl rules show): "+
+			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, set.MonthlyCapYen)
 	}
 	if err := pool.QueryRow(ctx, sqlGrantHeld, id, job.members).Scan(&p.held, &p.voided); err != nil {
 		return p, fmt.Errorf("grant: %w", err)
@@ -516,7 +521,7 @@ var grantResults = []string{
 func grantAdvice(result, id string) string {
 	switch result {
 	case string(issuance.ResultMonthlyCap):
-		return "these members have used their monthly cap (MONTHLY_CAP_YEN) in this Asia/Tokyo month; the same command next month may grant them"
+		return "these members have used their monthly cap (couponctl rules show) in this Asia/Tokyo month; the same command next month may grant them"
 	case string(issuance.ResultBudgetExceeded):
 		return fmt.Sprintf("the budget ran out; raise it (couponctl campaign update %s --add-budget-yen D --reason TEXT) "+
 			"and run the same command again: only these members are sent a new coupon", id)

@@ -291,7 +291,7 @@ SELECT member_id, coupon_id::text, voided_at IS NOT NULL, count(*) OVER (PARTITI
 		wrong[fmt.Sprintf("%d MONTHLY_CAP and %d COUPON_VOIDED, want %d and %d",
 			results["MONTHLY_CAP"], results["COUPON_VOIDED"], scenarioCapped, scenarioVoided)]++
 	}
-	rep, err := reconcile.Check(context.Background(), d.owner, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), d.owner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,8 @@ func loadCmd() *cobra.Command {
 		Long: `Send IssueCoupon requests to --url from --clients concurrent clients for --duration
 (tsenart/vegeta, as fast as the service answers), spread over --campaigns campaigns and
 --members members, then report throughput, latency percentiles and the answers, and check the
-rules on DATABASE_URL (the database the served function uses) with reconcile, R3 at
-MONTHLY_CAP_YEN (the service's; default 2,000 yen). DATABASE_URL must be migrated ("couponctl
+rules on DATABASE_URL (the database the served function uses) with reconcile, R3 at the
+database's cap ("couponctl rules show"). DATABASE_URL must be migrated ("couponctl
 migrate"); it is checked before anything is sent or written.
 
 The campaigns LOAD-0001.. are created on DATABASE_URL if missing (1,000 yen coupons, a budget
@@ -167,7 +167,6 @@ type load struct {
 	o           loadOptions
 	out, errOut io.Writer
 	header      http.Header
-	capYen      int
 	pool        *pgxpool.Pool
 	closePool   func()
 	record      *answerlog.Writer
@@ -180,14 +179,11 @@ type load struct {
 	claimed  map[string]struct{} // the coupon ids answered ISSUED or ALREADY_ISSUED
 }
 
-// setUp checks what the load needs before it sends anything: the service's cap, that --url
+// setUp checks what the load needs before it sends anything: that --url
 // answers as IssueCoupon, the database (migrated), then the answer log, then the campaigns.
 func (ld *load) setUp(ctx context.Context) error {
 	ld.header, _ = parseHeaders(ld.o.headers) // validate refused a bad one
 	var err error
-	if ld.capYen, err = audit.CapYenFromEnv(); err != nil {
-		return fmt.Errorf("load checks R3 at the service's cap: %w", err)
-	}
 	if err := probeIssueCoupon(ctx, ld.o.url, ld.header); err != nil {
 		return err
 	}
@@ -298,7 +294,7 @@ func (ld *load) report(ctx context.Context) error {
 		failures = append(failures, fmt.Sprintf("%d of the %d coupons answered ISSUED or ALREADY_ISSUED are not in issued_coupons of "+
 			"DATABASE_URL's database: is DATABASE_URL the service's database?", missing, len(ld.claimed)))
 	}
-	rep, err := reconcile.Check(ctx, ld.pool, reconcile.Config{CapYen: ld.capYen})
+	rep, err := reconcile.Check(ctx, ld.pool)
 	if err != nil {
 		return err
 	}

@@ -227,19 +227,6 @@ func TestLoadChecksTheServicesDatabase(t *testing.T) {
 	}
 }
 
-// TestLoadChecksTheCapItIsGiven: load checks R3 at MONTHLY_CAP_YEN, as the service reads it: a
-// service capping at 2,000 yen fails a load told the cap is 1,000 yen.
-func TestLoadChecksTheCapItIsGiven(t *testing.T) {
-	url := pgtest.URL(t)
-	t.Setenv("DATABASE_URL", url)
-	target := serveIssueCoupon(t, url, issuance.Config{MonthlyCapYen: 2000}, nil)
-	t.Setenv("MONTHLY_CAP_YEN", "1000")
-	out, err := shortLoad(target)
-	if !errors.Is(err, errViolations) || !strings.Contains(out, "over the 1000 yen cap") {
-		t.Errorf("load with MONTHLY_CAP_YEN=1000 on a 2,000 yen service: %v\n%s\nwant R3 broken at 1000 yen", err, out)
-	}
-}
-
 // TestLoadRefusesAnUnmigratedDatabase: on an unmigrated DATABASE_URL load says to run couponctl
 // migrate, and leaves no answer log behind.
 func TestLoadRefusesAnUnmigratedDatabase(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/localpg"
 	"github.com/mops/coupon-api/internal/opsverbs"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // errViolations makes couponctl exit 1 after it has printed which rules broke; the operator
@@ -147,9 +148,12 @@ local PostgreSQL when it is unset.`,
 			return errors.New(msg)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		// A verb run with MONTHLY_CAP_YEN set is refused before it starts: the cap is the
+		// database's now, and whoever set the variable expects it to count.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return issuance.RefuseMonthlyCapEnv() },
 	}
 	root.AddCommand(demoCmd(), opsverbs.Migrate(), campaignCmd(), serveCmd(), opsverbs.Reconcile(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
-		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd(), schemaCmd())
+		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd(), rulesCmd(), schemaCmd())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	wrapVerbs(root)
 	return root

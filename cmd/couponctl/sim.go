@@ -83,7 +83,7 @@ PostgreSQL when unset. Progress goes to stderr.`,
 	f.IntVar(&sf.discountYen, "discount-yen", silverweek.Campaigns[0].DiscountYen, "face value of every coupon in yen")
 	f.IntSliceVar(&sf.budgets, "budgets", []int{100_000, 300_000, 300_000},
 		"budget approval of each campaign in yen, in order; campaigns past the list take its last value")
-	f.IntVar(&sf.load.CapYen, "cap-yen", 0, "R3 monthly cap in yen (default MONTHLY_CAP_YEN, else 2000)")
+	f.IntVar(&sf.load.CapYen, "cap-yen", 0, "R3 monthly cap in yen, set in each run's database (default 2000)")
 	f.DurationVar(&sf.load.TapGap, "tap-gap", sf.load.TapGap, "the second tap comes up to this long after the first")
 	f.Uint64Var(&sf.load.Seed, "seed", sf.load.Seed, "shuffle seed; each run adds its workers and run number")
 	f.StringVar(&sf.format, "format", "text", "table format: "+strings.Join(isolationlab.Formats, ", ")+
@@ -164,9 +164,7 @@ func (sf *simFlags) plan(cmd *cobra.Command) (isolationlab.Plan, string, error) 
 		return plan, "", err
 	}
 	if plan.Load.CapYen == 0 {
-		if plan.Load.CapYen, err = issuance.MonthlyCapFromEnv(); err != nil {
-			return plan, "", err
-		}
+		plan.Load.CapYen = issuance.DefaultMonthlyCapYen
 	}
 	return plan, chartFormat, nil
 }

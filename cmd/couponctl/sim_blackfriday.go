@@ -31,7 +31,7 @@ func (b *blackFridayFlags) register(f *pflag.FlagSet) {
 // runBlackFriday runs `couponctl sim --scenario black-friday`: --strategies, --workers and
 // --members default to the scenario's own (good, stripes-16, preallocated, serializable; 64 and
 // 256 workers; 20,000 members) unless given; --discount-yen, --cap-yen, --seed, --runs and
-// --format apply as for Silver Week (the cap from MONTHLY_CAP_YEN when --cap-yen is not given).
+// --format apply as for Silver Week (the cap 2,000 yen when --cap-yen is not given).
 func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, members, discountYen, capYen, runs int,
 	seed uint64, format string, b blackFridayFlags) error {
 	flags := cmd.Flags()
@@ -60,10 +60,7 @@ func runBlackFriday(cmd *cobra.Command, strategies []string, workers []int, memb
 		load.Seed = seed
 	}
 	if capYen == 0 {
-		var err error
-		if capYen, err = issuance.MonthlyCapFromEnv(); err != nil {
-			return err
-		}
+		capYen = issuance.DefaultMonthlyCapYen
 	}
 	load.CapYen = capYen
 	if !slices.Contains(isolationlab.Formats, format) {

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/opsverbs"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 func main() {
@@ -71,6 +72,8 @@ INSTANCE_CONNECTION_NAME is set (with DB_USER, DB_NAME, DB_IAM_AUTH, DB_PRIVATE_
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		Args:              cobra.NoArgs,
 		RunE:              func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		// A verb run with MONTHLY_CAP_YEN set is refused before it starts (issuance.RefuseMonthlyCapEnv).
+		PersistentPreRunE: func(*cobra.Command, []string) error { return issuance.RefuseMonthlyCapEnv() },
 	}
 	outbox := &cobra.Command{
 		Use:   "outbox",

@@ -30,6 +30,7 @@ func faultHandler(t testing.TB, pool *pgxpool.Pool, cfg issuance.Config) *Handle
 		t.Fatal(err)
 	}
 	cfg.Now = func() time.Time { return time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo) }
+	pgtest.CallerClock(t, pool)
 	h, err := newHandler(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

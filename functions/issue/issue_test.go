@@ -38,6 +38,7 @@ func newTestHandler(t *testing.T, cfg issuance.Config) (*Handler, *pgxpool.Pool)
 		}
 	}
 	cfg.Now = func() time.Time { return now }
+	pgtest.CallerClock(t, pool) // now is the database's issue time too
 	h, err := newHandler(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -66,7 +67,14 @@ func newTraced(t *testing.T, cfg issuance.Config) *traced {
 		slog.SetDefault(logger)
 	})
 
-	pcfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	url := pgtest.URL(t)
+	owner, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.CallerClock(t, owner) // before the traced pool: no span of it
+	_ = owner.Close(ctx)
+	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,6 +389,7 @@ func TestUnreachableCollectorNeverFailsARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	pgtest.CallerClock(t, pool)
 	h, err := newHandler(pool, issuance.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

@@ -79,24 +79,13 @@ const maxExamples = 100
 
 // Config says what to audit against.
 type Config struct {
-	// CapYen is R3's cap in yen: the service's MONTHLY_CAP_YEN. Default
-	// [issuance.DefaultMonthlyCapYen].
-	CapYen int
 	// AnswerBound is how long the caller waits for an answer. Default [issuance.AppTimeout].
 	AnswerBound time.Duration
 	// ClockSkew widens the times compared with the tables. Default [DefaultClockSkew].
 	ClockSkew time.Duration
 }
 
-// CapYenFromEnv reads R3's cap as the service does ([issuance.MonthlyCapFromEnv]). It reads
-// nothing else, so that an audit (or a
-// load's own check) is not refused for a setting of the service it does not use.
-func CapYenFromEnv() (int, error) {
-	return issuance.MonthlyCapFromEnv()
-}
-
 func (c Config) withDefaults() Config {
-	c.CapYen = cmp.Or(c.CapYen, issuance.DefaultMonthlyCapYen)
 	c.AnswerBound = cmp.Or(c.AnswerBound, issuance.AppTimeout)
 	c.ClockSkew = cmp.Or(c.ClockSkew, DefaultClockSkew)
 	return c
@@ -392,9 +381,12 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 		if v, ok := t.lastVoidAt[k]; ok && v.After(sentEarliest) {
 			return "", false // a void gave the month yen back since: the final counter does not say
 		}
+		if t.capSetAt.After(sentEarliest) {
+			return "", false // the cap changed since (couponctl rules set): the cap now does not say
+		}
 		used := t.usedYen[k]
-		if used+camp.discountYen <= cfg.CapYen {
-			return fmt.Sprintf("the member has used %d of %d yen in %s and the coupon is %d yen", used, cfg.CapYen, month, camp.discountYen), true
+		if used+camp.discountYen <= t.capYen {
+			return fmt.Sprintf("the member has used %d of %d yen in %s and the coupon is %d yen", used, t.capYen, month, camp.discountYen), true
 		}
 	}
 	return "", true

@@ -53,8 +53,12 @@ type tables struct {
 	campaigns  map[string]campaignRow
 	usedYen    map[memberMonth]int       // member_monthly_usage.used_yen; absent is 0
 	lastVoidAt map[memberMonth]time.Time // the latest void of a coupon of the member-month
+	capYen     int                       // R3's cap in force (coupon_rules)
+	capSetAt   time.Time                 // when it was last set
 	invariants reconcile.Report
 }
+
+const sqlCap = `SELECT monthly_cap_yen, changed_at FROM coupon_rules`
 
 const sqlCouponsByID = `
 SELECT coupon_id::text, campaign_id, member_id, voided_at IS NULL AND NOT legacy_duplicate,
@@ -113,7 +117,11 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 			}
 		}
 	}
-	err := scan(ctx, q, "coupons", sqlCouponsByID, []any{ids}, func(r pgx.Rows) error {
+	err := scan(ctx, q, "the monthly cap", sqlCap, nil, func(r pgx.Rows) error { return r.Scan(&t.capYen, &t.capSetAt) })
+	if err != nil {
+		return t, err
+	}
+	err = scan(ctx, q, "coupons", sqlCouponsByID, []any{ids}, func(r pgx.Rows) error {
 		var id string
 		var c coupon
 		if err := r.Scan(&id, &c.campaign, &c.member, &c.live, &c.voidedAt); err != nil {
@@ -182,7 +190,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 	if err != nil {
 		return t, err
 	}
-	t.invariants, err = reconcile.Check(ctx, q, reconcile.Config{CapYen: cfg.CapYen})
+	t.invariants, err = reconcile.Check(ctx, q)
 	return t, err
 }
 

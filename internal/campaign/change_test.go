@@ -251,7 +251,7 @@ func (l *live) violations(t *testing.T, id string, stripes, budgetYen int64) []s
 	if n := l.count(t, `SELECT coalesce(sum(amount_yen), 0) FROM issued_coupons WHERE campaign_id = $1`, id); n > budgetYen {
 		v = append(v, fmt.Sprintf("coupons of %d yen over the %d yen budget", n, budgetYen))
 	}
-	rep, err := reconcile.Check(context.Background(), l.pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), l.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

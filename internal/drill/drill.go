@@ -141,7 +141,6 @@ type drill struct {
 	log      *answerlog.Writer
 	tempLog  bool     // log is a temporary file, removed if the drill is interrupted
 	serveLog *os.File // the serving processes' output, a temporary file
-	capYen   int      // MONTHLY_CAP_YEN, for the audit
 	members  int      // linked to LINE
 	began    time.Time
 	fault    atomic.Value // the fault being injected, for the progress lines
@@ -156,11 +155,7 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	if err := o.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	capYen, err := audit.CapYenFromEnv()
-	if err != nil {
-		return Outcome{}, err
-	}
-	d := &drill{o: o, stub: linestub.New(), capYen: capYen}
+	d := &drill{o: o, stub: linestub.New()}
 	defer d.close()
 	// The files first: a drill that cannot record its answers must not set anything up.
 	if err := d.openLogs(); err != nil {
@@ -429,7 +424,7 @@ func (d *drill) finish(ctx context.Context, events []event, skipped []Fault) (Ou
 	if err != nil {
 		return d.outcome(nil), err
 	}
-	rep, err := audit.Run(ctx, d.pool, answers, audit.Config{CapYen: d.capYen})
+	rep, err := audit.Run(ctx, d.pool, answers, audit.Config{})
 	if err != nil {
 		return d.outcome(nil), err
 	}

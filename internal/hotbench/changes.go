@@ -101,7 +101,7 @@ func (s *session) runChanges(ctx context.Context, rtt time.Duration, clients int
 			issued++
 		}
 	}
-	r.Rules, err = checkRules(ctx, s.pool, s.cfg.CapYen, id, issued)
+	r.Rules, err = checkRules(ctx, s.pool, id, issued)
 	return r, err
 }
 

@@ -103,8 +103,6 @@ type Config struct {
 	Clients []int
 	// Duration is how long each variant's cell runs.
 	Duration time.Duration
-	// CapYen is R3's monthly cap in yen, for the rule check.
-	CapYen int
 	// SoldOut, if not nil, adds a sold-out cell after the variants of each round trip and client
 	// count.
 	SoldOut *SoldOut
@@ -444,7 +442,7 @@ func (s *session) runCell(ctx context.Context, v variant, rtt time.Duration, cli
 	if v.stripes == 0 {
 		want = 0
 	}
-	r.Rules, err = checkRules(ctx, s.pool, s.cfg.CapYen, id, want)
+	r.Rules, err = checkRules(ctx, s.pool, id, want)
 	return r, err
 }
 
@@ -468,8 +466,8 @@ func (s *session) serverCPU(load func() error) (float64, error) {
 // checkRules runs package reconcile over the whole database and checks that campaign id holds
 // exactly want coupons; it returns "held", or what broke joined with the caller's own findings,
 // wrong.
-func checkRules(ctx context.Context, pool *pgxpool.Pool, capYen int, id string, want int64, wrong ...string) (string, error) {
-	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: capYen})
+func checkRules(ctx context.Context, pool *pgxpool.Pool, id string, want int64, wrong ...string) (string, error) {
+	rep, err := reconcile.Check(ctx, pool)
 	if err != nil {
 		return "", err
 	}
@@ -646,7 +644,7 @@ func (s *session) runSoldOut(ctx context.Context, rtt time.Duration, clients int
 	if r.Issued != int64(so.Coupons) {
 		short = append(short, fmt.Sprintf("sold %d of %d coupons", r.Issued, so.Coupons))
 	}
-	r.Rules, err = checkRules(ctx, s.pool, s.cfg.CapYen, id, r.Issued, short...)
+	r.Rules, err = checkRules(ctx, s.pool, id, r.Issued, short...)
 	return r, err
 }
 

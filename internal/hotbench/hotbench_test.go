@@ -17,7 +17,6 @@ import (
 	"github.com/mops/coupon-api/internal/pgtest"
 	"github.com/mops/coupon-api/internal/proctest"
 	"github.com/mops/coupon-api/internal/syncbuf"
-	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/lifecycle"
 )
 
@@ -50,7 +49,7 @@ func TestRunChecksEveryCell(t *testing.T) {
 	cpu := func() (time.Duration, error) { readings++; return time.Duration(readings) * time.Millisecond, nil }
 	rep, err := hotbench.Run(ctx, hotbench.Config{
 		DBURL: url, Proxy: proxy, RTTs: []time.Duration{0, time.Millisecond}, Clients: []int{2},
-		Duration: time.Second, CapYen: issuance.DefaultMonthlyCapYen, SoldOut: &soldOut, Progress: &progress,
+		Duration: time.Second, SoldOut: &soldOut, Progress: &progress,
 		Issue: issueCoupon, ServerCPU: cpu,
 	})
 	if err != nil {

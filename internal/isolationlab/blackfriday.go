@@ -108,7 +108,7 @@ var FirstComeStrategies = []FirstComeStrategy{
 }
 
 func production(env FirstComeEnv) (IssueFunc, func(context.Context) (int, error), error) {
-	svc, err := issuance.New(env.Pool, issuance.Config{MonthlyCapYen: env.Load.CapYen, Now: func() time.Time { return env.Now }})
+	svc, err := issuance.New(env.Pool, issuance.Config{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -233,6 +233,9 @@ func RunFirstCome(ctx context.Context, s FirstComeStrategy, workers, run int, lo
 	defer closeRun()
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: BlackFridayCampaign, DiscountYen: load.DiscountYen,
 		BudgetYen: load.BudgetYen(), Stripes: s.Stripes}); err != nil {
+		return m, err
+	}
+	if err := setCap(ctx, pool, load.CapYen); err != nil {
 		return m, err
 	}
 	if s.BeforeSchema {
@@ -366,7 +369,7 @@ func firstComeRequests(members int, seed uint64) []silverweek.Request {
 // strategy counts leased slices on the budget row, so a positive counter drift is its stranded
 // yen rather than a fault.
 func measureFirstCome(ctx context.Context, pool *pgxpool.Pool, capYen int, leases bool, m *FirstComeMeasurement) error {
-	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: capYen})
+	rep, err := reconcile.Check(ctx, pool)
 	if err != nil {
 		return err
 	}

@@ -215,7 +215,7 @@ func TestBeforeCodeIsCaught(t *testing.T) {
 	silverweek.Run(ctx, reqs, 32, func(ctx context.Context, r silverweek.Request) (string, error) {
 		return before.Issue(ctx, r.MemberID, r.CampaignID)
 	}, nil)
-	wrong, err := silverweek.Verify(ctx, pool, silverweek.DefaultMembers, issuance.DefaultMonthlyCapYen)
+	wrong, err := silverweek.Verify(ctx, pool, silverweek.DefaultMembers)
 	if err != nil {
 		t.Fatal(err)
 	}

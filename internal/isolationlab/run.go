@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/internal/rules"
 	"github.com/mops/coupon-api/internal/silverweek"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/issuance"
@@ -238,6 +239,9 @@ func RunOne(ctx context.Context, s Strategy, workers, run int, load Load, fresh 
 	if err := silverweek.CreateCampaigns(ctx, pool, load.Campaigns); err != nil {
 		return m, err
 	}
+	if err := setCap(ctx, pool, load.CapYen); err != nil {
+		return m, err
+	}
 	if s.BeforeSchema {
 		if err := BreakSchema(ctx, pool); err != nil {
 			return m, fmt.Errorf("isolationlab: break schema: %w", err)
@@ -278,11 +282,20 @@ func RunOne(ctx context.Context, s Strategy, workers, run int, load Load, fresh 
 	return m, measureTables(ctx, pool, load.CapYen, pushes.CouponIDs(), &m)
 }
 
+// setCap sets R3's cap of the run's database to capYen (coupon_rules), which the production
+// path and reconcile read.
+func setCap(ctx context.Context, pool *pgxpool.Pool, capYen int) error {
+	if _, _, err := rules.SetMonthlyCap(ctx, pool, capYen, "isolation lab: the load's cap"); err != nil {
+		return fmt.Errorf("isolationlab: %w", err)
+	}
+	return nil
+}
+
 // measureTables fills m's rule figures from the tables (package reconcile) and counts the pushes:
 // the recorded in-transaction pushes plus the outbox rows, and those of either whose coupon does
 // not exist.
 func measureTables(ctx context.Context, pool *pgxpool.Pool, capYen int, pushed []string, m *Measurement) error {
-	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: capYen})
+	rep, err := reconcile.Check(ctx, pool)
 	if err != nil {
 		return err
 	}

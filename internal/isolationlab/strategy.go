@@ -33,10 +33,12 @@ type IssueFunc func(ctx context.Context, memberID, campaignID string) (Outcome, 
 // and, for a strategy with BeforeSchema, broken by [BreakSchema].
 type Env struct {
 	Pool *pgxpool.Pool
-	// CapYen is R3's monthly cap in yen.
+	// CapYen is R3's monthly cap in yen, which the run also set in the database (coupon_rules,
+	// the production path's and reconcile's).
 	CapYen int
-	// Now is the run's clock: the production path stamps coupons with it, the others take
-	// issuance.Month(Now) as the month the caller passes in.
+	// Now is the run's start: the strategies other than the production path take
+	// issuance.Month(Now) as the month the caller passes in (the production path's is the
+	// database's clock).
 	Now time.Time
 	// Push is the simulated LINE push for strategies that push inside the transaction; it
 	// records the coupon id and waits [DefaultPushDelay].
@@ -92,10 +94,7 @@ var Strategies = []Strategy{
 		Name:    "good",
 		Summary: "the production path, issuance.Service: READ COMMITTED, one conditional write per rule, outbox",
 		New: func(env Env) (IssueFunc, error) {
-			svc, err := issuance.New(env.Pool, issuance.Config{
-				MonthlyCapYen: env.CapYen,
-				Now:           func() time.Time { return env.Now },
-			})
+			svc, err := issuance.New(env.Pool, issuance.Config{})
 			if err != nil {
 				return nil, err
 			}

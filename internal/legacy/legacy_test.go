@@ -84,6 +84,7 @@ func migrate(t testing.TB, pool *pgxpool.Pool) {
 
 func service(t *testing.T, pool *pgxpool.Pool) *issuance.Service {
 	t.Helper()
+	pgtest.CallerClock(t, pool) // septDay is the database's issue time too
 	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return septDay }})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ INSERT INTO issued_coupons (coupon_id, campaign_id, member_id, month, amount_yen
 	if out := issue(t, svc, "m2", "SW-B"); out.Result != issuance.ResultIssued {
 		t.Errorf("m2 SW-B: %+v, want ISSUED", out)
 	}
-	rc, err := reconcile.Check(context.Background(), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rc, err := reconcile.Check(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +348,7 @@ func TestGeneratedDirtyData(t *testing.T) {
 
 func checkNoFault(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	rc, err := reconcile.Check(context.Background(), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rc, err := reconcile.Check(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +541,7 @@ func TestReconcileRepairAndRollback(t *testing.T) {
 	exec(t, pool, `UPDATE campaign_budgets SET issued_yen = 0 WHERE campaign_id = 'SW-B' AND stripe =
 		(SELECT stripe FROM campaign_budgets WHERE campaign_id = 'SW-B' ORDER BY issued_yen DESC LIMIT 1)`)
 	exec(t, pool, `UPDATE member_monthly_usage SET used_yen = used_yen + 1000 WHERE member_id = 'm0007'`)
-	rc, err := reconcile.Check(context.Background(), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rc, err := reconcile.Check(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,8 +51,7 @@ const (
 	beforeMigrate  = 300  // IssueCoupon answers from the previous release alone before migrating
 	besideRequests = 1500 // answers once both releases serve, while the operators act
 	voids          = 24   // coupons the operators void, half with reissue allowed
-	monthlyCapYen  = 2000
-	relayEvery     = 50 // IssueCoupon answers between two RelayOutbox runs
+	relayEvery     = 50   // IssueCoupon answers between two RelayOutbox runs
 )
 
 var campaigns = []struct {
@@ -616,7 +615,7 @@ func checkTables(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stub *li
 	if notSent == 0 {
 		ps = append(ps, "no coupon was voided before its push: the check of voided pushes checked nothing")
 	}
-	rep, err := reconcile.Check(ctx, pool, reconcile.Config{CapYen: monthlyCapYen})
+	rep, err := reconcile.Check(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

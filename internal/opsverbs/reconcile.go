@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/reconcile"
-	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // Reconcile is "reconcile": it counts the tables against the counters and the outbox against
@@ -38,11 +37,6 @@ the alert on them.`,
 			if format != "text" && format != "json" {
 				return flagError("--format %q: want text or json", format)
 			}
-			cfg := reconcile.Config{}
-			var err error
-			if cfg.CapYen, err = issuance.MonthlyCapFromEnv(); err != nil {
-				return err
-			}
 			pool, closePool, err := OpenMigrated(cmd.Context())
 			if err != nil {
 				return err
@@ -55,7 +49,7 @@ the alert on them.`,
 				Violations []string            `json:"violations"`
 				Facts      []string            `json:"facts"`
 			}{}
-			rep, err := reconcile.Check(cmd.Context(), pool, cfg)
+			rep, err := reconcile.Check(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
@@ -66,7 +60,7 @@ the alert on them.`,
 				if err != nil {
 					return err
 				}
-				if rep, err = reconcile.Check(cmd.Context(), pool, cfg); err != nil {
+				if rep, err = reconcile.Check(cmd.Context(), pool); err != nil {
 					return err
 				}
 				out.Before, out.Repaired = &before, &fixed

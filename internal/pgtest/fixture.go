@@ -38,3 +38,15 @@ func BreakFunction(t testing.TB, db Execer, name string, replacements ...[2]stri
 		t.Fatalf("pgtest: break %s: %v", name, err)
 	}
 }
+
+// CallerClock makes the database that db connects to as its owner issue at the time each
+// issuance call sends (the service's clock, [issuance.Config.Now]), as before migration 00021,
+// instead of at its own clock with a 5 s skew allowed: issue_clock, broken by [BreakFunction].
+// It is for the tests that issue on a fixed date (a Silver Week day, a month's last second);
+// production never runs it, and TestForgedArgumentsRefused shows what it lets through.
+func CallerClock(t testing.TB, db Execer) {
+	t.Helper()
+	BreakFunction(t, db, "issue_clock",
+		[2]string{"WHERE a NOT BETWEEN v_now - issue_clock_skew() AND v_now + issue_clock_skew()", "WHERE false"},
+		[2]string{"RETURN array_fill(v_now, ARRAY[cardinality(p_issued_at)]);", "RETURN p_issued_at;"})
+}

@@ -50,7 +50,7 @@ func TestCheckNamesMemberMonths(t *testing.T) {
 			if _, err := pool.Exec(ctx, `UPDATE member_monthly_usage SET used_yen = 1500 WHERE member_id = 'n2'`); err != nil {
 				t.Fatal(err)
 			}
-			r, err := Check(ctx, pool, Config{CapYen: issuance.DefaultMonthlyCapYen})
+			r, err := Check(ctx, pool)
 			if err != nil {
 				t.Fatal(err)
 			}

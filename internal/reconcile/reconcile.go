@@ -27,12 +27,6 @@ import (
 	"github.com/mops/coupon-api/shared/db"
 )
 
-// Config says what to check against.
-type Config struct {
-	// CapYen is R3's monthly cap in yen (env MONTHLY_CAP_YEN).
-	CapYen int
-}
-
 // Campaign is one campaign's R1 figures, in yen, summed over its budget stripes.
 type Campaign struct {
 	CampaignID string `json:"campaign_id"`
@@ -64,8 +58,10 @@ type Report struct {
 	// DuplicatePairs is R2: (campaign, member) pairs holding more than one coupon that is not a
 	// legacy duplicate.
 	DuplicatePairs int64 `json:"duplicate_pairs"`
-	// MembersOverCap is R3: member x month pairs whose live coupons sum above the cap and that
-	// hold a coupon of this code (legacy member-months are in LegacyMembersOverCap).
+	// MembersOverCap is R3: member x month pairs holding a coupon of this code (legacy
+	// member-months are in LegacyMembersOverCap) of which a live coupon took the month's live
+	// coupons, up to and including it in issue order, above the cap in force when it was issued
+	// ([sqlJudged]): a cap lowered in mid-month leaves the coupons issued before it alone.
 	MembersOverCap int64 `json:"members_over_cap"`
 	// UsageDrift is member x month pairs whose used_yen differs from their live coupons' sum.
 	UsageDrift int64 `json:"usage_drift"`
@@ -78,7 +74,8 @@ type Report struct {
 	LegacyMembersOverCap int64 `json:"legacy_members_over_cap"`
 	// LegacyDuplicatesLive is redeemed legacy duplicates kept live (tied to orders): a fact.
 	LegacyDuplicatesLive int64 `json:"legacy_duplicates_live"`
-	// CapYen is the R3 cap the report was checked against.
+	// CapYen is R3's cap in force when the report was made (coupon_rules; `couponctl rules
+	// show` has its history).
 	CapYen int `json:"cap_yen"`
 	// MonthsNamed are the first [NamedMonths] member-months over the cap or drifted, by member
 	// and month: the rows behind MembersOverCap and UsageDrift.
@@ -104,20 +101,44 @@ func (m MemberMonth) String() string {
 	return fmt.Sprintf("%s %s (counter %d yen, live coupons %d yen)", m.MemberID, m.Month, m.UsedYen, m.LiveYen)
 }
 
-// sqlMonthsNamed lists the member-months over cap $1 (legacy-only ones aside) or whose counter
-// differs from their live coupons, at most $2.
-const sqlMonthsNamed = `
-WITH live AS (SELECT member_id, month, SUM(amount_yen)::bigint AS s, bool_and(client_month IS NOT NULL) AS legacy_only
-                FROM issued_coupons WHERE voided_at IS NULL GROUP BY 1, 2)
-SELECT member_id, month, COALESCE(u.used_yen, 0)::bigint, COALESCE(c.s, 0)
-  FROM live c FULL JOIN member_monthly_usage u USING (member_id, month)
- WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0) OR (c.s > $1 AND NOT c.legacy_only)
- ORDER BY member_id, month
- LIMIT $2`
+// sqlJudged heads the statements that judge R3: live, the live coupons; judged, each one with
+// over set when the live coupons of its member and month, up to and including it in issue order,
+// sum above the cap in force at its issued_at. The caps' spans come from their history
+// (coupon_rules_changes, migration 00021), whose first row holds the cap before any change, the
+// legacy coupons' too. coupon_rules_set divides the coupons exactly at its changed_at: every
+// coupon issued under a cap has its issued_at inside that cap's span.
+const sqlJudged = `
+WITH live AS (SELECT * FROM issued_coupons WHERE voided_at IS NULL),
+caps AS (SELECT (after->>'monthly_cap_yen')::bigint AS cap,
+                CASE WHEN row_number() OVER w = 1 THEN '-infinity' ELSE changed_at END AS since,
+                COALESCE(lead(changed_at) OVER w, 'infinity') AS until
+           FROM coupon_rules_changes WHERE after ? 'monthly_cap_yen' WINDOW w AS (ORDER BY change_id)),
+judged AS (SELECT l.member_id, l.month, l.client_month,
+                  SUM(l.amount_yen) OVER (PARTITION BY l.member_id, l.month ORDER BY l.issued_at, l.coupon_id) > c.cap AS over
+             FROM live l JOIN caps c ON l.issued_at >= c.since AND l.issued_at < c.until)`
 
-// Check reads the tables through q and returns the report.
-func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
-	r := Report{CapYen: cfg.CapYen}
+// sqlMonthsNamed lists the member-months over the cap (legacy-only ones aside) or whose counter
+// differs from their live coupons, at most $1.
+const sqlMonthsNamed = sqlJudged + `,
+months AS (SELECT member_id, month, bool_or(over) AS over, bool_and(client_month IS NOT NULL) AS legacy_only
+             FROM judged GROUP BY 1, 2),
+sums AS (SELECT member_id, month, SUM(amount_yen)::bigint AS s FROM live GROUP BY 1, 2)
+SELECT member_id, month, COALESCE(u.used_yen, 0)::bigint, COALESCE(c.s, 0)
+  FROM sums c LEFT JOIN months m USING (member_id, month) FULL JOIN member_monthly_usage u USING (member_id, month)
+ WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0) OR (m.over AND NOT m.legacy_only)
+ ORDER BY member_id, month
+ LIMIT $1`
+
+// sqlCapNow is R3's cap in force.
+const sqlCapNow = `SELECT monthly_cap_yen FROM coupon_rules`
+
+// Check reads the tables through q and returns the report. R3 is judged against the cap the
+// database holds (coupon_rules and its history), never a client's setting.
+func Check(ctx context.Context, q db.Querier) (Report, error) {
+	var r Report
+	if err := q.QueryRow(ctx, sqlCapNow).Scan(&r.CapYen); err != nil {
+		return r, fmt.Errorf("reconcile: the monthly cap: %w", err)
+	}
 	rows, err := q.Query(ctx, sqlCampaigns)
 	if err != nil {
 		return r, fmt.Errorf("reconcile: campaigns: %w", err)
@@ -126,7 +147,7 @@ func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("reconcile: campaigns: %w", err)
 	}
-	err = q.QueryRow(ctx, sqlCounts, cfg.CapYen).Scan(&r.Coupons, &r.DuplicatePairs,
+	err = q.QueryRow(ctx, sqlCounts).Scan(&r.Coupons, &r.DuplicatePairs,
 		&r.MembersOverCap, &r.LegacyMembersOverCap, &r.UsageDrift, &r.CouponsWithoutOutbox,
 		&r.OutboxWithoutCoupon, &r.LegacyDuplicatesLive)
 	if err != nil {
@@ -135,7 +156,7 @@ func Check(ctx context.Context, q db.Querier, cfg Config) (Report, error) {
 	if r.MembersOverCap+r.UsageDrift == 0 {
 		return r, nil
 	}
-	rows, err = q.Query(ctx, sqlMonthsNamed, cfg.CapYen, monthsNamed)
+	rows, err = q.Query(ctx, sqlMonthsNamed, monthsNamed)
 	if err == nil {
 		r.MonthsNamed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[MemberMonth])
 	}
@@ -160,12 +181,11 @@ SELECT b.campaign_id, b.budget_yen, b.issued_yen,
 
 // sqlCounts counts the rest in one statement (one snapshot). A legacy coupon is one the Before
 // code wrote: the migration kept its client's month in client_month, which this code never sets.
-// $1 cap in yen.
-const sqlCounts = `
-WITH live AS (SELECT * FROM issued_coupons WHERE voided_at IS NULL),
+// R3 judges each coupon against the cap in force when it was issued ([sqlJudged]).
+const sqlCounts = sqlJudged + `,
 over_cap AS (
   SELECT bool_and(client_month IS NOT NULL) AS legacy_only
-    FROM live GROUP BY member_id, month HAVING SUM(amount_yen) > $1)
+    FROM judged GROUP BY member_id, month HAVING bool_or(over))
 SELECT (SELECT count(*) FROM live),
        (SELECT count(*) FROM (SELECT 1 FROM issued_coupons WHERE NOT legacy_duplicate AND NOT reissue_allowed
                                GROUP BY campaign_id, member_id HAVING count(*) > 1) d),
@@ -199,7 +219,7 @@ func (r Report) Violations() []string {
 		}
 	}
 	add(r.DuplicatePairs, "R2: %d (campaign, member) pairs hold more than one coupon")
-	add(r.MembersOverCap, fmt.Sprintf("R3: %%d member-months over the %d yen cap", r.CapYen))
+	add(r.MembersOverCap, "R3: %d member-months over the cap in force when their coupons were issued (couponctl rules show)")
 	add(r.UsageDrift, "R3: %d member-months whose used_yen differs from their live coupons")
 	add(r.CouponsWithoutOutbox, "outbox: %d coupons without an outbox row")
 	add(r.OutboxWithoutCoupon, "outbox: %d outbox rows without a coupon")
@@ -216,7 +236,7 @@ func (r Report) Facts() []string {
 		}
 	}
 	if r.LegacyMembersOverCap > 0 {
-		f = append(f, fmt.Sprintf("legacy: %d member-months over the %d yen cap since the Before code", r.LegacyMembersOverCap, r.CapYen))
+		f = append(f, fmt.Sprintf("legacy: %d member-months over the cap since the Before code", r.LegacyMembersOverCap))
 	}
 	if r.LegacyDuplicatesLive > 0 {
 		f = append(f, fmt.Sprintf("legacy: %d redeemed duplicate coupons kept live (tied to orders)", r.LegacyDuplicatesLive))
@@ -230,7 +250,7 @@ func (r Report) Write(w io.Writer) {
 	for _, c := range r.Campaigns {
 		fmt.Fprintf(w, "%-12s %12d %12d %12d %8d\n", c.CampaignID, c.BudgetYen, c.CounterYen, c.ActualYen, c.Coupons)
 	}
-	fmt.Fprintf(w, "coupons %d; R2 duplicate pairs %d; R3 member-months over %d yen %d; usage drift %d; "+
+	fmt.Fprintf(w, "coupons %d; R2 duplicate pairs %d; R3 member-months over the cap (%d yen now) %d; usage drift %d; "+
 		"coupons without outbox %d; outbox without coupon %d\n",
 		r.Coupons, r.DuplicatePairs, r.CapYen, r.MembersOverCap, r.UsageDrift, r.CouponsWithoutOutbox, r.OutboxWithoutCoupon)
 	if f := r.Facts(); len(f) > 0 {

@@ -176,12 +176,13 @@ func CreateCampaigns(ctx context.Context, conn campaign.Querier, campaigns []Cam
 }
 
 // Verify counts the tables after a whole run of the scenario (its [Campaigns], members members,
-// the R3 cap capYen with 1,000 yen coupons, so two coupons per member) and returns every way they
+// the database's R3 cap at its default, 2,000 yen, with 1,000 yen coupons, so two coupons per
+// member) and returns every way they
 // differ from the right outcome: each broken rule of [reconcile.Report.Violations], a coupon count
 // other than two per member, a member holding other than two coupons, and SW-A's counter other
 // than exactly its budget. Empty means the run was right.
-func Verify(ctx context.Context, q db.Querier, members, capYen int) ([]string, error) {
-	rep, err := reconcile.Check(ctx, q, reconcile.Config{CapYen: capYen})
+func Verify(ctx context.Context, q db.Querier, members int) ([]string, error) {
+	rep, err := reconcile.Check(ctx, q)
 	if err != nil {
 		return nil, err
 	}

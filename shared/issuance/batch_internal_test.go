@@ -112,7 +112,7 @@ func (f *batchFixture) count(t *testing.T, sql string, args ...any) int {
 
 func (f *batchFixture) rulesHold(t *testing.T) {
 	t.Helper()
-	rep, err := reconcile.Check(context.Background(), f.admin, reconcile.Config{CapYen: DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), f.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestBatchTimeoutsFollowTheTightestMember(t *testing.T) {
 	now := time.Now()
 	var group []*joined
 	for i, left := range []time.Duration{1800 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond} {
-		r := request{memberID: fmt.Sprintf("t%d", i), campaignID: "B", issuedAt: now, month: Month(now)}
+		r := request{memberID: fmt.Sprintf("t%d", i), campaignID: "B", month: Month(now)}
 		_, span := startIssue(ctx, r)
 		group = append(group, &joined{ctx: ctx, req: r, couponID: fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i),
 			deadline: now.Add(left), callEnd: now.Add(left + db.CancelGrace + ResolveTimeout), span: span,

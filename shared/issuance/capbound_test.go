@@ -11,15 +11,16 @@ import (
 
 	"github.com/mops/coupon-api/internal/campaign"
 	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/rules"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-// TestLargestCapNeverOverflows: at the largest cap MONTHLY_CAP_YEN takes, a member who has used
-// all of it asks for a coupon of the cap's size, and for the largest coupon a campaign may hold
-// (2^31-1 yen), through issue_coupon (ISSUE_BATCH_MAX=1) and issue_coupons_batch: each answers
+// TestLargestCapNeverOverflows: at the largest cap coupon_rules takes (couponctl rules set), a
+// member who has used all of it asks for a coupon of the cap's size, and for the largest coupon
+// a campaign may hold (2^31-1 yen), through ISSUE_BATCH_MAX=1 and coalesced calls: each answers
 // MONTHLY_CAP, never an error (500), and the tables hold the one coupon. The negative control
-// calls issue_coupon with the cap the old bound let through, 2^31-1, after a coupon of 2e9 yen:
-// PostgreSQL ends it in 22003, numeric value out of range, the 500 the bound prevents.
+// lifts coupon_rules' CHECK and sets the cap to 2^31-1, after a coupon of 2e9 yen: PostgreSQL
+// ends the next issuance in 22003, numeric value out of range, the 500 the bound prevents.
 func TestLargestCapNeverOverflows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,7 +35,10 @@ func TestLargestCapNeverOverflows(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		svc, err := issuance.New(pool, issuance.Config{MonthlyCapYen: issuance.MaxMonthlyCapYen, BatchMax: batchMax})
+		if _, _, err := rules.SetMonthlyCap(ctx, pool, issuance.MaxMonthlyCapYen, "the largest cap"); err != nil {
+			t.Fatal(err)
+		}
+		svc, err := issuance.New(pool, issuance.Config{BatchMax: batchMax})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +60,13 @@ func TestLargestCapNeverOverflows(t *testing.T) {
 		if err := campaign.Create(ctx, pool, campaign.Campaign{ID: id, DiscountYen: 2_000_000_000, BudgetYen: 2_000_000_000}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, _, err := rules.SetMonthlyCap(ctx, pool, math.MaxInt32, "past the bound"); !errors.Is(err, rules.ErrRefused) {
+		t.Fatalf("a cap of 2^31-1: %v, want it refused", err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE coupon_rules DROP CONSTRAINT monthly_cap_range;
+		UPDATE coupon_rules SET monthly_cap_yen = 2147483647`); err != nil {
+		t.Fatal(err)
 	}
 	call := `SELECT result FROM issue_coupon(gen_random_uuid(), $1, 'm1', now(), $2, NULL)`
 	var result string

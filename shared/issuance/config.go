@@ -3,6 +3,7 @@ package issuance
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/mops/coupon-api/shared/db"
@@ -10,16 +11,16 @@ import (
 )
 
 const (
-	// DefaultMonthlyCapYen is R3's cap per member and Asia/Tokyo calendar month, in yen
-	// (the member cap regulation, which protects the gross margin per member).
+	// DefaultMonthlyCapYen is R3's cap per member and Asia/Tokyo calendar month, in yen, until
+	// an operator changes it (the member cap regulation, which protects the gross margin per
+	// member). The cap is a rule setting in the database (coupon_rules, migration 00021), which
+	// every issuance reads; `couponctl rules set` changes it.
 	DefaultMonthlyCapYen = 2000
 
-	// MaxMonthlyCapYen bounds R3's cap, in yen: issue_coupon and issue_coupons_batch pass it as
-	// a PostgreSQL integer (int4) and add a coupon's yen to a member's used_yen before comparing
-	// with it. used_yen stays at most the cap, and a coupon above the cap is MONTHLY_CAP before
+	// MaxMonthlyCapYen bounds R3's cap, in yen (coupon_rules' CHECK): issue_coupons_batch adds a
+	// coupon's yen to a member's used_yen, a PostgreSQL integer (int4), before comparing with
+	// the cap. used_yen stays at most the cap, and a coupon above the cap is MONTHLY_CAP before
 	// any sum, so the sum stays at most twice the cap: 2,000,000,000 below int4's 2,147,483,647.
-	// A cap beyond it would end such a sum in SQLSTATE 22003 (numeric value out of range) and
-	// its request in 500.
 	MaxMonthlyCapYen = 1_000_000_000
 
 	// AppTimeout is how long the app gateway waits for IssueCoupon (3 s); the whole call,
@@ -94,9 +95,6 @@ const minBudget = db.CancelGrace + ResolveTimeout + 2*(minAttemptTime+serverMarg
 
 // Config tunes a [Service]. Zero fields take the defaults above.
 type Config struct {
-	// MonthlyCapYen is R3's cap in yen (env MONTHLY_CAP_YEN). Default [DefaultMonthlyCapYen]; at
-	// most [MaxMonthlyCapYen].
-	MonthlyCapYen int
 	// Budget bounds one whole call, all attempts and waits and the settlement of a lost answer
 	// included (env ISSUE_BUDGET). Default [DefaultBudget]; at least minBudget (0.84 s), at most
 	// [AppTimeout].
@@ -112,16 +110,15 @@ type Config struct {
 	// go together as one call of at most BatchMax members (docs/design.md, "Coalescing a hot
 	// campaign"). 1 turns coalescing off. Default [DefaultBatchMax]; at most [MaxBatchMax].
 	BatchMax int
-	// Now is the service's clock; it decides the coupon's issued_at and its month. Default
-	// time.Now. Tests inject a fixed clock.
+	// Now is the service's clock: the issue time each call sends, and the month an answer
+	// names. The database issues at its own time and refuses a sent time more than 5 s
+	// from it (issue_clock_skew(), migration 00021). Default time.Now. Tests that issue on a fixed date inject one, with
+	// the database taking it (pgtest.CallerClock).
 	Now func() time.Time
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.MonthlyCapYen == 0 {
-		c.MonthlyCapYen = DefaultMonthlyCapYen
-	}
 	if c.Budget == 0 {
 		c.Budget = DefaultBudget
 	}
@@ -142,12 +139,9 @@ func (c Config) WithDefaults() Config {
 
 // Validate refuses a configuration that cannot keep the timeout order
 // 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, a Budget below minBudget (0.84 s),
-// or a cap outside 1..[MaxMonthlyCapYen].
+// or a BatchMax outside 1..[MaxBatchMax].
 func (c Config) Validate() error {
 	var errs []error
-	if c.MonthlyCapYen <= 0 || c.MonthlyCapYen > MaxMonthlyCapYen {
-		errs = append(errs, fmt.Errorf("monthly cap %d yen: must be in 1..%d", c.MonthlyCapYen, MaxMonthlyCapYen))
-	}
 	if c.Budget < minBudget || c.Budget > AppTimeout {
 		errs = append(errs, fmt.Errorf("budget %s: must be in [%s, %s]: inside the app's timeout, with room for an attempt, "+
 			"a running call's cancellation and a lost answer's settlement", c.Budget, minBudget, AppTimeout))
@@ -185,15 +179,16 @@ func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Durati
 // milliseconds, and 0 is its "wait forever".
 const minTimeout = time.Millisecond
 
-// ConfigFromEnv reads MONTHLY_CAP_YEN ([MonthlyCapFromEnv]), ISSUE_BUDGET (0.84s..3s),
-// ISSUE_LOCK_TIMEOUT and ISSUE_STATEMENT_TIMEOUT (1ms..3s each) and ISSUE_BATCH_MAX
-// (1..[MaxBatchMax]) (docs/api.md, "Configuration"), defaults for the unset ones, and refuses
-// a value outside its range, naming it, and what [Config.Validate] refuses. An explicit zero is
-// refused, never taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be PostgreSQL's "wait forever".
+// ConfigFromEnv reads ISSUE_BUDGET (0.84s..3s), ISSUE_LOCK_TIMEOUT and ISSUE_STATEMENT_TIMEOUT
+// (1ms..3s each) and ISSUE_BATCH_MAX (1..[MaxBatchMax]) (docs/api.md, "Configuration"),
+// defaults for the unset ones, and refuses a value outside its range, naming it, what
+// [Config.Validate] refuses, and a MONTHLY_CAP_YEN still set ([RefuseMonthlyCapEnv]). An
+// explicit zero is refused, never taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be
+// PostgreSQL's "wait forever".
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	var errs [5]error
-	c.MonthlyCapYen, errs[0] = MonthlyCapFromEnv()
+	errs[0] = RefuseMonthlyCapEnv()
 	c.Budget, errs[1] = envconf.DurationIn("ISSUE_BUDGET", DefaultBudget, minBudget, AppTimeout)
 	c.LockTimeout, errs[2] = envconf.DurationIn("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout, minTimeout, AppTimeout)
 	c.StatementTimeout, errs[3] = envconf.DurationIn("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout, minTimeout, AppTimeout)
@@ -205,14 +200,24 @@ func ConfigFromEnv() (Config, error) {
 	return c, c.Validate()
 }
 
-// MonthlyCapFromEnv reads R3's cap in yen from MONTHLY_CAP_YEN: [DefaultMonthlyCapYen] when
-// unset, and an error naming the range 1..[MaxMonthlyCapYen] for a value outside it.
-func MonthlyCapFromEnv() (int, error) {
-	return envconf.IntIn("MONTHLY_CAP_YEN", DefaultMonthlyCapYen, 1, MaxMonthlyCapYen)
+// ErrMonthlyCapEnv is what [RefuseMonthlyCapEnv] returns: MONTHLY_CAP_YEN is set.
+var ErrMonthlyCapEnv = errors.New("MONTHLY_CAP_YEN is set, but R3's monthly cap is a rule setting in the database " +
+	"(migration 00021): change it with `couponctl rules set --monthly-cap-yen N --reason TEXT`, see it with " +
+	"`couponctl rules show`, and unset MONTHLY_CAP_YEN")
+
+// RefuseMonthlyCapEnv returns [ErrMonthlyCapEnv] when MONTHLY_CAP_YEN is set, even empty: a
+// process that still sets it expects a cap of its own, which no process has since every issuance
+// reads the database's (two instances once enforced two caps). IssueCoupon and every couponctl
+// and couponops verb call it at start-up.
+func RefuseMonthlyCapEnv() error {
+	if v, ok := os.LookupEnv("MONTHLY_CAP_YEN"); ok {
+		return fmt.Errorf("%w (it is %q)", ErrMonthlyCapEnv, v)
+	}
+	return nil
 }
 
 // String lists the effective settings, for the start-up log line.
 func (c Config) String() string {
-	return fmt.Sprintf("monthly_cap_yen=%d budget=%s lock_timeout=%s statement_timeout=%s batch_max=%d",
-		c.MonthlyCapYen, c.Budget, c.LockTimeout, c.StatementTimeout, c.BatchMax)
+	return fmt.Sprintf("budget=%s lock_timeout=%s statement_timeout=%s batch_max=%d",
+		c.Budget, c.LockTimeout, c.StatementTimeout, c.BatchMax)
 }

@@ -49,7 +49,8 @@ func prodPool(t *testing.T, databaseURL string, maxConns int) *pgxpool.Pool {
 	return pool
 }
 
-// faultService is a Service on pool with cfg and the fixed clock, after creating campaigns of
+// faultService is a Service on pool with cfg and the fixed clock (which the database takes:
+// pgtest.CallerClock), after creating campaigns of
 // 1,000 yen coupons with a budget of 10,000,000 yen.
 func faultService(t *testing.T, pool *pgxpool.Pool, cfg issuance.Config, campaigns ...string) *issuance.Service {
 	t.Helper()
@@ -59,6 +60,7 @@ func faultService(t *testing.T, pool *pgxpool.Pool, cfg issuance.Config, campaig
 		}
 	}
 	cfg.Now = func() time.Time { return faultDay }
+	pgtest.CallerClock(t, pool)
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +111,7 @@ func waitDone[T any](t *testing.T, done <-chan T, what string) T {
 // assertRules checks R1-R3 and one outbox row per coupon, by SQL.
 func assertRules(t *testing.T, q db.Querier) reconcile.Report {
 	t.Helper()
-	rep, err := reconcile.Check(context.Background(), q, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +185,7 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 	if err := silverweek.CreateCampaigns(ctx, pool, silverweek.Campaigns); err != nil {
 		t.Fatal(err)
 	}
+	pgtest.CallerClock(t, pool)
 	svc, err := issuance.New(pool, issuance.Config{Budget: 1500 * time.Millisecond, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond, Now: func() time.Time { return faultDay }})
 	if err != nil {
 		t.Fatal(err)

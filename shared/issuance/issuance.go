@@ -131,8 +131,7 @@ func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant 
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	issuedAt := s.cfg.Now()
-	req := request{memberID: memberID, campaignID: campaignID, issuedAt: issuedAt, month: Month(issuedAt), grant: grant}
+	req := request{memberID: memberID, campaignID: campaignID, month: Month(s.cfg.Now()), grant: grant}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
 	j := &joined{ctx: ctx, req: req, couponID: uuid.NewString(), deadline: deadline, callEnd: callEnd, span: span,
@@ -179,9 +178,8 @@ func classify(ctx context.Context, err error) (step, error) {
 
 type request struct {
 	memberID, campaignID string
-	issuedAt             time.Time
-	month                string
-	grant                bool // a bulk grant (Service.Grant): grant_coupons_batch, not issue_coupons_batch
+	month                string // the Asia/Tokyo month of the service's clock when the request came
+	grant                bool   // a bulk grant (Service.Grant): grant_coupons_batch, not issue_coupons_batch
 }
 
 // call is the statement of r's attempts.

@@ -45,6 +45,7 @@ func setup(t *testing.T, maxConns int32, budgetA int, cfg issuance.Config) bundl
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return silverWeekDay }
+		pgtest.CallerClock(t, pool)
 	}
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
@@ -138,7 +139,7 @@ func TestSequentialWalkThrough(t *testing.T) {
 
 func assertRulesHeld(t *testing.T, pool *pgxpool.Pool) reconcile.Report {
 	t.Helper()
-	rep, err := reconcile.Check(context.Background(), pool, reconcile.Config{CapYen: issuance.DefaultMonthlyCapYen})
+	rep, err := reconcile.Check(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestSilverWeekConcurrency(t *testing.T) {
 					t.Errorf("%d answers %s: want only ISSUED, ALREADY_ISSUED, MONTHLY_CAP, BUDGET_EXCEEDED", n, res)
 				}
 			}
-			wrong, err := silverweek.Verify(context.Background(), b.pool, silverweek.DefaultMembers, issuance.DefaultMonthlyCapYen)
+			wrong, err := silverweek.Verify(context.Background(), b.pool, silverweek.DefaultMembers)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -426,7 +427,7 @@ func TestConfigValidate(t *testing.T) {
 		{LockTimeout: 2 * time.Second, StatementTimeout: 2 * time.Second},
 		{Budget: 4 * time.Second},
 		{StatementTimeout: 2600 * time.Millisecond},
-		{MonthlyCapYen: -1},
+		{BatchMax: -1},
 	}
 	for _, c := range bad {
 		if err := c.WithDefaults().Validate(); err == nil {

@@ -198,7 +198,7 @@ func brokenLead(s *Service, j *joined, group []*joined) (Outcome, error) {
 // newJoined is a request of member for campaign S with the default budget, as Issue makes it.
 func newJoined(t *testing.T, s *Service, member string) *joined {
 	now := time.Now()
-	r := request{memberID: member, campaignID: "S", issuedAt: now, month: Month(now)}
+	r := request{memberID: member, campaignID: "S", month: Month(now)}
 	callEnd := now.Add(s.cfg.Budget)
 	deadline := attemptsEnd(callEnd)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -421,7 +421,7 @@ CREATE TRIGGER count_r2 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.m
 	now := time.Now()
 	var group []*joined
 	for _, m := range []string{"r1", "r2"} {
-		r := request{memberID: m, campaignID: "R", issuedAt: now, month: Month(now)}
+		r := request{memberID: m, campaignID: "R", month: Month(now)}
 		callEnd := now.Add(f.svc.cfg.Budget)
 		jctx, cancel := context.WithDeadline(ctx, attemptsEnd(callEnd))
 		t.Cleanup(cancel)

@@ -17,8 +17,10 @@ const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config(
 // the result code (RETRY: send it again), the coupon id (ISSUED, the member's coupon for
 // ALREADY_ISSUED, the voided one for COUPON_VOIDED), the amount in yen (ISSUED), the reason of
 // CAMPAIGN_NOT_ACTIVE and the coupon's expiry. $1 campaign_id, then one each per member: $2
-// coupon ids (made by the service), $3 member ids, $4 issue times (their Asia/Tokyo month is the
-// coupon's); $5 R3's cap in yen, $6 trace parents.
+// coupon ids (made by the service), $3 member ids, $4 issue times (the service's clock: the
+// database refuses one more than 5 s from its own, and issues at its own); $5 NULL (the previous
+// release's cap, which the database ignores: it reads R3's from coupon_rules), $6 trace parents.
+// Malformed arguments are refused with 22023 (issuance_args_check, migration 00021).
 const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM issue_coupons_batch($1, $2, $3, $4, $5, $6)`
 
 // sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch, an operator's grant

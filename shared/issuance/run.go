@@ -282,15 +282,18 @@ func (s *Service) attempt(ctx context.Context, pending []*member, left time.Dura
 		return nil, beforeSend(ctx, err, conn.Conn().IsClosed())
 	}
 	n := len(pending)
+	// The issue time sent is the clock's now, at each attempt: the database refuses one more than
+	// 5 s from its own (and issues at its own), and a retry comes up to a budget after its request.
+	at := s.cfg.Now()
 	couponIDs, memberIDs, issuedAt, traces := make([]string, n), make([]string, n), make([]time.Time, n), make([]*string, n)
 	for i, m := range pending {
-		couponIDs[i], memberIDs[i], issuedAt[i], traces[i] = m.couponID, m.req.memberID, m.req.issuedAt, traceParent(m.ctx)
+		couponIDs[i], memberIDs[i], issuedAt[i], traces[i] = m.couponID, m.req.memberID, at, traceParent(m.ctx)
 	}
 	lockTimeout, statementTimeout := s.cfg.attemptTimeouts(left)
 	outs := make([]Outcome, n)
 	b := &pgx.Batch{}
 	b.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
-	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, issuedAt, s.cfg.MonthlyCapYen, traces).
+	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, issuedAt, nil, traces).
 		Query(func(rows pgx.Rows) error { return scanAnswers(rows, pending, outs) })
 	return outs, afterSend(ctx, conn.SendBatch(ctx, b).Close(), outs, sess)
 }

@@ -93,6 +93,7 @@ func TestReSendAfterTheCampaignEnded(t *testing.T) {
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ENDS", DiscountYen: 1000, BudgetYen: 100_000, EndsAt: &ends}); err != nil {
 		t.Fatal(err)
 	}
+	pgtest.CallerClock(t, pool) // now moves past the end below
 	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +121,7 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ARGS", DiscountYen: 1000, BudgetYen: 100_000}); err != nil {
 		t.Fatal(err)
 	}
+	pgtest.CallerClock(t, pool) // the month of a time in September, which the database's clock is not
 	call := `SELECT result FROM issue_coupon(gen_random_uuid(), $1, $2, $3, $4, NULL)`
 	// 2026-09-30 23:30 in Tokyo is 14:30 UTC: September in Tokyo, whatever the session says.
 	lateSeptember := time.Date(2026, 9, 30, 14, 30, 0, 0, time.UTC)

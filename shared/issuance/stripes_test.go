@@ -27,6 +27,7 @@ func striped(t *testing.T, maxConns int32, coupons, stripes int) bundle {
 	if err := campaign.Create(context.Background(), pool, c); err != nil {
 		t.Fatal(err)
 	}
+	pgtest.CallerClock(t, pool)
 	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return silverWeekDay }})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +168,7 @@ func TestSilverWeekStriped(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			pgtest.CallerClock(t, pool)
 			svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return silverWeekDay }})
 			if err != nil {
 				t.Fatal(err)
@@ -179,7 +181,7 @@ func TestSilverWeekStriped(t *testing.T) {
 				t.Fatalf("%d requests failed, first: %v", stats.Errors, stats.FirstErr)
 			}
 			t.Logf("results %v after %d re-sends", stats.Results, resends)
-			wrong, err := silverweek.Verify(context.Background(), pool, silverweek.DefaultMembers, issuance.DefaultMonthlyCapYen)
+			wrong, err := silverweek.Verify(context.Background(), pool, silverweek.DefaultMembers)
 			if err != nil {
 				t.Fatal(err)
 			}

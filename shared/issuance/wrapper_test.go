@@ -69,8 +69,9 @@ func inRolledBack(t *testing.T, conn *pgx.Conn, call string, args ...any) callSt
 // state of the rules: ISSUED (with its validity), R1 BUDGET_EXCEEDED, R2 ALREADY_ISSUED, R3
 // MONTHLY_CAP, COUPON_VOIDED, CAMPAIGN_NOT_ACTIVE paused, not started and ended, and
 // UNKNOWN_CAMPAIGN. Each call runs in a transaction of its own, read and rolled back, so both
-// see the same state. The broken variant, an issue_coupon whose cap differs from the batch's
-// (pgtest.BreakFunction), is seen.
+// see the same state. The broken variant, an issue_coupon that passes the batch another member
+// than its own (pgtest.BreakFunction), is seen. (Its cap, which the batch ignores since 00021, can
+// no longer make them differ.)
 func TestIssueCouponAnswersAsTheBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -145,9 +146,9 @@ func TestIssueCouponAnswersAsTheBatch(t *testing.T) {
 		t.Error(d)
 	}
 
-	pgtest.BreakFunction(t, owner, "issue_coupon", [2]string{"p_cap_yen, ARRAY[p_trace_parent]", "p_cap_yen * 2, ARRAY[p_trace_parent]"})
+	pgtest.BreakFunction(t, owner, "issue_coupon", [2]string{"ARRAY[p_member_id]", "ARRAY['x' || p_member_id]"})
 	if diffs := differences(); len(diffs) == 0 {
-		t.Error("the broken variant, an issue_coupon with a cap of its own, passed: the test would not see the two differ")
+		t.Error("the broken variant, an issue_coupon passing another member, passed: the test would not see the two differ")
 	} else {
 		t.Logf("the broken variant: %v", diffs)
 	}
