@@ -246,7 +246,7 @@ func TestLeaseGuardLetsTheMarksThrough(t *testing.T) {
 			}
 			run := uuid.New()
 			claimed, err := outboxdb.Claim(ctx, pool, outboxdb.ClaimParams{Run: run, Limit: 10, Lease: lease,
-				DueAt: time.Now().Add(time.Minute), KeyWindow: RetryKeyWindow})
+				DueAt: time.Now(), KeyWindow: RetryKeyWindow})
 			if err != nil {
 				t.Fatal(err)
 			}
