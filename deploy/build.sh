@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 run gcloud beta builds submit . --project="$PROJECT" --region="$REGION" --config=cloudbuild.yaml \
   --substitutions="_REGION=$REGION,_INSTANCE=$INSTANCE"
 
-# The released commit, for the next release's mixed-fleet test (internal/mixedfleet).
+# The released commit, for the next release's mixed-fleet test (internal/testkit/mixedfleet).
 release_file=${PREVIOUS_RELEASE_FILE:-deploy/previous-release}
 if ! commit=$(git rev-parse --short HEAD 2>/dev/null); then
   echo "build.sh: not a git checkout: $release_file not updated; write the released commit in it by hand" >&2

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/answerlog"
-	"github.com/mops/coupon-api/internal/audit"
+	"github.com/mops/coupon-api/internal/lab/answerlog"
+	"github.com/mops/coupon-api/internal/lab/audit"
 )
 
 func auditCmd() *cobra.Command {

@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/functions/issue"
-	"github.com/mops/coupon-api/internal/hotbench"
-	"github.com/mops/coupon-api/internal/isolationlab"
-	"github.com/mops/coupon-api/internal/latencyproxy"
-	"github.com/mops/coupon-api/internal/silverweek"
+	"github.com/mops/coupon-api/internal/lab/hotbench"
+	"github.com/mops/coupon-api/internal/lab/isolationlab"
+	"github.com/mops/coupon-api/internal/lab/latencyproxy"
+	"github.com/mops/coupon-api/internal/lab/silverweek"
 	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
@@ -39,7 +39,7 @@ func benchCmd() *cobra.Command {
 		Short: "One hot campaign on one PostgreSQL at added network round trips: IssueCoupon over HTTP (1 and 16 stripes) against pgbench (bare UPDATE, issue_coupon(), the same writes pipelined, the write-up's transaction)",
 		Long: `bench measures one hot campaign six ways on one durable PostgreSQL, at each --rtt round trip
 and each --clients count, each cell for --duration (pgbench runs -M prepared, the scripts are in
-internal/hotbench/pgbench/):
+internal/lab/hotbench/pgbench/):
 
   pgbench: bare one-row UPDATE      the ceiling of one hot row (bare-update.sql)
   pgbench: issue_coupon(), 1 round trip
@@ -58,7 +58,7 @@ internal/hotbench/pgbench/):
 
 Every request is a new member of a campaign with room for all, so every answer should be ISSUED.
 Every cell's traffic to PostgreSQL, pgbench's and IssueCoupon's pool's, goes through a latency
-proxy on 127.0.0.1 that adds the --rtt round trip, half each way (internal/latencyproxy; 0 is the
+proxy on 127.0.0.1 that adds the --rtt round trip, half each way (internal/lab/latencyproxy; 0 is the
 proxy adding nothing, the table's "0 (proxy only)"). After each cell the rules are checked from
 the tables (package reconcile) and the cell's coupons counted against its ISSUED answers or
 pgbench transactions. The table gives throughput, p50/p99 latency and each cell's ratio to the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // TestCampaignChangeVerbs runs the live-campaign verbs as a user in coupon_admin: each change

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
 // TestCampaignUpdateOutOfRangeExitsTwo: campaign update's out-of-range values (--stripes 0,

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/coupon"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/coupon"
 )
 
 // TestCouponShowMember: a support ticket names a member, and coupon show --member M lists the

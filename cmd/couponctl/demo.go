@@ -22,8 +22,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/mops/coupon-api/internal/reconcile"
-	"github.com/mops/coupon-api/internal/silverweek"
+	"github.com/mops/coupon-api/internal/lab/silverweek"
+	"github.com/mops/coupon-api/internal/ops/reconcile"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"

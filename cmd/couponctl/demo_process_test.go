@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 )
 
 // childTMPDIR is a temporary directory for the TMPDIR of a demo or drill the test runs: its

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/internal/linestub"
-	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/internal/ops/outboxadmin"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/drill"
+	"github.com/mops/coupon-api/internal/lab/drill"
 )
 
 type drillOptions struct {

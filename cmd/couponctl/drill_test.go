@@ -15,10 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/internal/answerlog"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/lab/answerlog"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 )
 
 // drillTimeout bounds one drill in these tests, setup, drain and audit included: a drill that

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // TestGrantAnswerLostAndNotLookedUp: a member whose request was sent, whose answer was lost

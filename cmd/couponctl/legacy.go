@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/legacy"
+	"github.com/mops/coupon-api/internal/ops/legacy"
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/issuance"
 )

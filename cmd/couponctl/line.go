@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/internal/ops/outboxadmin"
 	"github.com/mops/coupon-api/shared/ids"
 )
 

@@ -22,10 +22,10 @@ import (
 	"github.com/spf13/cobra"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/mops/coupon-api/internal/answerlog"
-	"github.com/mops/coupon-api/internal/audit"
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/reconcile"
+	"github.com/mops/coupon-api/internal/lab/answerlog"
+	"github.com/mops/coupon-api/internal/lab/audit"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/reconcile"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

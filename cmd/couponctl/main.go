@@ -15,13 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/localpg"
-	"github.com/mops/coupon-api/internal/opsverbs"
+	"github.com/mops/coupon-api/internal/ops/opsverbs"
+	"github.com/mops/coupon-api/internal/testkit/localpg"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // errViolations makes couponctl exit 1 after it has printed which rules broke; the operator
-// verbs of internal/opsverbs return the same.
+// verbs of internal/ops/opsverbs return the same.
 var errViolations = opsverbs.ErrViolations
 
 func main() {

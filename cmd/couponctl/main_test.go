@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 )
 
 // refusingServer listens like a PostgreSQL server (on a Unix socket in a temporary directory

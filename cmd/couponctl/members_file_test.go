@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
 // TestGrantMemberFileWords: a member file saved with a UTF-8 BOM (Excel's "CSV UTF-8") is read,

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/opsverbs"
-	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/internal/ops/opsverbs"
+	"github.com/mops/coupon-api/internal/ops/outboxadmin"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 

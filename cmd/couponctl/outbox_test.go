@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

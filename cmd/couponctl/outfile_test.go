@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
 // TestGrantOutRefusesWhatItWouldReplace: an --out that is a symbolic link, a directory or a FIFO

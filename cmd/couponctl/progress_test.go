@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 )
 
 // progressPromise is the longest silence docs/operations.md promises a long verb's log: a line

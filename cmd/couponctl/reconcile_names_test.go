@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/campaign"
+	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
 // TestReconcileNamesMemberMonths: a member's month counter changed by hand makes reconcile exit 1

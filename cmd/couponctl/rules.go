@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/rules"
+	"github.com/mops/coupon-api/internal/ops/rules"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/localpg"
+	"github.com/mops/coupon-api/internal/testkit/localpg"
 	"github.com/mops/coupon-api/schema/current"
 )
 

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 )
 
 // accepts reports whether something accepts TCP connections at addr.

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/mops/coupon-api/functions/issue"
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/localpg"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/localpg"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
 )

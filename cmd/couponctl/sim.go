@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/mops/coupon-api/internal/isolationlab"
-	"github.com/mops/coupon-api/internal/silverweek"
+	"github.com/mops/coupon-api/internal/lab/isolationlab"
+	"github.com/mops/coupon-api/internal/lab/silverweek"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

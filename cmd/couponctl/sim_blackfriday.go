@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/mops/coupon-api/internal/isolationlab"
+	"github.com/mops/coupon-api/internal/lab/isolationlab"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/mops/coupon-api/internal/isolationlab"
+	"github.com/mops/coupon-api/internal/lab/isolationlab"
 )
 
 // simWidth is the widest line couponctl sim may print for a terminal: about 100 columns.

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // TestOutboxStatusNamesVoidedSkips: a coupon voided before its push closes its outbox row as

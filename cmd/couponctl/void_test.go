@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/coupon"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/coupon"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

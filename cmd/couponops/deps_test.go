@@ -12,7 +12,7 @@ const module = "github.com/mops/coupon-api/"
 
 // operatorPackages are the packages of this module that couponops may be built from: the
 // deployed code (shared/, schema), the operator verbs and the reconciliation they run.
-var operatorPackages = []string{"cmd/couponops", "internal/opsverbs", "internal/reconcile", "schema"}
+var operatorPackages = []string{"cmd/couponops", "internal/ops/opsverbs", "internal/ops/reconcile", "schema"}
 
 // toolLibraries are the tools' libraries (prefixes): the load generator, the latency proxy,
 // the plotting of the isolation lab, progress bars, the test databases.

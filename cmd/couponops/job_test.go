@@ -7,15 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/gcpfake"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/testkit/gcpfake"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // TestReconcileJobExportsDrift runs `couponops reconcile` as the daily Cloud Run job of
 // deploy/daily.sh runs it, with that job's OTEL_* settings, on a Cloud Run job task's
-// surroundings (internal/gcpfake), against a database whose campaign counter drifted: it exits 1,
+// surroundings (internal/testkit/gcpfake), against a database whose campaign counter drifted: it exits 1,
 // and the drift metrics, which the reconcile-drift alert reads, reach the Telemetry API
 // stand-in with nothing refused.
 func TestReconcileJobExportsDrift(t *testing.T) {

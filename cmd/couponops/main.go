@@ -2,7 +2,7 @@
 // migrate step) and reconcile and outbox prune (the daily Cloud Run jobs of deploy/daily.sh),
 // as the database role coupon_admin or the migrations' user. It holds those verbs and nothing
 // else (deps_test.go checks its build); they are couponctl's verbs of the same names
-// (internal/opsverbs), and couponctl stays the tool for people.
+// (internal/ops/opsverbs), and couponctl stays the tool for people.
 //
 // Exit codes: 0 done, 1 a finding (drift, a broken rule) or a failure, 2 a command line it does
 // not understand.
@@ -19,7 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mops/coupon-api/internal/opsverbs"
+	"github.com/mops/coupon-api/internal/ops/opsverbs"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

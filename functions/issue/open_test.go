@@ -13,7 +13,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/mops/coupon-api/functions/issue"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // refusingMeter makes no gauge: the fault of [TestOpenClosesThePoolWhenTheGaugeFails].

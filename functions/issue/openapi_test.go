@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/mops/coupon-api/functions/issue"
-	"github.com/mops/coupon-api/internal/apispec"
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/coupon"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/coupon"
+	"github.com/mops/coupon-api/internal/testkit/apispec"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/functions/relay"
-	"github.com/mops/coupon-api/internal/apispec"
-	"github.com/mops/coupon-api/internal/linestub"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/testkit/apispec"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/outbox"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/functions/relay"
-	"github.com/mops/coupon-api/internal/linestub"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 )

@@ -20,7 +20,7 @@ SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances be
 -- first stripes one more; the yen that make no whole coupon stay on stripe 0, as
 -- campaign_change_budget lays them), active from p_starts to p_ends (NULL: unbounded), its
 -- coupons valid p_valid_days Asia/Tokyo days or until p_expire_at (or no validity). It refuses
--- (CI422) what internal/campaign's Validate refuses, and (CI409, 'exists') a campaign id that
+-- (CI422) what internal/ops/campaign's Validate refuses, and (CI409, 'exists') a campaign id that
 -- exists. It returns the 'create' history row.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_create(p_campaign_id text, p_discount_yen integer, p_budget_yen integer, p_stripes integer,

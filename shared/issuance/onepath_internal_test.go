@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // inFlight reports whether campaign has a call in flight in s's coalescer.

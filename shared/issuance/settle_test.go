@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 

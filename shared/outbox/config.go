@@ -131,7 +131,7 @@ type Config struct {
 	// Secret Manager when deployed). Required.
 	ChannelAccessToken string
 	// BaseURL is the Messaging API endpoint (env LINE_API_BASE_URL). Default [DefaultBaseURL];
-	// tests and the demo point it at the LINE stand-in (internal/linestub).
+	// tests and the demo point it at the LINE stand-in (internal/testkit/linestub).
 	BaseURL string
 	// BatchSize is the rows per claim. Default [DefaultBatchSize].
 	BatchSize int

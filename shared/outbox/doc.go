@@ -52,5 +52,5 @@
 //
 // The SQL on notification_outbox lives in [outboxdb]. Closed rows past the retention are
 // deleted by [Prune]. The operator's view of the outbox, its dead letters and the members'
-// LINE accounts is couponctl's (internal/outboxadmin).
+// LINE accounts is couponctl's (internal/ops/outboxadmin).
 package outbox

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mops/coupon-api/internal/linestub"
-	"github.com/mops/coupon-api/internal/outboxadmin"
+	"github.com/mops/coupon-api/internal/ops/outboxadmin"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 

@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/mops/coupon-api/internal/linestub"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
 	"github.com/mops/coupon-api/shared/outbox"
 )
 

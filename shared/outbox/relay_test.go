@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/internal/linestub"
-	"github.com/mops/coupon-api/internal/outboxadmin"
-	"github.com/mops/coupon-api/internal/pgtest"
+	"github.com/mops/coupon-api/internal/ops/outboxadmin"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/outbox"
 )

@@ -14,15 +14,15 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/mops/coupon-api/internal/gcpfake"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/testkit/gcpfake"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // TestGoogleExportFromCloudRun runs the deployed export path in a child process that believes
 // it is a Cloud Run instance (K_SERVICE, K_CONFIGURATION and a metadata server at
 // GCE_METADATA_HOST), pointed at a stand-in of Google's Telemetry API that refuses what the
-// real one refuses (internal/gcpfake). With OTEL_*_EXPORTER=otlp_google, as deploy/ sets it, the
+// real one refuses (internal/testkit/gcpfake). With OTEL_*_EXPORTER=otlp_google, as deploy/ sets it, the
 // span and the metrics arrive with the service account's token, the project, the region and a
 // per-instance service.instance.id, and nothing is refused. The standard "otlp" exporter on the
 // same settings sends no token and every request is refused: that is why otlp_google exists.

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
-	"github.com/mops/coupon-api/internal/syncbuf"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }

@@ -10,17 +10,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/internal/campaign"
-	"github.com/mops/coupon-api/internal/gcpfake"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/gcpfake"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 	"github.com/mops/coupon-api/shared/issuance"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // TestDeployedTelemetryReachesGoogle runs this main as deploy/ runs it on Cloud Run: every
 // OTEL_* setting of deploy/issue.env.yaml, Cloud Run's variables and a metadata server
-// (internal/gcpfake), with only the Telemetry API's address and certificate swapped for a
+// (internal/testkit/gcpfake), with only the Telemetry API's address and certificate swapped for a
 // stand-in that refuses what Google's refuses. One request the caller sampled, then SIGTERM:
 // the request's trace (server span, issuance span, statements) and the metrics (ours, otelhttp's,
 // otelpgx's, the budget gauge) arrive with the service account's token, and nothing is refused.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }

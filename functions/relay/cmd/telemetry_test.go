@@ -11,17 +11,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/internal/gcpfake"
-	"github.com/mops/coupon-api/internal/linestub"
-	"github.com/mops/coupon-api/internal/pgtest"
-	"github.com/mops/coupon-api/internal/proctest"
+	"github.com/mops/coupon-api/internal/testkit/gcpfake"
+	"github.com/mops/coupon-api/internal/testkit/linestub"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 	"github.com/mops/coupon-api/shared/outbox"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // TestDeployedTelemetryReachesGoogle runs this main as deploy/ runs it on Cloud Run: every
 // OTEL_* setting of deploy/relay.env.yaml, Cloud Run's variables and a metadata server
-// (internal/gcpfake), with only the Telemetry API's address and certificate swapped for a
+// (internal/testkit/gcpfake), with only the Telemetry API's address and certificate swapped for a
 // stand-in that refuses what Google's refuses. One run pushes one coupon whose outbox row
 // kept its issuing request's trace; then SIGTERM. The push span arrives under the run and
 // linked to the issuing span, the outbox and push metrics arrive, nothing is refused.

@@ -1,5 +1,5 @@
 // Package outboxdb owns the SQL on notification_outbox: every statement the relay and its gauges
-// (shared/outbox) and the operator's commands (internal/outboxadmin) run on the table is a
+// (shared/outbox) and the operator's commands (internal/ops/outboxadmin) run on the table is a
 // named constant here, beside the one function that runs it with typed parameters and a typed
 // result. Nothing else holds SQL on the table. It is a package of its own so that the
 // operators' statements, which a tool runs, sit beside the relay's, which production runs, and

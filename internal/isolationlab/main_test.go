@@ -1,9 +1,0 @@
-package isolationlab_test
-
-import (
-	"testing"
-
-	"github.com/mops/coupon-api/internal/pgtest"
-)
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
