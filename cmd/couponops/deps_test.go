@@ -10,40 +10,53 @@ import (
 // module is this module's import path prefix.
 const module = "github.com/mops/coupon-api/"
 
-// operatorPackages are the packages of this module that couponops may be built from: the
-// deployed code (shared/, schema), the operator verbs and the reconciliation they run.
-var operatorPackages = []string{"cmd/couponops", "internal/ops/opsverbs", "internal/ops/reconcile", "schema"}
+// operatorPrefixes are the packages (or, ending in "/", the trees) of this module that
+// couponops, and every operator package, may be built from: the deployed code (shared/, schema)
+// and the operator code (internal/ops/). The labs (internal/lab/), the test kits
+// (internal/testkit/) and the commands are not.
+var operatorPrefixes = []string{"cmd/couponops", "schema", "shared/", "internal/ops/"}
 
 // toolLibraries are the tools' libraries (prefixes): the load generator, the latency proxy,
-// the plotting of the isolation lab, progress bars, the test databases.
+// the plotting and numerics of the isolation lab, progress bars, the test databases.
 var toolLibraries = []string{
 	"github.com/tsenart/vegeta",
 	"github.com/Shopify/toxiproxy",
-	"gonum.org/v1/plot",
+	"gonum.org/v1/",
 	"github.com/schollz/progressbar",
 	"github.com/peterldowns/pgtestdb",
 }
 
 // TestBuildsWithoutTools: `go list -deps .` (what the daily jobs' image is built from, tests
-// excluded) holds, of this module, only shared/ and operatorPackages: no load generator, proxy,
-// plotting, drill, isolation lab, throwaway PostgreSQL or couponctl, and none of the tools'
-// libraries. The same check on couponctl, which the jobs were built from before, finds them.
+// excluded), and the same of every package under internal/ops/ (what couponctl's operator
+// verbs are built from), hold of this module only operatorPrefixes, and none of the tools'
+// libraries.
 func TestBuildsWithoutTools(t *testing.T) {
 	t.Parallel()
-	n, bad := toolDeps(t, ".")
-	for _, b := range bad {
-		t.Error("couponops's build depends on " + b)
+	for _, pkg := range []string{".", "../../internal/ops/..."} {
+		n, bad := toolDeps(t, pkg)
+		for _, b := range bad {
+			t.Errorf("%s's build depends on %s", pkg, b)
+		}
+		t.Logf("%s builds from %d packages", pkg, n)
 	}
-	t.Logf("couponops builds from %d packages", n)
-	n, bad = toolDeps(t, "../couponctl")
-	if len(bad) == 0 {
-		t.Error("the check finds no tool in couponctl's build")
-	}
-	t.Logf("couponctl builds from %d packages, %d of them tools'", n, len(bad))
 }
 
-// toolDeps lists the packages pkg is built from and returns how many there are and which are
-// the tools' (of this module outside shared/ and operatorPackages, or toolLibraries).
+// TestToolDepsRefusesCouponctl: the check, run on couponctl's build (what the daily jobs were
+// built from before couponops), refuses a lab, a test kit, and vegeta, toxiproxy and gonum.
+func TestToolDepsRefusesCouponctl(t *testing.T) {
+	t.Parallel()
+	n, bad := toolDeps(t, "../couponctl")
+	t.Logf("couponctl builds from %d packages, %d of them refused", n, len(bad))
+	for _, want := range []string{module + "internal/lab/", module + "internal/testkit/",
+		"github.com/tsenart/vegeta", "github.com/Shopify/toxiproxy", "gonum.org/v1/"} {
+		if !slices.ContainsFunc(bad, func(b string) bool { return strings.HasPrefix(b, want) }) {
+			t.Errorf("the check refuses nothing of %s in couponctl's build: %q", want, bad)
+		}
+	}
+}
+
+// toolDeps lists the packages pkg (a go list pattern) is built from and returns how many there
+// are and which are refused: of this module outside operatorPrefixes, or of toolLibraries.
 func toolDeps(t *testing.T, pkg string) (int, []string) {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
@@ -57,8 +70,10 @@ func toolDeps(t *testing.T, pkg string) (int, []string) {
 	var bad []string
 	for _, dep := range deps {
 		own, ok := strings.CutPrefix(dep, module)
-		if ok && !strings.HasPrefix(own, "shared/") && !slices.Contains(operatorPackages, own) {
-			bad = append(bad, dep+" (only shared/ and the operator packages are for production)")
+		if ok && !slices.ContainsFunc(operatorPrefixes, func(p string) bool {
+			return own == p || strings.HasSuffix(p, "/") && strings.HasPrefix(own, p)
+		}) {
+			bad = append(bad, dep+" (of this module only shared/, schema and internal/ops/ are for operators)")
 		}
 		for _, lib := range toolLibraries {
 			if strings.HasPrefix(dep, lib) {
