@@ -110,7 +110,7 @@ or a missing reason, before the database is touched.`, issuance.MaxMonthlyCapYen
 			}
 			fmt.Fprintf(w, "monthly_cap_yen changed (change %d at %s by %s)\n  before  %s\n  after   %s\n"+
 				"coupons issued from now on are capped at %d yen per member and month; those issued before stay\n",
-				ch.ID, inTokyo(ch.At), ch.By, settings(ch.Before), settings(ch.After), capYen)
+				ch.ID, ch.At.In(issuance.Tokyo).Format("2006-01-02T15:04:05.000Z07:00"), ch.By, settings(ch.Before), settings(ch.After), capYen)
 			return nil
 		},
 	}

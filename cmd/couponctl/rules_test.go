@@ -143,3 +143,37 @@ func TestVerbsRefuseMonthlyCapEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesSetBusySaysNothingChanged: a rules set that waits past coupon_rules_set's 1 s lock
+// timeout (a session holds coupon_rules, as an issuance in flight does) exits 1 saying nothing
+// changed and to run it again, and writes no history; it printed PostgreSQL's bare "canceling
+// statement due to lock timeout" before (found trying the release as a new user).
+func TestRulesSetBusySaysNothingChanged(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	holder, err := owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `LOCK TABLE coupon_rules IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", url)
+	code, _, errOut := cli("rules", "set", "--monthly-cap-yen", "1500", "--reason", "busy")
+	if code != 1 || !strings.Contains(errOut, "nothing changed, run it again") {
+		t.Errorf("rules set behind a held coupon_rules: exit %d, want 1 saying nothing changed\n%s", code, errOut)
+	}
+	var changes int
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM coupon_rules_changes`).Scan(&changes); err != nil {
+		t.Fatal(err)
+	}
+	if changes != 1 {
+		t.Errorf("%d rule changes after the busy set, want the migration's 1", changes)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -21,6 +22,10 @@ import (
 // ErrRefused is returned, wrapped with the database's explanation, for a setting the rules
 // cannot take: a cap outside 1..[issuance.MaxMonthlyCapYen], a blank reason. Nothing changed.
 var ErrRefused = errors.New("rules: change refused")
+
+// ErrBusy is returned, wrapped, when coupon_rules_set gave up waiting for coupon_rules' lock
+// (SQLSTATE 55P03): nothing changed.
+var ErrBusy = errors.New("rules: busy")
 
 // Settings are the rule settings in force.
 type Settings struct {
@@ -78,7 +83,8 @@ func unmarshal(before, after []byte, c *Change) error {
 // SetMonthlyCap sets R3's cap to capYen yen for the issuances that start after it commits;
 // coupons already issued stay. It returns the history row it wrote, or false when the cap
 // already was capYen (nothing written). Errors: [ErrRefused], wrapped, for a cap outside
-// 1..[issuance.MaxMonthlyCapYen] or a blank reason; 42501 when q's user is not in coupon_admin.
+// 1..[issuance.MaxMonthlyCapYen] or a blank reason; [ErrBusy], wrapped, when the lock wait
+// passed 1 s; 42501 when q's user is not in coupon_admin.
 func SetMonthlyCap(ctx context.Context, q db.Querier, capYen int, reason string) (Change, bool, error) {
 	var c Change
 	if capYen < 1 || capYen > issuance.MaxMonthlyCapYen {
@@ -91,8 +97,12 @@ func SetMonthlyCap(ctx context.Context, q db.Querier, capYen int, reason string)
 		return c, false, nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused {
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
 		return c, false, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
+		return c, false, fmt.Errorf("%w: coupon_rules stayed locked past coupon_rules_set's 1 s lock_timeout "+
+			"(an issuance or a reader held it; pg_stat_activity shows the holder); nothing changed, run it again", ErrBusy)
 	}
 	if err != nil {
 		return c, false, fmt.Errorf("rules: set the monthly cap: %w", err)
