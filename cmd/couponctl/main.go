@@ -188,15 +188,15 @@ func wrapVerbs(c *cobra.Command) {
 }
 
 // groupCmd is a verb made of sub-verbs, such as "campaign create". Alone or with an unknown
-// sub-verb it prints its help and fails, so that a typo never exits 0.
+// sub-verb it is a command line couponctl does not understand: exit 2 with its usage, which
+// lists the sub-verbs, so that a typo never exits 0.
 func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_ = cmd.Help()
-			return fmt.Errorf("%s needs a verb (see above)", cmd.CommandPath())
+			return flagError("%s needs a verb", cmd.CommandPath())
 		},
 	}
 	c.AddCommand(subs...)

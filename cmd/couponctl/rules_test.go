@@ -177,3 +177,15 @@ func TestRulesSetBusySaysNothingChanged(t *testing.T) {
 		t.Errorf("%d rule changes after the busy set, want the migration's 1", changes)
 	}
 }
+
+// TestGroupWithoutAVerbExitsTwo: a verb group alone (couponctl rules, campaign, coupon, ...) is
+// a command line couponctl does not understand: exit 2 with the usage listing its sub-verbs, as
+// docs/api.md's exit-code rule says (it exited 1; found trying the release as a new user).
+func TestGroupWithoutAVerbExitsTwo(t *testing.T) {
+	for _, group := range []string{"rules", "campaign", "coupon", "outbox"} {
+		code, _, errOut := cli(group)
+		if code != exitUsage || !strings.Contains(errOut, "needs a verb") || !strings.Contains(errOut, "Available Commands:") {
+			t.Errorf("couponctl %s: exit %d, want 2 with the usage listing its verbs\n%s", group, code, errOut)
+		}
+	}
+}
