@@ -214,17 +214,25 @@ func (v voider) votedBefore(ctx context.Context, id string, err error) *coupon.C
 		return nil
 	}
 	c, err := coupon.Show(ctx, v.db, id)
-	switch {
-	case err != nil || c.VoidedAt == nil:
+	if err != nil || !v.doneAlready(ctx, c) {
 		return nil
-	case c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
-		return &c
-	case v.reissue && c.ReissueAllowed:
-		if corrected, err := coupon.CorrectedFor(ctx, v.db, id, v.reason); err == nil && corrected {
-			return &c
-		}
 	}
-	return nil
+	return &c
+}
+
+// doneAlready reports whether coupon c is as this run would leave it, by an earlier run of the
+// same void (its reason) or of the same correction (a coupon_changes row with its reason).
+func (v voider) doneAlready(ctx context.Context, c coupon.Coupon) bool {
+	switch {
+	case c.VoidedAt == nil:
+		return false
+	case c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
+		return true
+	case v.reissue && c.ReissueAllowed:
+		corrected, err := coupon.CorrectedFor(ctx, v.db, c.ID, v.reason)
+		return err == nil && corrected
+	}
+	return false
 }
 
 // voidRefused prints the refusal err of coupon id's void: on stderr, once, as couponctl prints
@@ -247,7 +255,7 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 		case err != nil:
 			refused++
 			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: %s\n", id, refusalTimes(err.Error()))
-		case c.VoidedAt != nil && c.VoidReason == v.reason && (c.ReissueAllowed || !v.reissue):
+		case v.doneAlready(ctx, c):
 			fmt.Fprintf(v.out, "%s: voided already by an earlier run (%s): done\n", id, tokyoTime(c.VoidedAt))
 		case c.VoidedAt != nil && v.reissue && !c.ReissueAllowed:
 			release++

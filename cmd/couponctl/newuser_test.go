@@ -185,6 +185,15 @@ func TestCorrectionDryRunSaysWhatHappens(t *testing.T) {
 	if n := d.count(t, `SELECT count(*) FROM issued_coupons WHERE reissue_allowed`); n != 0 {
 		t.Errorf("the dry run released %d pairs", n)
 	}
+	// Once the correction is made, its dry run says done, as its real re-run does (it said
+	// "would be refused: voided already"; found trying the release as a new user).
+	if code, stdout, stderr := grantCLI("coupon", "void", ids[0], "--allow-reissue", "--reason", "CS-2"); code != 0 {
+		t.Fatalf("the correction: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = grantCLI("coupon", "void", ids[0], "--allow-reissue", "--reason", "CS-2", "--dry-run")
+	if code != 0 || !strings.Contains(stdout, "voided already by an earlier run") || !strings.Contains(stdout, "0 refused") {
+		t.Errorf("dry run of a correction already made: exit %d, want done\n%s%s", code, stdout, stderr)
+	}
 }
 
 // TestMemberFileEncodingNamed: a UTF-8 byte order mark, or UTF-16 text, after the first line of
