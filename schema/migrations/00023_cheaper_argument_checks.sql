@@ -117,10 +117,16 @@ $$;
 -- +goose StatementEnd
 
 -- monthly_cap_yen is R3's cap in force, in yen. Its read takes coupon_rules' ACCESS SHARE lock
--- until the caller's commit, which coupon_rules_set waits for.
+-- until the caller's commit, which coupon_rules_set waits for. It names its table by its schema,
+-- which no temporary table can stand in for, instead of a SET search_path.
+-- +goose StatementBegin
 CREATE OR REPLACE FUNCTION monthly_cap_yen() RETURNS integer
-LANGUAGE sql STABLE
-RETURN (SELECT r.monthly_cap_yen FROM coupon_rules r);
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT r.monthly_cap_yen FROM public.coupon_rules r);
+END
+$$;
+-- +goose StatementEnd
 
 -- +goose Down
 -- Not undone in place, as 00021: roll back the revision instead (docs/deploy.md).
