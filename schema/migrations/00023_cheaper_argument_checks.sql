@@ -3,25 +3,24 @@
 -- issue_coupons_batch, cheaper for a request alone (issue 29: a batch of one still cost
 -- PostgreSQL more than issue_coupon's own body of 00011; docs/performance.md, "A leaner batch of
 -- one (00020)"). The same checks, refusals (22023) and lock order; issue_coupons_batch's body does
--- not change. What they spent, on a throwaway PostgreSQL (backend CPU over 10,000 calls of each,
--- one transaction per call, in turns): 63-77 us for issuance_args_check, of a lone request's
--- 700-1,000 us, 48-61 us for monthly_cap_yen, 12-16 us for issue_clock. What changed:
---   * the format of an id is judged by its length and a class of the bytes it may not hold
---     ('[^!-~]'), not by a counted repetition ('^[!-~]{1,128}$'): PostgreSQL builds the regex's
---     automaton's states anew on each match, 13 us for a member id against 0.7;
---   * a traceparent likewise: its length and the places of its dashes, and hex between them;
---   * the members' ids, coupon ids and traces in one pass over the entries, without a query each
---     (three SELECT ... FROM unnest, each an executor's start);
---   * the arrays' shapes judged by one inlined expression (arg_array_fits); arg_array_check,
---     which names the array at fault, runs only when that expression fails;
---   * the clock's skew judged in a loop, not a query;
---   * monthly_cap_yen without SET search_path, which PostgreSQL saves and restores on each call:
---     its SQL-standard body names coupon_rules by the table's oid, bound when it was created.
+-- not change. Backend CPU per call on a throwaway PostgreSQL, one transaction per call, 00021's
+-- helpers and these in turns:
+--   * issuance_args_check, 70-104 us, now 27-36:
+--     - an id's format judged by its length and a class of the characters it may not hold
+--       ('[^!-~]'), not by a counted repetition ('^[!-~]{1,128}$'), whose match took 13 us for a
+--       member id, against 0.7 (the regex is compiled once; matching the repetition is slow);
+--     - a traceparent likewise: its length, the places of its dashes, hex between them;
+--     - the members' ids, coupon ids and traces in one pass over the entries, not a query each
+--       (SELECT ... FROM unnest, an executor's start each);
+--     - the arrays' shapes judged by one inlined expression (arg_array_fits); arg_array_check,
+--       which names the array at fault, runs only when that expression fails;
+--   * monthly_cap_yen, 56-68 us, now 8-15: PL/pgSQL, which keeps its read's plan for the session;
+--   * issue_clock, 15-20 us, now 10-15: the skew judged in a loop over the times, not a query.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
 
 -- arg_array_fits says whether p_arr is one-dimensional, counted from 1, p_n long, and holds no
--- NULL unless p_nulls_ok; false, never NULL, for a NULL or empty array. A SQL expression that
--- the planner inlines into its caller.
+-- NULL unless p_nulls_ok; false for a NULL or empty array. A SQL expression that the planner
+-- inlines into its caller.
 -- +goose StatementBegin
 CREATE FUNCTION arg_array_fits(p_arr anyarray, p_n integer, p_nulls_ok boolean) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
