@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -295,6 +296,62 @@ func TestArgumentFormatsAreTheService(t *testing.T) {
 		if service := ids.Request(c.member, c.campaign); (service == nil) != (err == nil) {
 			t.Errorf("member %q, campaign %q: the service says %v, the database %v", c.member, c.campaign, service, err)
 		}
+	}
+}
+
+// traceFormat is a W3C traceparent of version 00, as the service stores it on the outbox row.
+var traceFormat = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// traces are the traceparents tried against issuance_args_check: valid ones and near misses,
+// among them 55 bytes of hex with their dashes moved.
+var traces = []string{
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+	"00-00000000000000000000000000000000-0000000000000000-00",
+	"00-0af7651916cd43dd8448eb211c80319-cb7ad6b7169203331-01",  // dashes moved: 31 and 17 hex
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-101",  // 16, then 15 and 3
+	"00-0af7651916cd43dd8448eb211c80319c0b7ad6b7169203331-01",  // a dash missing
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331--1",  // a dash too many
+	"000-af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  // the version's dash moved
+	"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  // another version
+	"00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",  // upper case
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g",  // not hex
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0",   // 54 bytes
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-011", // 56 bytes
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n",
+	"00-0af7651916cd43dd8448eb211c8031é-b7ad6b7169203331-01",
+	"", "<script>",
+}
+
+// traceRefusals returns, for each of traces, whether issuance_args_check refused it where the
+// format says otherwise.
+func traceRefusals(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	var wrong []string
+	for _, tr := range traces {
+		_, err := pool.Exec(context.Background(), `SELECT issuance_args_check('t', 'SW-A', ARRAY[gen_random_uuid()], ARRAY['m1'], ARRAY[now()], ARRAY[$1::text])`, tr)
+		if err != nil && sqlState(err) != pgerrcode.InvalidParameterValue {
+			t.Fatalf("trace %q: %v", tr, err)
+		}
+		if traceFormat.MatchString(tr) != (err == nil) {
+			wrong = append(wrong, fmt.Sprintf("trace %q: the format says %v, the database %v", tr, traceFormat.MatchString(tr), err))
+		}
+	}
+	return wrong
+}
+
+// TestTraceFormatIsW3C: issuance_args_check accepts a trace exactly when it is a traceparent
+// of version 00. Since 00023 it judges one by its length and the places of its dashes, and hex
+// between them; its broken variant, without the dashes' places, lets the moved dashes through.
+func TestTraceFormatIsW3C(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, 1)
+	for _, w := range traceRefusals(t, pool) {
+		t.Error(w)
+	}
+	pgtest.BreakFunction(t, pool, "issuance_args_check", [2]string{"AND substr(p_trace_parents[k], 53, 1) = '-'", ""},
+		[2]string{"AND substr(p_trace_parents[k], 36, 1) = '-'", ""})
+	if wrong := traceRefusals(t, pool); len(wrong) != 2 {
+		t.Errorf("without the dashes' places: %d traces judged wrong (%q), want the 2 with their dashes moved (the fixture no longer shows it)", len(wrong), wrong)
 	}
 }
 

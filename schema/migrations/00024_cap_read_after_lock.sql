@@ -6,7 +6,10 @@
 -- trying the release as a new user, schema's TestCapChangeDividesTheCoupons). Here the lock comes
 -- first and the read takes a new snapshot after it (READ COMMITTED, a VOLATILE function: each
 -- statement its own snapshot), so a call that waited reads the cap committed before it got the
--- lock. Same name, arguments and result: issue_coupons_batch is unchanged.
+-- lock. 00023 had rewritten it in PL/pgSQL for its speed, whose statement already reads in a
+-- snapshot of its own; here the lock is its own statement, before the read, so that the order is
+-- written down rather than left to the language. Same name, arguments and result:
+-- issue_coupons_batch is unchanged.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION monthly_cap_yen() RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$

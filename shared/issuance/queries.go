@@ -20,7 +20,7 @@ const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config(
 // coupon ids (made by the service), $3 member ids, $4 issue times (the service's clock: the
 // database refuses one more than 5 s from its own, and issues at its own); $5 NULL (the previous
 // release's cap, which the database ignores: it reads R3's from coupon_rules), $6 trace parents.
-// Malformed arguments are refused with 22023 (issuance_args_check, migration 00021).
+// Malformed arguments are refused with 22023 (schema/current/issuance_args_check.sql).
 const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM issue_coupons_batch($1, $2, $3, $4, $5, $6)`
 
 // sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch, an operator's grant

@@ -47,6 +47,6 @@ func BreakFunction(t testing.TB, db Execer, name string, replacements ...[2]stri
 func CallerClock(t testing.TB, db Execer) {
 	t.Helper()
 	BreakFunction(t, db, "issue_clock",
-		[2]string{"WHERE a NOT BETWEEN v_now - issue_clock_skew() AND v_now + issue_clock_skew()", "WHERE false"},
+		[2]string{"IF a NOT BETWEEN v_now - issue_clock_skew() AND v_now + issue_clock_skew() THEN", "IF false THEN"},
 		[2]string{"RETURN array_fill(v_now, ARRAY[cardinality(p_issued_at)]);", "RETURN p_issued_at;"})
 }
