@@ -70,13 +70,12 @@ func TestPreviousReleaseBesideThisOne(t *testing.T) {
 	t.Log(run.summary())
 }
 
-// TestMixedFleetCatchesADroppedIssueCoupon is the check's negative control, the failure of the
-// 00009->00013 migration under load: a migration that drops and recreates the issuance
-// functions while issuances wait inside them (it holds campaign_budgets until pg_locks shows an
-// issuance function's call waiting, not the budget gauge's scan, which would fail nothing) fails those in flight with "cache lookup failed for function" (XX000), which both
-// releases answer 500. The check must say so.
-func TestMixedFleetCatchesADroppedIssueCoupon(t *testing.T) {
-	run := runFleet(t, withDropAndRecreate(t))
+// TestMixedFleetCatchesARenamedIssuance is the check's negative control: a migration that gives
+// the issuance functions new names without keeping the previous release's entry points as thin
+// wrappers (docs/deploy.md, "Versioned names, thin wrappers"). Every call after it fails with
+// 42883 (undefined_function), which both releases answer 500. The check must say so.
+func TestMixedFleetCatchesARenamedIssuance(t *testing.T) {
+	run := runFleet(t, withRenamedIssuance(t))
 	problems := run.problems()
 	t.Log(run.summary())
 	for _, p := range problems {
@@ -85,19 +84,19 @@ func TestMixedFleetCatchesADroppedIssueCoupon(t *testing.T) {
 			return
 		}
 	}
-	t.Errorf("a migration dropping issue_coupon under load passed the check; problems: %q", problems)
+	t.Errorf("a migration renaming the issuance functions under load passed the check; problems: %q", problems)
 }
 
-// withDropAndRecreate is this tree's migrations and, after the newest, the broken migration
-// described at TestMixedFleetCatchesADroppedIssueCoupon.
-func withDropAndRecreate(t *testing.T) fs.FS {
+// withRenamedIssuance is this tree's migrations and, after the newest, the broken migration
+// described at TestMixedFleetCatchesARenamedIssuance.
+func withRenamedIssuance(t *testing.T) fs.FS {
 	t.Helper()
 	newest, err := schema.Newest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	fsys := copyMigrations(t)
-	fsys[fmt.Sprintf("%05d_drop_and_recreate_issuance.sql", newest+1)] = &fstest.MapFile{Data: []byte(dropAndRecreate)}
+	fsys[fmt.Sprintf("%05d_rename_issuance.sql", newest+1)] = &fstest.MapFile{Data: []byte(renameIssuance)}
 	return fsys
 }
 
@@ -119,31 +118,10 @@ func copyMigrations(t *testing.T) fstest.MapFS {
 	return fsys
 }
 
-const dropAndRecreate = `-- +goose Up
+const renameIssuance = `-- +goose Up
 SET LOCAL lock_timeout = '3s';
-SET LOCAL statement_timeout = '60s';
-LOCK TABLE campaign_budgets IN ACCESS EXCLUSIVE MODE;
--- +goose StatementBegin
-DO $$
-DECLARE
-  f regprocedure;
-  def text;
-BEGIN
-  WHILE NOT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                     WHERE a.datname = current_database() AND NOT l.granted
-                       AND l.relation = 'campaign_budgets'::regclass
-                       AND a.query LIKE '%issue_coupon%') LOOP
-    PERFORM pg_sleep(0.01);
-  END LOOP;
-  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-            WHERE p.proname IN ('issue_coupon', 'issue_coupons_batch')
-              AND p.pronamespace = current_schema()::regnamespace LOOP
-    def := pg_get_functiondef(f);
-    EXECUTE format('DROP FUNCTION %s', f);
-    EXECUTE def;
-  END LOOP;
-END $$;
--- +goose StatementEnd
+ALTER FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_v2;
+ALTER FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) RENAME TO issue_coupon_v2;
 `
 
 // fleetRun is what one run saw: every answer, the migration's report, the operators' errors,
