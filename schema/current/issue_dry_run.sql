@@ -67,7 +67,6 @@ BEGIN
     result := 'BUDGET_EXCEEDED';
   ELSE
     result := 'AVAILABLE'; amount := v_first.discount_yen; expires_at := coupon_expiry(v_now, v_first.coupon_valid_days, v_first.coupons_expire_at);
-    next_release_at := NULL;
   END IF;
   RETURN NEXT;
 END

@@ -567,8 +567,8 @@ $$;
 -- the coupon's amount and expiry), or the refusal, in the issuance's order (UNKNOWN_CAMPAIGN,
 -- ALREADY_ISSUED or COUPON_VOIDED with the coupon, NOT_ELIGIBLE, CAMPAIGN_NOT_ACTIVE with its
 -- reason, MONTHLY_CAP, BUDGET_EXCEEDED); remaining_coupons, the coupons the stripes can still
--- issue now (by the budget and the releases), on AVAILABLE and BUDGET_EXCEEDED; next_release_at
--- as the issuance gives it. Plain reads of the committed state: an issuance in flight may take
+-- issue now (by the budget and the releases), on AVAILABLE and BUDGET_EXCEEDED; next_release_at,
+-- the next scheduled release, on AVAILABLE, BUDGET_EXCEEDED and NOT_STARTED. Plain reads of the committed state: an issuance in flight may take
 -- the last coupon after it answers. Malformed ids are refused with 22023.
 -- +goose StatementBegin
 CREATE FUNCTION issue_dry_run(p_campaign_id text, p_member_id text)
@@ -638,7 +638,6 @@ BEGIN
     result := 'BUDGET_EXCEEDED';
   ELSE
     result := 'AVAILABLE'; amount := v_first.discount_yen; expires_at := coupon_expiry(v_now, v_first.coupon_valid_days, v_first.coupons_expire_at);
-    next_release_at := NULL;
   END IF;
   RETURN NEXT;
 END

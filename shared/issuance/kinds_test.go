@@ -192,3 +192,143 @@ func TestAudienceRemovalIsFinal(t *testing.T) {
 		})
 	}
 }
+
+// dryRun is one issue_dry_run answer.
+type dryRun struct {
+	result, reason string
+	remaining      *int
+	next           *time.Time
+}
+
+func (d kindsDB) dryRun(t *testing.T, campaignID, member string) dryRun {
+	t.Helper()
+	var r dryRun
+	var reason *string
+	if err := d.issue.QueryRow(context.Background(), `SELECT result, reason, remaining_coupons, next_release_at FROM issue_dry_run($1, $2)`,
+		campaignID, member).Scan(&r.result, &reason, &r.remaining, &r.next); err != nil {
+		t.Fatal(err)
+	}
+	if reason != nil {
+		r.reason = *reason
+	}
+	return r
+}
+
+// written is every row and counter an issuance writes, summed: a dry run must leave it as it is.
+const written = `SELECT (SELECT count(*) FROM issued_coupons) + (SELECT count(*) FROM notification_outbox)
+	+ (SELECT coalesce(sum(used_yen), 0) FROM member_monthly_usage) + (SELECT coalesce(sum(issued_yen), 0) FROM campaign_budgets)`
+
+// TestDryRunAnswersAsTheIssuance: in each state a campaign and a member can be in, the dry run
+// answers what the issuance then answers (AVAILABLE for ISSUED), with the remaining coupons and
+// the next release where they apply, and writes nothing (counted with SQL).
+func TestDryRunAnswersAsTheIssuance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newKindsDB(t)
+	next := time.Now().Add(time.Hour).Truncate(time.Second)
+	d.create(t, "REL", 10, 3, map[time.Time]int32{time.Now().Add(-time.Hour): 2, next: 3}, false)
+	d.create(t, "LATER", 10, 1, map[time.Time]int32{next: 3}, false)
+	d.create(t, "AUD", 10, 1, nil, true)
+	d.create(t, "BIG", 10, 1, nil, false)
+	if _, err := d.owner.Exec(ctx, `SELECT campaign_audience_change('AUD', '{in}', true, 'test');
+		UPDATE campaign_budgets SET discount_yen = 2500 WHERE campaign_id = 'BIG'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		campaign, member, want, issued, reason string
+		remaining                              int // -1: none
+		next                                   bool
+	}{
+		{"REL", "a", "AVAILABLE", "ISSUED", "", 2, true},
+		{"REL", "a", "ALREADY_ISSUED", "ALREADY_ISSUED", "", -1, false},
+		{"REL", "b", "AVAILABLE", "ISSUED", "", 1, true},
+		{"REL", "c", "BUDGET_EXCEEDED", "BUDGET_EXCEEDED", "", 0, true},
+		{"LATER", "a", "CAMPAIGN_NOT_ACTIVE", "CAMPAIGN_NOT_ACTIVE", "NOT_STARTED", -1, true},
+		{"AUD", "out", "NOT_ELIGIBLE", "NOT_ELIGIBLE", "", -1, false},
+		{"AUD", "in", "AVAILABLE", "ISSUED", "", 10, false},
+		{"BIG", "z", "MONTHLY_CAP", "MONTHLY_CAP", "", -1, false},
+		{"NOPE", "a", "UNKNOWN_CAMPAIGN", "UNKNOWN_CAMPAIGN", "", -1, false},
+	} {
+		before := count(t, d.owner, written)
+		got := d.dryRun(t, s.campaign, s.member)
+		if after := count(t, d.owner, written); after != before {
+			t.Errorf("%s %s: the dry run wrote (%d before, %d after)", s.campaign, s.member, before, after)
+		}
+		remaining := -1
+		if got.remaining != nil {
+			remaining = *got.remaining
+		}
+		if got.result != s.want || got.reason != s.reason || remaining != s.remaining || (got.next != nil) != s.next ||
+			(got.next != nil && !got.next.Equal(next)) {
+			t.Errorf("%s %s: dry run %s %q remaining %d next %v; want %s %q %d, next release given %v", s.campaign, s.member,
+				got.result, got.reason, remaining, got.next, s.want, s.reason, s.remaining, s.next)
+		}
+		var issued string
+		if err := d.issue.QueryRow(ctx, sqlIssueOne, s.campaign, s.member).Scan(&issued, new(int)); err != nil {
+			t.Fatal(err)
+		}
+		if issued != s.issued {
+			t.Errorf("%s %s: the issuance after the dry run answered %s, want %s", s.campaign, s.member, issued, s.issued)
+		}
+	}
+}
+
+// TestDryRunTakesNoLock: a dry run answers while another session holds every budget stripe of
+// the campaign and the member's month row in an open transaction, as a busy issuance does. The
+// broken variant reads stripe 0 FOR UPDATE: it waits for the holder (pg_blocking_pids), and the
+// test sees it wait.
+func TestDryRunTakesNoLock(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newKindsDB(t)
+			if broken {
+				pgtest.BreakFunction(t, d.owner, "issue_dry_run",
+					[2]string{" STABLE SECURITY DEFINER", " VOLATILE SECURITY DEFINER"},
+					[2]string{"WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;", "WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;"})
+			}
+			d.create(t, "HOT", 10, 2, map[time.Time]int32{time.Now().Add(-time.Hour): 4}, false)
+			hold := pgtest.HoldCampaign(t, d.url, "HOT")
+			asked := make(chan dryRun, 1)
+			go func() {
+				var r dryRun
+				var reason *string
+				if err := d.issue.QueryRow(ctx, `SELECT result, reason, remaining_coupons, next_release_at FROM issue_dry_run('HOT', 'm1')`).
+					Scan(&r.result, &reason, &r.remaining, &r.next); err != nil {
+					r.result = err.Error()
+				}
+				asked <- r
+			}()
+			var got *dryRun
+			waited := false
+			pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+				select {
+				case r := <-asked:
+					got = &r
+					return nil
+				default:
+				}
+				if hold.Blocked() > 0 {
+					waited = true
+					return nil
+				}
+				return errors.New("the dry run neither answered nor waits for the holder")
+			})
+			hold.Release()
+			if got == nil {
+				r := waitDone(t, asked, "the dry run")
+				got = &r
+			}
+			switch {
+			case broken && !waited:
+				t.Errorf("the broken variant answered %s without waiting: the test would not see it", got.result)
+			case broken:
+				t.Logf("the broken variant waited for the holder, then answered %s", got.result)
+			case waited || got.result != "AVAILABLE" || got.remaining == nil || *got.remaining != 4:
+				t.Errorf("waited %v, answered %+v; want AVAILABLE with 4 remaining, at once", waited, got)
+			}
+		})
+	}
+}
