@@ -1,0 +1,677 @@
+-- +goose Up
+-- Campaigns as promotion teams run them (issue 33): coupons released on a schedule, audiences,
+-- and the tables and admin functions they need. docs/design.md, "Releases, audiences and the dry
+-- run", says how the issuance judges them.
+--   campaign_releases        N more coupons released at an instant; coupons not taken roll over;
+--                            budget_yen still caps everything
+--   campaign_audience        the members an audience-only campaign issues to
+--   campaign_budgets.audience_only, .releases
+--                            read on stripe 0, as the other definition columns are; set once, by
+--                            campaign_create, and never changed, so a read of them needs no lock
+--   campaign_create (12 arguments), campaign_release_add, campaign_audience_change
+--                            coupon_admin's, each with its history row
+--   issue_coupons_batch_v2, grant_coupons_batch_v2
+--                            this release's issuance and grant: releases and audiences judged,
+--                            NOT_ELIGIBLE and a next_release_at column
+--   issue_coupons_batch, grant_coupons_batch
+--                            the previous release's entries, now thin wrappers of the _v2 ones that
+--                            answer only codes it knows (docs/deploy.md, "Campaign kinds")
+--   issue_dry_run            IssueCoupon's dry run: plain reads, no write, no row lock
+SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
+
+CREATE TABLE campaign_releases (
+  campaign_id text NOT NULL REFERENCES campaigns,
+  at          timestamptz NOT NULL,
+  coupons     integer NOT NULL CONSTRAINT coupons_positive CHECK (coupons > 0),
+  PRIMARY KEY (campaign_id, at)
+);
+
+CREATE TABLE campaign_audience (
+  campaign_id text NOT NULL REFERENCES campaigns,
+  member_id   text NOT NULL,
+  added_at    timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (campaign_id, member_id)
+);
+
+-- A constant default: no table rewrite, ACCESS EXCLUSIVE for a catalog change only.
+ALTER TABLE campaign_budgets
+  ADD COLUMN audience_only boolean NOT NULL DEFAULT false,
+  ADD COLUMN releases boolean NOT NULL DEFAULT false;
+
+ALTER TABLE campaign_changes DROP CONSTRAINT what_known,
+  ADD CONSTRAINT what_known CHECK (what IN ('budget', 'stripes', 'period', 'pause', 'resume', 'end', 'validity', 'create',
+                                            'repair', 'release', 'audience')) NOT VALID;
+ALTER TABLE campaign_changes VALIDATE CONSTRAINT what_known;
+
+-- campaign_create, with releases and an audience: the 9-argument campaign_create (00017), which
+-- stays for the previous release's couponctl, then p_release_coupons[i] coupons released at
+-- p_release_at[i] (both NULL or empty: no schedule, the whole budget from the start) and
+-- p_audience_only. It refuses (CI422) what campaign_create refuses, and arrays of unequal length,
+-- with NULLs or not one dimension from index 1, a release at or after the campaign's end, a
+-- count below 1, two releases at one instant, and releases summing above the budget's coupons
+-- (budget_yen / discount_yen). Its 'create' history row names the releases and the audience.
+-- +goose StatementBegin
+CREATE FUNCTION campaign_create(p_campaign_id text, p_discount_yen integer, p_budget_yen integer, p_stripes integer,
+  p_starts timestamptz, p_ends timestamptz, p_valid_days integer, p_expire_at timestamptz, p_reason text,
+  p_release_at timestamptz[], p_release_coupons integer[], p_audience_only boolean)
+RETURNS SETOF campaign_changes
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+DECLARE
+  n        integer := coalesce(cardinality(p_release_at), 0);
+  v_create campaign_changes;
+  v_bad    record;
+  v_sum    bigint;
+BEGIN
+  IF NOT (n = coalesce(cardinality(p_release_coupons), 0)
+          AND (n = 0 OR (arg_array_fits(p_release_at, n, false) AND arg_array_fits(p_release_coupons, n, false)))) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s: releases at %s of %s coupons: want as many instants as counts, one dimension from index 1, no NULLs',
+                       p_campaign_id, coalesce(array_dims(p_release_at), 'none'), coalesce(array_dims(p_release_coupons), 'none'));
+  ELSIF p_audience_only IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign %s: audience-only is neither true nor false', p_campaign_id);
+  END IF;
+  SELECT * INTO STRICT v_create FROM campaign_create(p_campaign_id, p_discount_yen, p_budget_yen, p_stripes, p_starts, p_ends,
+                                                     p_valid_days, p_expire_at, p_reason);
+  SELECT r.at, r.coupons, count(*) OVER (PARTITION BY r.at) AS same INTO v_bad
+    FROM unnest(p_release_at, p_release_coupons) AS r(at, coupons)
+   ORDER BY coalesce(r.coupons < 1 OR r.at >= p_ends, false) DESC, count(*) OVER (PARTITION BY r.at) DESC LIMIT 1;
+  IF v_bad.coupons < 1 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign %s: a release of %s coupons at %s: want at least 1', p_campaign_id, v_bad.coupons, v_bad.at);
+  ELSIF v_bad.at >= p_ends THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign %s: a release at %s is not before the campaign''s end %s', p_campaign_id, v_bad.at, p_ends);
+  ELSIF v_bad.same > 1 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign %s: two releases at %s: want one an instant', p_campaign_id, v_bad.at);
+  END IF;
+  SELECT sum(c) INTO v_sum FROM unnest(p_release_coupons) AS c;
+  IF v_sum > p_budget_yen / p_discount_yen THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s: releases of %s coupons in all, above the budget''s %s coupons of %s yen', p_campaign_id, v_sum, p_budget_yen / p_discount_yen, p_discount_yen);
+  END IF;
+  INSERT INTO campaign_releases (campaign_id, at, coupons) SELECT p_campaign_id, r.at, r.coupons FROM unnest(p_release_at, p_release_coupons) AS r(at, coupons);
+  UPDATE campaign_budgets SET audience_only = p_audience_only, releases = n > 0 WHERE campaign_id = p_campaign_id;
+  UPDATE campaign_changes c
+     SET after = c.after || jsonb_build_object('audience_only', p_audience_only,
+           'releases', (SELECT coalesce(jsonb_agg(jsonb_build_object('at', r.at, 'coupons', r.coupons) ORDER BY r.at), '[]')
+                          FROM unnest(p_release_at, p_release_coupons) AS r(at, coupons)))
+   WHERE c.change_id = v_create.change_id
+  RETURNING * INTO v_create;
+  RETURN NEXT v_create;
+END
+$$;
+-- +goose StatementEnd
+
+-- campaign_release_add releases p_coupons more coupons of campaign p_campaign_id at p_at, with a
+-- 'release' history row. It takes stripe 0 (FOR UPDATE), as every change of a campaign does, so
+-- that two adds, or an add and a budget change, read each other's result (docs/design.md, "Lock
+-- order"); issuances do not wait for it (an instant in the future binds no issuance in flight).
+-- It refuses: an unknown campaign (CI404); a campaign created without releases, which issues its
+-- whole budget from its start; an instant not after the database's clock, at or after the end,
+-- or already used; a count below 1; releases summing above the budget's coupons (CI422).
+-- +goose StatementBegin
+CREATE FUNCTION campaign_release_add(p_campaign_id text, p_at timestamptz, p_coupons integer, p_reason text)
+RETURNS SETOF campaign_changes
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+DECLARE
+  v_first  campaign_budgets;
+  v_now    timestamptz;
+  v_budget bigint;
+  v_sum    bigint;
+BEGIN
+  SELECT * INTO v_first FROM campaign_budgets WHERE campaign_id = p_campaign_id AND stripe = 0 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI404', MESSAGE = format('campaign %s does not exist', p_campaign_id);
+  END IF;
+  v_now := clock_timestamp();
+  SELECT sum(b.budget_yen) INTO v_budget FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id;
+  SELECT coalesce(sum(r.coupons), 0) INTO v_sum FROM campaign_releases r WHERE r.campaign_id = p_campaign_id;
+  IF NOT v_first.releases THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s was created without releases and issues its whole budget from its start; nothing changed', p_campaign_id);
+  ELSIF p_at IS NULL OR p_at <= v_now THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s: a release at %s is not after the database''s clock (%s); nothing changed', p_campaign_id, p_at, v_now);
+  ELSIF p_at >= v_first.ends_at THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s: a release at %s is not before the campaign''s end %s; nothing changed', p_campaign_id, p_at, v_first.ends_at);
+  ELSIF p_coupons IS NULL OR p_coupons < 1 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign %s: a release of %s coupons: want at least 1; nothing changed', p_campaign_id, p_coupons);
+  ELSIF EXISTS (SELECT 1 FROM campaign_releases r WHERE r.campaign_id = p_campaign_id AND r.at = p_at) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = format('campaign %s: a release at %s exists already; nothing changed', p_campaign_id, p_at);
+  ELSIF v_sum + p_coupons > v_budget / v_first.discount_yen THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s: releases of %s coupons in all, above the budget''s %s coupons of %s yen; nothing changed',
+                       p_campaign_id, v_sum + p_coupons, v_budget / v_first.discount_yen, v_first.discount_yen);
+  END IF;
+  INSERT INTO campaign_releases (campaign_id, at, coupons) VALUES (p_campaign_id, p_at, p_coupons);
+  RETURN NEXT campaign_change_record(p_campaign_id, v_now, 'release',
+    jsonb_build_object('released_coupons', v_sum),
+    jsonb_build_object('released_coupons', v_sum + p_coupons, 'at', p_at, 'coupons', p_coupons),
+    p_reason);
+END
+$$;
+-- +goose StatementEnd
+
+-- campaign_audience_change adds (p_add) or removes the members p_member_ids (1 to 1000 valid
+-- member ids, docs/api.md) to or from the audience of audience-only campaign p_campaign_id and
+-- returns how many it actually added or removed: a member already present, or already absent,
+-- changes nothing, so a call run again is harmless. One 'audience' history row per call names
+-- the counts. It locks the campaign's audience rows it changes, in member order, and nothing
+-- else: an issuance holds its member's row (FOR KEY SHARE) from its reads to its COMMIT, so a
+-- removal waits for the issuances of those members in flight, and once it returns none of them
+-- commits a coupon (docs/design.md, "Lock order"). Refusals: an unknown campaign (CI404); a
+-- campaign open to every member, bad ids, a missing direction or reason (CI422).
+-- +goose StatementBegin
+CREATE FUNCTION campaign_audience_change(p_campaign_id text, p_member_ids text[], p_add boolean, p_reason text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+DECLARE
+  n       integer := coalesce(cardinality(p_member_ids), 0);
+  v_only  boolean;
+  v_bad   text;
+  v_count integer;
+BEGIN
+  SELECT b.audience_only INTO v_only FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI404', MESSAGE = format('campaign %s does not exist', p_campaign_id);
+  ELSIF NOT v_only THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s is open to every member (created without audience-only); nothing changed', p_campaign_id);
+  ELSIF p_add IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422', MESSAGE = 'campaign_audience_change: add or remove: neither was given';
+  ELSIF n NOT BETWEEN 1 AND 1000 OR NOT arg_array_fits(p_member_ids, n, false) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('campaign %s: %s member ids (%s): want 1 to 1000 a call, one dimension from index 1, no NULLs; nothing changed',
+                       p_campaign_id, n, coalesce(array_dims(p_member_ids), 'none'));
+  END IF;
+  SELECT m INTO v_bad FROM unnest(p_member_ids) AS m WHERE length(m) NOT BETWEEN 1 AND 128 OR m ~ '[^!-~]' LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CI422',
+      MESSAGE = format('member id %L: want 1-128 bytes of visible ASCII (0x21-0x7E); nothing changed', v_bad);
+  END IF;
+  IF p_add THEN
+    INSERT INTO campaign_audience (campaign_id, member_id)
+    SELECT DISTINCT p_campaign_id, m FROM unnest(p_member_ids) AS m ORDER BY 2
+    ON CONFLICT DO NOTHING;
+  ELSE
+    WITH held AS (
+      SELECT a.member_id FROM campaign_audience a
+       WHERE a.campaign_id = p_campaign_id AND a.member_id = ANY (p_member_ids)
+       ORDER BY a.member_id
+         FOR UPDATE)
+    DELETE FROM campaign_audience a USING held WHERE a.campaign_id = p_campaign_id AND a.member_id = held.member_id;
+  END IF;
+  GET DIAGNOSTICS v_count = ROW_COUNT;
+  PERFORM campaign_change_record(p_campaign_id, clock_timestamp(), 'audience', '{}'::jsonb,
+    jsonb_build_object(CASE WHEN p_add THEN 'added' ELSE 'removed' END, v_count, 'given', n), p_reason);
+  RETURN v_count;
+END
+$$;
+-- +goose StatementEnd
+
+-- release_share is how many of p_released coupons stripe p_stripe of p_stripes may hold: an even
+-- split in whole coupons, the first stripes one more (as campaign_change_budget lays a budget).
+-- Each stripe's share only grows with p_released, and the shares sum to it exactly.
+CREATE FUNCTION release_share(p_released bigint, p_stripe integer, p_stripes bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE
+RETURN p_released / p_stripes + (p_stripe < p_released % p_stripes)::integer;
+
+-- release_room is how many more coupons stripe p_stripe of campaign p_campaign_id, holding
+-- p_held, may take by the schedule at p_at: its share of the coupons released by p_at, split
+-- over the campaign's stripes as they are now, less p_held (below 1: none). VOLATILE, so that
+-- each call reads the releases and the stripes afresh: called in the WHERE of the statement that
+-- locks the stripe, it is evaluated again on the row it waited for (EvalPlanQual), after a
+-- re-stripe that changed the count. The issuance calls it only for a campaign with releases.
+-- +goose StatementBegin
+CREATE FUNCTION release_room(p_campaign_id text, p_stripe integer, p_held bigint, p_at timestamptz) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = public, pg_temp
+AS $$
+BEGIN
+  RETURN release_share((SELECT coalesce(sum(r.coupons), 0) FROM campaign_releases r WHERE r.campaign_id = p_campaign_id AND r.at <= p_at),
+                       p_stripe, (SELECT count(*) FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id)) - p_held;
+END
+$$;
+-- +goose StatementEnd
+
+-- issue_coupons_batch_v2 is issue_coupons_batch (00021, read there for the rules and the lock
+-- order) with the campaign kinds of issue 33, for this release:
+--   - audience-only (stripe 0's audience_only): a member without a campaign_audience row is
+--     NOT_ELIGIBLE, nothing written; the rows found are held FOR KEY SHARE, first of all locks;
+--   - releases (stripe 0's releases): before the first release, CAMPAIGN_NOT_ACTIVE NOT_STARTED;
+--     the room of each stripe is also capped by its share of the coupons released by the
+--     database's clock at the statement that writes it (release_room), in the WHERE of that
+--     statement, as the period and the pause are judged: no coupon of a release commits before
+--     its instant, and no more than the released count is issued;
+--   - next_release_at: the next release, on BUDGET_EXCEEDED and on NOT_STARTED.
+-- A campaign with neither costs no statement more than before: the two flags come with the
+-- stripe 0 read, and each new condition is short-circuited behind its flag.
+-- +goose StatementBegin
+CREATE FUNCTION issue_coupons_batch_v2(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[], p_issued_at timestamp with time zone[], p_cap_yen integer, p_trace_parents text[])
+ RETURNS TABLE(i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz, next_release_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+  n          integer := cardinality(p_member_ids);
+  v_amount   integer;
+  v_starts   timestamptz;
+  v_ends     timestamptz;
+  v_paused   timestamptz;
+  v_days     integer;
+  v_until    timestamptz;
+  v_audience boolean;       -- audience-only: only campaign_audience's members
+  v_releases boolean;       -- coupons released on a schedule (campaign_releases)
+  v_released bigint;        -- coupons released by the reads' time
+  v_next     timestamptz;   -- the next release after it
+  v_latest   timestamptz;
+  v_now      timestamptz;
+  v_reason   text;
+  v_res      text[];
+  v_cpn      text[];
+  v_rsn      text[];
+  v_exp      timestamptz[];
+  v_first    integer[];     -- the first entry of each entry's member
+  v_written  integer[];     -- entries whose coupon was inserted, member order
+  v_kept     integer[];     -- entries whose usage was added too
+  v_tried    integer := 0;
+  v_take     integer;
+  v_held     smallint := -1; -- the highest stripe held
+  v_taken    smallint[] := '{}';
+  v_stripe   smallint;
+  v_room     integer;
+  v_left     integer[];     -- entries still without a stripe, member order
+  r          record;
+  k          integer;
+BEGIN
+  PERFORM issuance_args_check('issue_coupons_batch_v2', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
+  p_cap_yen := monthly_cap_yen();
+  p_issued_at := issue_clock('issue_coupons_batch_v2', p_issued_at);
+  v_res := array_fill(NULL::text, ARRAY[n]);
+  v_cpn := v_res; v_rsn := v_res;
+  v_exp := array_fill(NULL::timestamptz, ARRAY[n]);
+  IF n = 1 THEN
+    v_first := '{1}'; v_latest := p_issued_at[1];
+  ELSE
+    SELECT array_agg(x.f ORDER BY x.o), max(x.a) INTO v_first, v_latest
+      FROM (SELECT u.o, u.a, min(u.o) OVER (PARTITION BY u.m) AS f
+              FROM unnest(p_member_ids, p_issued_at) WITH ORDINALITY AS u(m, a, o)) x;
+  END IF;
+
+  -- Reads: what the committed state already refuses.
+  SELECT b.discount_yen, b.starts_at, b.ends_at, b.paused_at, b.coupon_valid_days, b.coupons_expire_at, b.audience_only, b.releases
+    INTO v_amount, v_starts, v_ends, v_paused, v_days, v_until, v_audience, v_releases
+    FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
+  IF NOT FOUND THEN
+    FOR k IN 1 .. n LOOP
+      i := k; result := 'UNKNOWN_CAMPAIGN'; coupon := NULL; amount := NULL; reason := NULL; expires_at := NULL; next_release_at := NULL;
+      RETURN NEXT;
+    END LOOP;
+    RETURN;
+  END IF;
+  FOR r IN SELECT u.o, c.coupon_id::text AS id, c.voided_at IS NOT NULL AS voided, c.expires_at AS exp
+             FROM unnest(p_member_ids) WITH ORDINALITY AS u(m, o)
+             JOIN issued_coupons c ON c.campaign_id = p_campaign_id AND c.member_id = u.m
+                                  AND NOT c.legacy_duplicate AND NOT c.reissue_allowed LOOP
+    v_res[r.o] := CASE WHEN r.voided THEN 'COUPON_VOIDED' ELSE 'ALREADY_ISSUED' END;
+    v_cpn[r.o] := r.id; v_exp[r.o] := r.exp;
+  END LOOP;
+  IF v_audience THEN
+    -- Audience-only: each member's audience row, one index lookup, held (FOR KEY SHARE, in member
+    -- order, before every other lock) until the COMMIT, so that a removal waits for the member's
+    -- issuance in flight and none commits after it returns. No row: NOT_ELIGIBLE, nothing written.
+    FOR r IN SELECT u.o FROM unnest(p_member_ids) WITH ORDINALITY AS u(m, o)
+              WHERE v_res[u.o] IS NULL AND v_first[u.o] = u.o
+                AND u.m NOT IN (SELECT a.member_id FROM campaign_audience a
+                                 WHERE a.campaign_id = p_campaign_id AND a.member_id = ANY (p_member_ids)
+                                 ORDER BY a.member_id FOR KEY SHARE) LOOP
+      v_res[r.o] := 'NOT_ELIGIBLE';
+    END LOOP;
+  END IF;
+  IF v_releases THEN
+    -- Released coupons: what the schedule has released by the reads' time, and the next release.
+    SELECT coalesce(sum(cr.coupons) FILTER (WHERE cr.at <= v_latest), 0), min(cr.at) FILTER (WHERE cr.at > v_latest)
+      INTO v_released, v_next FROM campaign_releases cr WHERE cr.campaign_id = p_campaign_id;
+  END IF;
+  FOR k IN 1 .. n LOOP
+    CONTINUE WHEN v_res[k] IS NOT NULL OR v_first[k] <> k;
+    v_rsn[k] := coalesce(campaign_inactive_reason(v_starts, v_ends, v_paused, v_until, p_issued_at[k]),
+                         CASE WHEN v_released = 0 THEN 'NOT_STARTED' END);
+    IF v_rsn[k] IS NOT NULL THEN
+      v_res[k] := 'CAMPAIGN_NOT_ACTIVE';
+    ELSIF v_amount > p_cap_yen THEN
+      v_res[k] := 'MONTHLY_CAP';
+    END IF;
+  END LOOP;
+  FOR r IN SELECT u.o FROM unnest(p_member_ids, p_issued_at) WITH ORDINALITY AS u(m, a, o)
+             JOIN member_monthly_usage mu ON mu.member_id = u.m AND mu.month = to_char(u.a AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM')
+            WHERE v_res[u.o] IS NULL AND v_first[u.o] = u.o AND mu.used_yen + v_amount > p_cap_yen LOOP
+    v_res[r.o] := 'MONTHLY_CAP';
+  END LOOP;
+  IF NOT EXISTS (SELECT 1 FROM campaign_budgets s
+                  WHERE s.campaign_id = p_campaign_id AND s.issued_yen + v_amount <= s.budget_yen
+                    AND (NOT v_releases OR s.issued_yen / v_amount < release_share(v_released, s.stripe,
+                           (SELECT count(*) FROM campaign_budgets c WHERE c.campaign_id = p_campaign_id)))) THEN
+    FOR k IN 1 .. n LOOP
+      IF v_res[k] IS NULL AND v_first[k] = k THEN v_res[k] := 'BUDGET_EXCEEDED'; END IF;
+    END LOOP;
+  END IF;
+  FOR k IN 1 .. n LOOP -- the entries the coupons' insert tries
+    IF v_res[k] IS NULL AND v_first[k] = k THEN v_tried := v_tried + 1; END IF;
+  END LOOP;
+
+  -- 1. R2: the coupons, in member order; a conflict is a concurrent request of the member that
+  --    committed its coupon while this insert waited.
+  WITH w AS (
+    INSERT INTO issued_coupons AS c (coupon_id, campaign_id, member_id, month, amount_yen, issued_at, expires_at)
+    SELECT u.cid, p_campaign_id, u.m, to_char(u.a AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), v_amount, u.a,
+           coupon_expiry(u.a, v_days, v_until)
+      FROM unnest(p_member_ids, p_coupon_ids, p_issued_at) WITH ORDINALITY AS u(m, cid, a, o)
+     WHERE v_res[u.o] IS NULL AND v_first[u.o] = u.o
+     ORDER BY u.m
+    ON CONFLICT DO NOTHING
+    RETURNING c.coupon_id, c.member_id)
+  SELECT coalesce(array_agg(array_position(p_coupon_ids, w.coupon_id) ORDER BY w.member_id), '{}') INTO v_written FROM w;
+  IF cardinality(v_written) < v_tried THEN
+    -- Some insert met a coupon of its pair: read who holds it.
+    FOR r IN SELECT u.o, c.coupon_id::text AS id, c.voided_at IS NOT NULL AS voided, c.expires_at AS exp
+               FROM unnest(p_member_ids) WITH ORDINALITY AS u(m, o)
+               LEFT JOIN issued_coupons c ON c.campaign_id = p_campaign_id AND c.member_id = u.m
+                                         AND NOT c.legacy_duplicate AND NOT c.reissue_allowed
+              WHERE v_res[u.o] IS NULL AND v_first[u.o] = u.o AND u.o <> ALL (v_written) LOOP
+      v_res[r.o] := CASE WHEN r.id IS NULL THEN 'RETRY' WHEN r.voided THEN 'COUPON_VOIDED' ELSE 'ALREADY_ISSUED' END;
+      v_cpn[r.o] := r.id; v_exp[r.o] := r.exp;
+    END LOOP;
+  END IF;
+
+  -- 2. R3: the member x month rows, in member order, each created or added to within the cap.
+  WITH w AS (
+    INSERT INTO member_monthly_usage AS mu (member_id, month, used_yen)
+    SELECT p_member_ids[o], to_char(p_issued_at[o] AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), v_amount
+      FROM unnest(v_written) AS o ORDER BY p_member_ids[o]
+    ON CONFLICT (member_id, month) DO UPDATE SET used_yen = mu.used_yen + EXCLUDED.used_yen
+     WHERE mu.used_yen + EXCLUDED.used_yen <= p_cap_yen
+    RETURNING mu.member_id)
+  -- (The first entry of a member is the one written.)
+  SELECT coalesce(array_agg(array_position(p_member_ids, w.member_id) ORDER BY w.member_id), '{}') INTO v_kept FROM w;
+  IF cardinality(v_kept) < cardinality(v_written) THEN
+    -- A concurrent issuance used the member's room this month: its coupon goes.
+    DELETE FROM issued_coupons c USING unnest(v_written) AS o
+     WHERE o <> ALL (v_kept) AND c.coupon_id = p_coupon_ids[o];
+    FOREACH k IN ARRAY v_written LOOP
+      CONTINUE WHEN k = ANY (v_kept);
+      v_res[k] := 'MONTHLY_CAP';
+    END LOOP;
+  END IF;
+
+  -- 3. The transactional outbox rows.
+  INSERT INTO notification_outbox (coupon_id, member_id, created_at, trace_parent)
+  SELECT p_coupon_ids[o], p_member_ids[o], p_issued_at[o], p_trace_parents[o] FROM unnest(v_kept) AS o;
+
+  -- 4. R1 and the campaign's state: the budget stripes, in stripe order, last.
+  v_left := v_kept;
+  WHILE cardinality(v_left) > 0 LOOP
+    -- A stripe with room that nobody holds, one at a time (a FOR loop over the query would lock
+    -- the rows it prefetches), in any order, locked and written in one statement: SKIP LOCKED
+    -- waits for nobody, so the instant taken just before it is the write's.
+    v_now := greatest(v_latest, clock_timestamp());
+    WITH free AS (
+      SELECT s.stripe, least((s.budget_yen - s.issued_yen) / v_amount, cardinality(v_left),
+                             CASE WHEN v_releases THEN release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, v_now) END) AS take
+        FROM campaign_budgets s
+       WHERE s.campaign_id = p_campaign_id AND s.stripe <> ALL (v_taken) AND s.issued_yen + v_amount <= s.budget_yen
+         AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, v_now) IS NULL
+         AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, v_now) > 0)
+       ORDER BY random() LIMIT 1
+         FOR UPDATE SKIP LOCKED)
+    UPDATE campaign_budgets b SET issued_yen = b.issued_yen + free.take * v_amount
+      FROM free
+     WHERE b.campaign_id = p_campaign_id AND b.stripe = free.stripe
+    RETURNING b.stripe, free.take INTO v_stripe, v_take;
+    EXIT WHEN NOT FOUND;
+    v_taken := v_taken || v_stripe;
+    v_held := greatest(v_held, v_stripe);
+    v_left := v_left[v_take + 1 :];
+  END LOOP;
+  WHILE cardinality(v_left) > 0 LOOP
+    -- Every stripe with room that nobody held is spent: wait for one above those held, or, holding
+    -- none (v_held < 0: a batch of one, mostly), for any, at random, so that lone waiters spread
+    -- over the stripes instead of queueing on the lowest.
+    SELECT s.stripe INTO v_stripe FROM campaign_budgets s
+     WHERE s.campaign_id = p_campaign_id AND s.stripe > v_held AND s.issued_yen + v_amount <= s.budget_yen
+       AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL
+       AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, greatest(v_latest, clock_timestamp())) > 0)
+     ORDER BY CASE WHEN v_held < 0 THEN random() ELSE s.stripe END LIMIT 1;
+    EXIT WHEN NOT FOUND;
+    SELECT least((s.budget_yen - s.issued_yen) / v_amount,
+                 CASE WHEN v_releases THEN release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, greatest(v_latest, clock_timestamp())) END)
+      INTO v_room FROM campaign_budgets s
+     WHERE s.campaign_id = p_campaign_id AND s.stripe = v_stripe AND s.issued_yen + v_amount <= s.budget_yen
+       AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_latest, clock_timestamp())) IS NULL
+       AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, greatest(v_latest, clock_timestamp())) > 0)
+       FOR UPDATE;
+    IF NOT FOUND THEN
+      -- Its holder took the room, and the row was not locked: look further up, or, holding none,
+      -- anywhere the committed state shows room.
+      IF v_held >= 0 THEN
+        v_held := v_stripe;
+      END IF;
+      CONTINUE;
+    END IF;
+    v_held := v_stripe;
+    v_take := least(v_room, cardinality(v_left));
+    UPDATE campaign_budgets SET issued_yen = issued_yen + v_take * v_amount
+     WHERE campaign_id = p_campaign_id AND stripe = v_stripe;
+    v_left := v_left[v_take + 1 :];
+  END LOOP;
+  IF cardinality(v_left) > 0 THEN
+    -- Not placed: their rows go, and each is answered as the stripes say.
+    SELECT campaign_inactive_reason(b.starts_at, b.ends_at, b.paused_at, b.coupons_expire_at, greatest(v_latest, clock_timestamp()))
+      INTO v_reason FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
+    IF v_releases THEN
+      SELECT min(cr.at) INTO v_next FROM campaign_releases cr WHERE cr.campaign_id = p_campaign_id AND cr.at > clock_timestamp();
+    END IF;
+    DELETE FROM notification_outbox x USING unnest(v_left) AS o WHERE x.coupon_id = p_coupon_ids[o];
+    UPDATE member_monthly_usage mu SET used_yen = mu.used_yen - v_amount
+      FROM unnest(v_left) AS o
+     WHERE mu.member_id = p_member_ids[o] AND mu.month = to_char(p_issued_at[o] AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM');
+    DELETE FROM issued_coupons c USING unnest(v_left) AS o WHERE c.coupon_id = p_coupon_ids[o];
+    FOR k IN SELECT o FROM unnest(v_left) AS o LOOP
+      v_rsn[k] := v_reason;
+      v_res[k] := CASE WHEN v_reason IS NOT NULL THEN 'CAMPAIGN_NOT_ACTIVE'
+                       WHEN EXISTS (SELECT 1 FROM campaign_budgets s WHERE s.campaign_id = p_campaign_id
+                                       AND s.issued_yen + v_amount <= s.budget_yen
+                                       AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, clock_timestamp()) > 0)) THEN 'RETRY'
+                       ELSE 'BUDGET_EXCEEDED' END;
+    END LOOP;
+  END IF;
+  FOREACH k IN ARRAY v_kept LOOP
+    CONTINUE WHEN k = ANY (v_left);
+    v_res[k] := 'ISSUED'; v_cpn[k] := p_coupon_ids[k]::text;
+    v_exp[k] := coupon_expiry(p_issued_at[k], v_days, v_until);
+  END LOOP;
+
+  -- Later entries of a member answer as its first did.
+  FOR k IN 1 .. n LOOP
+    CONTINUE WHEN v_first[k] = k;
+    v_res[k] := CASE v_res[v_first[k]] WHEN 'ISSUED' THEN 'ALREADY_ISSUED' ELSE v_res[v_first[k]] END;
+    v_cpn[k] := v_cpn[v_first[k]]; v_rsn[k] := v_rsn[v_first[k]]; v_exp[k] := v_exp[v_first[k]];
+  END LOOP;
+  FOR k IN 1 .. n LOOP
+    i := k; result := v_res[k]; coupon := v_cpn[k]; amount := CASE WHEN v_res[k] = 'ISSUED' THEN v_amount END;
+    reason := v_rsn[k]; expires_at := v_exp[k];
+    next_release_at := CASE WHEN v_res[k] = 'BUDGET_EXCEEDED' OR v_rsn[k] = 'NOT_STARTED' THEN v_next END;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- issue_coupons_batch is the previous release's entry (it calls it, and issue_coupon calls it):
+-- the same arguments and result columns as before, through issue_coupons_batch_v2, answering
+-- only codes that release knows: NOT_ELIGIBLE, which it does not, is UNKNOWN_CAMPAIGN (the
+-- campaign does not exist for that member; docs/deploy.md says why), and next_release_at is
+-- not passed on.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION issue_coupons_batch(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
+  p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
+RETURNS TABLE (i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+  SELECT b.i, CASE b.result WHEN 'NOT_ELIGIBLE' THEN 'UNKNOWN_CAMPAIGN' ELSE b.result END, b.coupon, b.amount, b.reason, b.expires_at
+    FROM issue_coupons_batch_v2(p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_cap_yen, p_trace_parents) b
+$$;
+-- +goose StatementEnd
+
+-- grant_coupons_batch_v2 is grant_coupons_batch (00014) through issue_coupons_batch_v2: the
+-- answers of this release, next_release_at included, the granting login recorded on the coupons
+-- it issued.
+-- +goose StatementBegin
+CREATE FUNCTION grant_coupons_batch_v2(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
+  p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
+RETURNS TABLE (i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz, next_release_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+DECLARE
+  a record;
+BEGIN
+  FOR a IN SELECT * FROM issue_coupons_batch_v2(p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_cap_yen, p_trace_parents) LOOP
+    IF a.result = 'ISSUED' THEN
+      UPDATE issued_coupons c SET granted_by = session_user WHERE c.coupon_id = a.coupon::uuid;
+    END IF;
+    i := a.i; result := a.result; coupon := a.coupon; amount := a.amount; reason := a.reason; expires_at := a.expires_at;
+    next_release_at := a.next_release_at;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- grant_coupons_batch is the previous release's grant (grant_coupon calls it), through
+-- grant_coupons_batch_v2, answering as issue_coupons_batch does above.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION grant_coupons_batch(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
+  p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
+RETURNS TABLE (i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+  SELECT b.i, CASE b.result WHEN 'NOT_ELIGIBLE' THEN 'UNKNOWN_CAMPAIGN' ELSE b.result END, b.coupon, b.amount, b.reason, b.expires_at
+    FROM grant_coupons_batch_v2(p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_cap_yen, p_trace_parents) b
+$$;
+-- +goose StatementEnd
+
+-- issue_dry_run answers what issue_coupons_batch_v2 would answer member p_member_id of campaign
+-- p_campaign_id now (the database's clock), writing nothing and locking no row: AVAILABLE (with
+-- the coupon's amount and expiry), or the refusal, in the issuance's order (UNKNOWN_CAMPAIGN,
+-- ALREADY_ISSUED or COUPON_VOIDED with the coupon, NOT_ELIGIBLE, CAMPAIGN_NOT_ACTIVE with its
+-- reason, MONTHLY_CAP, BUDGET_EXCEEDED); remaining_coupons, the coupons the stripes can still
+-- issue now (by the budget and the releases), on AVAILABLE and BUDGET_EXCEEDED; next_release_at,
+-- the next scheduled release, on AVAILABLE, BUDGET_EXCEEDED and NOT_STARTED. Plain reads of the committed state: an issuance in flight may take
+-- the last coupon after it answers. Malformed ids are refused with 22023.
+-- +goose StatementBegin
+CREATE FUNCTION issue_dry_run(p_campaign_id text, p_member_id text)
+RETURNS TABLE (result text, coupon text, amount integer, reason text, expires_at timestamptz,
+               remaining_coupons integer, next_release_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = public, pg_temp
+AS $$
+DECLARE
+  v_now      timestamptz := clock_timestamp();
+  v_first    campaign_budgets;
+  v_released bigint;
+  v_k        bigint;
+  v_used     integer;
+  v_voided   boolean;
+BEGIN
+  IF p_campaign_id IS NULL OR p_campaign_id !~ '^[A-Za-z0-9_-]{1,64}$' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = format('issue_dry_run: campaign id %L: want 1-64 of [A-Za-z0-9_-]', p_campaign_id);
+  ELSIF p_member_id IS NULL OR length(p_member_id) NOT BETWEEN 1 AND 128 OR p_member_id ~ '[^!-~]' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = format('issue_dry_run: member id %L: want 1-128 bytes of visible ASCII (0x21-0x7E)', p_member_id);
+  END IF;
+  SELECT * INTO v_first FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
+  IF NOT FOUND THEN
+    result := 'UNKNOWN_CAMPAIGN';
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  SELECT c.coupon_id::text, c.voided_at IS NOT NULL, c.expires_at INTO coupon, v_voided, expires_at
+    FROM issued_coupons c
+   WHERE c.campaign_id = p_campaign_id AND c.member_id = p_member_id AND NOT c.legacy_duplicate AND NOT c.reissue_allowed;
+  IF FOUND THEN
+    result := CASE WHEN v_voided THEN 'COUPON_VOIDED' ELSE 'ALREADY_ISSUED' END;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  IF v_first.audience_only AND NOT EXISTS (SELECT 1 FROM campaign_audience a WHERE a.campaign_id = p_campaign_id AND a.member_id = p_member_id) THEN
+    result := 'NOT_ELIGIBLE';
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  IF v_first.releases THEN
+    SELECT coalesce(sum(r.coupons) FILTER (WHERE r.at <= v_now), 0), min(r.at) FILTER (WHERE r.at > v_now)
+      INTO v_released, next_release_at FROM campaign_releases r WHERE r.campaign_id = p_campaign_id;
+  END IF;
+  reason := coalesce(campaign_inactive_reason(v_first.starts_at, v_first.ends_at, v_first.paused_at, v_first.coupons_expire_at, v_now),
+                     CASE WHEN v_released = 0 THEN 'NOT_STARTED' END);
+  IF reason IS NOT NULL THEN
+    result := 'CAMPAIGN_NOT_ACTIVE';
+    next_release_at := CASE WHEN reason = 'NOT_STARTED' THEN next_release_at END;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  SELECT mu.used_yen INTO v_used FROM member_monthly_usage mu
+   WHERE mu.member_id = p_member_id AND mu.month = to_char(v_now AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM');
+  IF coalesce(v_used, 0) + v_first.discount_yen > (SELECT r.monthly_cap_yen FROM coupon_rules r) THEN
+    result := 'MONTHLY_CAP';
+    next_release_at := NULL;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  SELECT count(*) INTO v_k FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id;
+  SELECT coalesce(sum(greatest(0, least((s.budget_yen - s.issued_yen) / s.discount_yen,
+                                        CASE WHEN v_first.releases THEN release_share(v_released, s.stripe, v_k) - s.issued_yen / s.discount_yen END))), 0)
+    INTO remaining_coupons FROM campaign_budgets s WHERE s.campaign_id = p_campaign_id;
+  IF remaining_coupons = 0 THEN
+    result := 'BUDGET_EXCEEDED';
+  ELSE
+    result := 'AVAILABLE'; amount := v_first.discount_yen; expires_at := coupon_expiry(v_now, v_first.coupon_valid_days, v_first.coupons_expire_at);
+  END IF;
+  RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
+-- Roles (docs/roles.md): coupon_admin changes releases and audiences through the functions above
+-- alone, and reads them; coupon_issue reads neither table (its functions are SECURITY DEFINER).
+REVOKE ALL ON FUNCTION campaign_create(text, integer, integer, integer, timestamptz, timestamptz, integer, timestamptz, text,
+                                       timestamptz[], integer[], boolean),
+  campaign_release_add(text, timestamptz, integer, text), campaign_audience_change(text, text[], boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION campaign_create(text, integer, integer, integer, timestamptz, timestamptz, integer, timestamptz, text,
+                                          timestamptz[], integer[], boolean),
+  campaign_release_add(text, timestamptz, integer, text), campaign_audience_change(text, text[], boolean, text) TO coupon_admin;
+GRANT SELECT ON campaign_releases, campaign_audience TO coupon_admin;
+-- This release's issuance, grant and dry run; the previous release's entries keep their grants.
+REVOKE ALL ON FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]),
+  grant_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]), issue_dry_run(text, text),
+  release_room(text, integer, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]), issue_dry_run(text, text) TO coupon_issue;
+GRANT EXECUTE ON FUNCTION grant_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_admin;
+
+-- +goose Down
+-- Not undone in place, as 00021: the schema serves the revision before it (issue_coupons_batch
+-- keeps its arguments and answers); roll back the revision instead (docs/deploy.md).
+-- +goose StatementBegin
+DO $$ BEGIN
+  RAISE EXCEPTION '00025_campaign_kinds is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
+END $$;
+-- +goose StatementEnd
