@@ -32,6 +32,7 @@ func benchCmd() *cobra.Command {
 		format   string
 		soldOut  bool
 		changes  bool
+		release  bool
 		standby  time.Duration
 	)
 	c := &cobra.Command{
@@ -82,6 +83,14 @@ operator's call to its answer (an upper bound on how long it held the stripes: i
 server as its pipeline ends), and the p99 of the requests in flight during those changes, beside
 the p99 of the requests during none. Answers CAMPAIGN_NOT_ACTIVE during a pause are counted too.
 
+--release-herd adds one cell per round trip and client count: the herd at a release's second. A
+campaign of 1,000 coupons of 1 yen on 16 stripes, all released at one instant 2 s after it is made
+(the database's clock), and the clients sending through IssueCoupon from then on, each request a
+new member, until 1 s after the release. Its table gives, for that first second: the coupons issued
+(issued_at in it, by SQL), the requests sent in it, those refused (BUDGET_EXCEEDED once sold out,
+CAMPAIGN_NOT_ACTIVE from a read just before the instant) and failed, their p50 and p99, and the p99
+of the NOT_STARTED answers before the release; a coupon issued before the release breaks the rules.
+
 --standby DUR gives the throwaway server a synchronous streaming standby (pg_basebackup, on the same
 machine) whose replication connection goes through a latency proxy of its own adding the DUR
 round trip: synchronous_standby_names '*', so every commit waits until the standby has flushed
@@ -105,6 +114,7 @@ decides the figures; compare them only within one table.`,
 		Example: `  couponctl bench
   couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
   couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
+  couponctl bench --clients 64 --duration 5s --release-herd
   couponctl bench --clients 32 --duration 5s --format markdown
   couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown`,
 		Args: cobra.NoArgs,
@@ -142,6 +152,10 @@ decides the figures; compare them only within one table.`,
 				ch := hotbench.LiveChanges
 				cfg.Changes = &ch
 			}
+			if release {
+				rh := hotbench.TenOClock
+				cfg.Release = &rh
+			}
 			return runBench(cmd, cfg, format, standby)
 		},
 	}
@@ -153,6 +167,7 @@ decides the figures; compare them only within one table.`,
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(hotbench.Formats, ", "))
 	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
 	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
+	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (1,000 coupons on 16 stripes released 2 s into the herd; its first second)")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
 }
@@ -213,6 +228,9 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 		cells += len(cfg.RTTs) * len(cfg.Clients)
 	}
 	if cfg.Changes != nil {
+		cells += len(cfg.RTTs) * len(cfg.Clients)
+	}
+	if cfg.Release != nil {
 		cells += len(cfg.RTTs) * len(cfg.Clients)
 	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",

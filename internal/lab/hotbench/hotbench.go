@@ -108,6 +108,8 @@ type Config struct {
 	SoldOut *SoldOut
 	// Changes, if not nil, adds a live-changes cell after those.
 	Changes *Changes
+	// Release, if not nil, adds a release-herd cell after those.
+	Release *ReleaseHerd
 	// Progress, if not nil, gets one line per cell.
 	Progress io.Writer
 	// ServerCPU, if not nil, reads the CPU time the database server has used so far (all its
@@ -134,6 +136,7 @@ type Report struct {
 	Cells     []Result
 	SoldOut   []SoldOutResult
 	Changes   []ChangesResult
+	Release   []ReleaseResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -264,7 +267,7 @@ func viaProxy(u *url.URL, proxyAddr string) string {
 	return v.String()
 }
 
-// Run runs every variant, then the sold-out cell if asked, at every round trip and client
+// Run runs every variant, then the sold-out, live-changes and release-herd cells if asked, at every round trip and client
 // count, and returns the results in order. It stops at the first error that is not a measured
 // failure.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -305,6 +308,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				}
 				rep.Changes = append(rep.Changes, r)
 				s.progress("live changes every %s, rtt %s, %d clients: rules %s", s.cfg.Changes.Every, rttLabel(rtt), clients, r.Rules)
+			}
+			if s.cfg.Release != nil {
+				r, err := s.runRelease(ctx, rtt, clients)
+				if err != nil {
+					return rep, fmt.Errorf("hotbench: release-herd cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+				}
+				rep.Release = append(rep.Release, r)
+				s.progress("release herd (%d coupons, %d stripes), rtt %s, %d clients: %d issued in the first %s, %d refused, p99 %.1f ms, failed %d, rules %s",
+					r.Coupons, s.cfg.Release.Stripes, rttLabel(rtt), clients, r.Issued, s.cfg.Release.Window, r.Refused, r.P99Ms, r.Failed, r.Rules)
 			}
 		}
 	}
@@ -348,6 +360,9 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 		perGroup++
 	}
 	if cfg.Changes != nil {
+		perGroup++
+	}
+	if cfg.Release != nil {
 		perGroup++
 	}
 	s := &session{cfg: cfg, pgbenchURL: viaProxy(u, cfg.Proxy.Addr()), total: len(cfg.RTTs) * len(cfg.Clients) * perGroup}
@@ -798,8 +813,8 @@ var Formats = []string{"text", "markdown"}
 
 // WriteTable writes rep's cells as a table, one row per cell, with each cell's throughput as a
 // ratio of the bare one-row UPDATE's at the same round trip and client count, and of its own at
-// round trip 0 (the proxy adding nothing); then the sold-out cells and the live-changes cells, if
-// any, each as a table of its own.
+// round trip 0 (the proxy adding nothing); then the sold-out, live-changes and release-herd
+// cells, if any, each as a table of its own.
 func WriteTable(w io.Writer, format string, rep Report) error {
 	if !slices.Contains(Formats, format) {
 		return fmt.Errorf("hotbench: format %q: want one of %s", format, strings.Join(Formats, ", "))
@@ -831,11 +846,16 @@ func WriteTable(w io.Writer, format string, rep Report) error {
 	if err := writeRows(w, format, rows, align); err != nil {
 		return err
 	}
-	if err := writeSoldOut(w, format, rep.ServerCPU, rep.SoldOut); err != nil || len(rep.Changes) == 0 {
+	if err := writeSoldOut(w, format, rep.ServerCPU, rep.SoldOut); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
-	return writeChanges(w, format, rep.Changes)
+	if len(rep.Changes) > 0 {
+		fmt.Fprintln(w)
+		if err := writeChanges(w, format, rep.Changes); err != nil {
+			return err
+		}
+	}
+	return writeRelease(w, format, rep.Release)
 }
 
 // CPUColumn heads the column of the database server's CPU per coupon: the core-milliseconds

@@ -26,7 +26,7 @@ import (
 // pgbench script runs on the schema, every cell does work, and the rules and the coupon counts
 // hold after each one; the sold-out cell sells its campaign out, and its statistics hold at
 // least the rows of its coupons (they were flushed). A request answered other than ISSUED is
-// counted as failed. Each cell takes the server's CPU (here a clock that advances 1 ms a
+// counted as failed. The release-herd cell issues its release whole, none before its instant. Each cell takes the server's CPU (here a clock that advances 1 ms a
 // reading) before and after its load, and the tables give it per coupon. Speeds are logged,
 // never asserted.
 func TestRunChecksEveryCell(t *testing.T) {
@@ -44,18 +44,19 @@ func TestRunChecksEveryCell(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	issueCoupon := serveIssueCoupon(t, proxied)
 	soldOut := hotbench.SoldOut{Coupons: 20, Stripes: 4, Requests: 200}
+	release := hotbench.ReleaseHerd{Coupons: 20, Stripes: 4, Lead: time.Second, Window: time.Second}
 	var progress bytes.Buffer
 	var readings int
 	cpu := func() (time.Duration, error) { readings++; return time.Duration(readings) * time.Millisecond, nil }
 	rep, err := hotbench.Run(ctx, hotbench.Config{
 		DBURL: url, Proxy: proxy, RTTs: []time.Duration{0, time.Millisecond}, Clients: []int{2},
-		Duration: time.Second, SoldOut: &soldOut, Progress: &progress,
+		Duration: time.Second, SoldOut: &soldOut, Release: &release, Progress: &progress,
 		Issue: issueCoupon, ServerCPU: cpu,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Cells) != 2*len(hotbench.Variants) || len(rep.SoldOut) != 2 {
+	if len(rep.Cells) != 2*len(hotbench.Variants) || len(rep.SoldOut) != 2 || len(rep.Release) != 2 {
 		t.Fatalf("%d cells and %d sold-out cells, want one per variant and one sold-out cell per round trip: %+v",
 			len(rep.Cells), len(rep.SoldOut), rep)
 	}
@@ -73,8 +74,15 @@ func TestRunChecksEveryCell(t *testing.T) {
 			t.Errorf("%+v: want a sell-out time, at least %d rows written per coupon, the server's CPU 1 ms", r, hotbench.RowsPerIssue)
 		}
 	}
-	if n := strings.Count(progress.String(), "\n"); n != len(rep.Cells)+len(rep.SoldOut) {
-		t.Errorf("%d progress lines, want %d:\n%s", n, len(rep.Cells)+len(rep.SoldOut), progress.String())
+	for _, r := range rep.Release {
+		t.Logf("release herd at rtt %s: %+v", r.RTT, r)
+		if r.IssuedAll != int64(release.Coupons) || r.Issued < 1 || r.Issued > r.IssuedAll || r.Sent < r.Issued || r.Failed != 0 ||
+			r.Before99Ms <= 0 || r.P99Ms < r.P50Ms || r.Rules != "held" {
+			t.Errorf("%+v: want every released coupon issued, some in the window, requests before it, no failure, rules held", r)
+		}
+	}
+	if n, want := strings.Count(progress.String(), "\n"), len(rep.Cells)+len(rep.SoldOut)+len(rep.Release); n != want {
+		t.Errorf("%d progress lines, want %d:\n%s", n, want, progress.String())
 	}
 	var table bytes.Buffer
 	if err := hotbench.WriteTable(&table, "markdown", rep); err != nil {
@@ -82,7 +90,7 @@ func TestRunChecksEveryCell(t *testing.T) {
 	}
 	t.Logf("\n%s", table.String())
 	for _, want := range []string{"| 0 (proxy only) | 2 | pgbench: bare one-row UPDATE |", "| 1 ms | 2 | IssueCoupon, 16 stripes |",
-		" 1.00x |", "| rtt | clients | coupons |", " | " + hotbench.CPUColumn + " | "} {
+		" 1.00x |", "| rtt | clients | coupons |", " | " + hotbench.CPUColumn + " | ", "| rtt | clients | released | issued in window |"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
