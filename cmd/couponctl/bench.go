@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,6 +35,7 @@ func benchCmd() *cobra.Command {
 		soldOut  bool
 		changes  bool
 		release  bool
+		dryRuns  bool
 		standby  time.Duration
 	)
 	c := &cobra.Command{
@@ -91,6 +94,13 @@ new member, until 1 s after the release. Its table gives, for that first second:
 CAMPAIGN_NOT_ACTIVE from a read just before the instant) and failed, their p50 and p99, and the p99
 of the NOT_STARTED answers before the release; a coupon issued before the release breaks the rules.
 
+--dry-runs adds one cell per round trip and client count: what a herd of dry runs (the app's
+button, "dry_run": true) costs a hot campaign's load. IssueCoupon on a campaign of 16 stripes
+for --duration, alone, then beside 64 more clients asking dry runs of the same campaign as fast
+as they are answered, each for a new member; three turns of each, alternating. Its table gives
+the issued/s of each turn, the median beside over the median alone (issue 33 asks at least
+0.90), and the dry runs' rate and p99.
+
 --standby DUR gives the throwaway server a synchronous streaming standby (pg_basebackup, on the same
 machine) whose replication connection goes through a latency proxy of its own adding the DUR
 round trip: synchronous_standby_names '*', so every commit waits until the standby has flushed
@@ -115,6 +125,7 @@ decides the figures; compare them only within one table.`,
   couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
   couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
   couponctl bench --clients 64 --duration 5s --release-herd
+  couponctl bench --clients 32 --duration 5s --dry-runs
   couponctl bench --clients 32 --duration 5s --format markdown
   couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown`,
 		Args: cobra.NoArgs,
@@ -156,6 +167,10 @@ decides the figures; compare them only within one table.`,
 				rh := hotbench.TenOClock
 				cfg.Release = &rh
 			}
+			if dryRuns {
+				dh := hotbench.ButtonHerd
+				cfg.DryRuns = &dh
+			}
 			return runBench(cmd, cfg, format, standby)
 		},
 	}
@@ -168,6 +183,7 @@ decides the figures; compare them only within one table.`,
 	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
 	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
 	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (1,000 coupons on 16 stripes released 2 s into the herd; its first second)")
+	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking dry runs, 3 turns each)")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
 }
@@ -233,6 +249,9 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	if cfg.Release != nil {
 		cells += len(cfg.RTTs) * len(cfg.Clients)
 	}
+	if cfg.DryRuns != nil {
+		cells += len(cfg.RTTs) * len(cfg.Clients)
+	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",
 		baseURL, top, proxy.Addr(), cells)
 	if err := writeMachine(ctx, out, dbURL, standby, batchMax); err != nil {
@@ -244,11 +263,37 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	cfg.Issue = func(ctx context.Context, memberID, campaignID string) (string, error) {
 		return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
 	}
+	cfg.DryRun = httpDryRun(client, baseURL+"/IssueCoupon")
 	rep, err := hotbench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	return hotbench.WriteTable(out, format, rep)
+}
+
+// httpDryRun asks IssueCoupon at url for a dry run ("dry_run": true) of one member and campaign
+// and returns its result code.
+func httpDryRun(client *http.Client, url string) hotbench.IssueFunc {
+	return func(ctx context.Context, memberID, campaignID string) (string, error) {
+		body, _ := json.Marshal(map[string]any{"member_id": memberID, "campaign_id": campaignID, "dry_run": true})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var answer struct {
+			Result string `json:"result"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Result == "" {
+			return "", fmt.Errorf("HTTP %d without a result: %v", resp.StatusCode, err)
+		}
+		return answer.Result, nil
+	}
 }
 
 // benchServer returns the server bench works on: DATABASE_URL's, or a throwaway durable one

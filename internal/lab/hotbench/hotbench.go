@@ -110,6 +110,9 @@ type Config struct {
 	Changes *Changes
 	// Release, if not nil, adds a release-herd cell after those.
 	Release *ReleaseHerd
+	// DryRuns, if not nil, adds a dry-run cell after those; DryRun sends its dry runs.
+	DryRuns *DryRunHerd
+	DryRun  IssueFunc
 	// Progress, if not nil, gets one line per cell.
 	Progress io.Writer
 	// ServerCPU, if not nil, reads the CPU time the database server has used so far (all its
@@ -137,6 +140,7 @@ type Report struct {
 	SoldOut   []SoldOutResult
 	Changes   []ChangesResult
 	Release   []ReleaseResult
+	DryRuns   []DryRunResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -267,7 +271,7 @@ func viaProxy(u *url.URL, proxyAddr string) string {
 	return v.String()
 }
 
-// Run runs every variant, then the sold-out, live-changes and release-herd cells if asked, at every round trip and client
+// Run runs every variant, then the sold-out, live-changes, release-herd and dry-run cells if asked, at every round trip and client
 // count, and returns the results in order. It stops at the first error that is not a measured
 // failure.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -318,6 +322,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				s.progress("release herd (%d coupons, %d stripes), rtt %s, %d clients: %d issued in the first %s, %d refused, p99 %.1f ms, failed %d, rules %s",
 					r.Coupons, s.cfg.Release.Stripes, rttLabel(rtt), clients, r.Issued, s.cfg.Release.Window, r.Refused, r.P99Ms, r.Failed, r.Rules)
 			}
+			if s.cfg.DryRuns != nil {
+				r, err := s.runDryRuns(ctx, rtt, clients)
+				if err != nil {
+					return rep, fmt.Errorf("hotbench: dry-run cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+				}
+				rep.DryRuns = append(rep.DryRuns, r)
+				s.progress("dry runs (%d clients) beside the load, rtt %s, %d clients: issued/s %v alone, %v beside (%.2fx), %.0f dry runs/s, failed %d, rules %s",
+					r.Herd, rttLabel(rtt), clients, r.Alone, r.Beside, r.Ratio, r.DryRunsPerSec, r.Failed+r.DryFailed, r.Rules)
+			}
 		}
 	}
 	return rep, nil
@@ -363,6 +376,12 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 		perGroup++
 	}
 	if cfg.Release != nil {
+		perGroup++
+	}
+	if cfg.DryRuns != nil {
+		if cfg.DryRun == nil || cfg.DryRuns.Herd < 1 || cfg.DryRuns.Rounds < 1 {
+			return nil, errors.New("hotbench: the dry-run cell needs Config.DryRun, a herd and rounds")
+		}
 		perGroup++
 	}
 	s := &session{cfg: cfg, pgbenchURL: viaProxy(u, cfg.Proxy.Addr()), total: len(cfg.RTTs) * len(cfg.Clients) * perGroup}
@@ -813,8 +832,8 @@ var Formats = []string{"text", "markdown"}
 
 // WriteTable writes rep's cells as a table, one row per cell, with each cell's throughput as a
 // ratio of the bare one-row UPDATE's at the same round trip and client count, and of its own at
-// round trip 0 (the proxy adding nothing); then the sold-out, live-changes and release-herd
-// cells, if any, each as a table of its own.
+// round trip 0 (the proxy adding nothing); then the sold-out, live-changes, release-herd and
+// dry-run cells, if any, each as a table of its own.
 func WriteTable(w io.Writer, format string, rep Report) error {
 	if !slices.Contains(Formats, format) {
 		return fmt.Errorf("hotbench: format %q: want one of %s", format, strings.Join(Formats, ", "))
@@ -855,7 +874,10 @@ func WriteTable(w io.Writer, format string, rep Report) error {
 			return err
 		}
 	}
-	return writeRelease(w, format, rep.Release)
+	if err := writeRelease(w, format, rep.Release); err != nil {
+		return err
+	}
+	return writeDryRuns(w, format, rep.DryRuns)
 }
 
 // CPUColumn heads the column of the database server's CPU per coupon: the core-milliseconds
