@@ -87,7 +87,7 @@ server as its pipeline ends), and the p99 of the requests in flight during those
 the p99 of the requests during none. Answers CAMPAIGN_NOT_ACTIVE during a pause are counted too.
 
 --release-herd adds one cell per round trip and client count: the herd at a release's second. A
-campaign of 1,000 coupons of 1 yen on 16 stripes, all released at one instant 2 s after it is made
+campaign of 300 coupons of 1 yen on 16 stripes, all released at one instant 2 s after it is made
 (the database's clock), and the clients sending through IssueCoupon from then on, each request a
 new member, until 1 s after the release. Its table gives, for that first second: the coupons issued
 (issued_at in it, by SQL), the requests sent in it, those refused (BUDGET_EXCEEDED once sold out,
@@ -96,8 +96,10 @@ of the NOT_STARTED answers before the release; a coupon issued before the releas
 
 --dry-runs adds one cell per round trip and client count: what a herd of dry runs (the app's
 button, "dry_run": true) costs a hot campaign's load. IssueCoupon on a campaign of 16 stripes
-for --duration, alone, then beside 64 more clients asking dry runs of the same campaign as fast
-as they are answered, each for a new member; three turns of each, alternating. Its table gives
+for --duration, alone, then beside 64 more clients asking dry runs of the same campaign, each for
+a new member, together one dry run for each coupon the load issued a second alone (each member
+looks at the button before tapping); three turns of each, alternating, each on a campaign of its
+own. Its table gives
 the issued/s of each turn, the median beside over the median alone (issue 33 asks at least
 0.90), and the dry runs' rate and p99.
 
@@ -182,8 +184,8 @@ decides the figures; compare them only within one table.`,
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(hotbench.Formats, ", "))
 	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
 	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
-	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (1,000 coupons on 16 stripes released 2 s into the herd; its first second)")
-	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking dry runs, 3 turns each)")
+	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (300 coupons on 16 stripes released 2 s into the herd; its first second)")
+	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking a dry run per coupon issued, 3 turns each)")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
 }

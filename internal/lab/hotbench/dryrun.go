@@ -11,22 +11,27 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
 // DryRunHerd is the dry-run cell: IssueCoupon on a campaign of 16 stripes for Config.Duration
 // at the cell's clients, alone, then beside Herd more clients asking IssueCoupon's dry run
-// (Config.DryRun) of the same campaign, each for a new member, a new campaign each turn, each sending its next as soon
-// as the last is answered; Rounds times each, in turns, so that the machine's other load falls
-// on both alike. Issue 33: the herd of dry runs must not lower the issuance's rate by more than
-// 10%.
+// (Config.DryRun) of the same campaign, each for a new member; Rounds times each, in turns, so
+// that the machine's other load falls on both alike, a new campaign each turn. The herd asks
+// PerIssue dry runs for each coupon the load issued a second alone (the median of the turns so
+// far), or, PerIssue 0, each client its next as soon as the last is answered. Issue 33: the herd
+// of dry runs must not lower the issuance's rate by more than 10%.
 type DryRunHerd struct {
 	Herd, Rounds int
+	PerIssue     float64
 }
 
-// ButtonHerd is the cell of `couponctl bench --dry-runs`: 64 clients tapping the app's button
-// (its dry run) beside the load, three turns each.
-var ButtonHerd = DryRunHerd{Herd: 64, Rounds: 3}
+// ButtonHerd is the cell of `couponctl bench --dry-runs`: 64 clients asking the app's button (its
+// dry run) beside the load, one dry run per coupon issued (each member looks before tapping),
+// three turns each.
+var ButtonHerd = DryRunHerd{Herd: 64, Rounds: 3, PerIssue: 1}
 
 // DryRunResult is one dry-run cell.
 type DryRunResult struct {
@@ -68,7 +73,11 @@ func (s *session) runDryRuns(ctx context.Context, rtt time.Duration, clients int
 			var lat []time.Duration
 			var failed int64
 			if beside {
-				herd.Go(func() { lat, failed = dryRunLoop(ctx, s.cfg.DryRun, dh.Herd, id, stop) })
+				limit := rate.NewLimiter(rate.Inf, 0)
+				if dh.PerIssue > 0 {
+					limit = rate.NewLimiter(rate.Limit(dh.PerIssue*median(r.Alone)), 1)
+				}
+				herd.Go(func() { lat, failed = dryRunLoop(ctx, s.cfg.DryRun, dh.Herd, id, limit, stop) })
 			}
 			done, miss, wall, err := closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
 			close(stop)
@@ -107,9 +116,11 @@ func (s *session) runDryRuns(ctx context.Context, rtt time.Duration, clients int
 	return r, nil
 }
 
-// dryRunLoop keeps clients dry runs of campaignID in flight, each for a new member, until stop,
-// and returns the latencies of the AVAILABLE answers and the count of the others.
-func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID string, stop <-chan struct{}) ([]time.Duration, int64) {
+// dryRunLoop keeps up to clients dry runs of campaignID in flight, each for a new member, each
+// sent when limit allows, until stop, and returns the latencies of the AVAILABLE answers and the
+// count of the others.
+func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID string, limit *rate.Limiter,
+	stop <-chan struct{}) ([]time.Duration, int64) {
 	var (
 		mu      sync.Mutex
 		lat     []time.Duration
@@ -128,6 +139,9 @@ func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID s
 					mu.Unlock()
 					return
 				default:
+				}
+				if limit.Wait(ctx) != nil {
+					continue
 				}
 				t0 := time.Now()
 				res, err := dryRun(ctx, fmt.Sprintf("d%s-%d", campaignID, members.Add(1)), campaignID)

@@ -47,7 +47,7 @@ func TestRunChecksEveryCell(t *testing.T) {
 	issueCoupon, dryRun := serveIssueCoupon(t, proxied)
 	soldOut := hotbench.SoldOut{Coupons: 20, Stripes: 4, Requests: 200}
 	release := hotbench.ReleaseHerd{Coupons: 20, Stripes: 4, Lead: time.Second, Window: time.Second}
-	dryRuns := hotbench.DryRunHerd{Herd: 2, Rounds: 1}
+	dryRuns := hotbench.DryRunHerd{Herd: 2, Rounds: 1, PerIssue: 1}
 	var progress bytes.Buffer
 	var readings int
 	cpu := func() (time.Duration, error) { readings++; return time.Duration(readings) * time.Millisecond, nil }

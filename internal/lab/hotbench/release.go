@@ -17,9 +17,10 @@ type ReleaseHerd struct {
 	Lead, Window     time.Duration
 }
 
-// TenOClock is the cell of `couponctl bench --release-herd`: the sold-out cell's 1,000 coupons on
-// 16 stripes, released 2 s after the herd starts, its first second measured.
-var TenOClock = ReleaseHerd{Coupons: 1000, Stripes: 16, Lead: 2 * time.Second, Window: time.Second}
+// TenOClock is the cell of `couponctl bench --release-herd`: 300 coupons on 16 stripes (a release
+// the herd takes inside its first second on the 2-core machine, so that the second also holds
+// its refusals), released 2 s after the herd starts, its first second measured.
+var TenOClock = ReleaseHerd{Coupons: 300, Stripes: 16, Lead: 2 * time.Second, Window: time.Second}
 
 // ReleaseResult is one release-herd cell. Its window is [the release's instant, the instant plus
 // ReleaseHerd.Window), on the database's clock; the bench's answers are placed on it by the
