@@ -157,22 +157,8 @@ decides the figures; compare them only within one table.`,
 				return err
 			}
 			cfg := hotbench.Config{Pgbench: pgbench, RTTs: rtts, Clients: clients, Duration: duration}
-			if soldOut {
-				so := hotbench.BlackFriday
-				cfg.SoldOut = &so
-			}
-			if changes {
-				ch := hotbench.LiveChanges
-				cfg.Changes = &ch
-			}
-			if release {
-				rh := hotbench.TenOClock
-				cfg.Release = &rh
-			}
-			if dryRuns {
-				dh := hotbench.ButtonHerd
-				cfg.DryRuns = &dh
-			}
+			cfg.SoldOut, cfg.Changes = optional(soldOut, hotbench.BlackFriday), optional(changes, hotbench.LiveChanges)
+			cfg.Release, cfg.DryRuns = optional(release, hotbench.TenOClock), optional(dryRuns, hotbench.ButtonHerd)
 			return runBench(cmd, cfg, format, standby)
 		},
 	}
@@ -188,6 +174,14 @@ decides the figures; compare them only within one table.`,
 	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking a dry run per coupon issued, 3 turns each)")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
+}
+
+// optional is a copy of cell when on, else nil: an optional cell of the bench.
+func optional[T any](on bool, cell T) *T {
+	if !on {
+		return nil
+	}
+	return &cell
 }
 
 // runBench runs the bench of cfg (its flags) on DATABASE_URL or a throwaway server (with a
@@ -241,21 +235,8 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	}
 	defer srv.close()
 	baseURL := srv.url
-	cells := len(cfg.RTTs) * len(cfg.Clients) * len(hotbench.Variants)
-	if cfg.SoldOut != nil {
-		cells += len(cfg.RTTs) * len(cfg.Clients)
-	}
-	if cfg.Changes != nil {
-		cells += len(cfg.RTTs) * len(cfg.Clients)
-	}
-	if cfg.Release != nil {
-		cells += len(cfg.RTTs) * len(cfg.Clients)
-	}
-	if cfg.DryRuns != nil {
-		cells += len(cfg.RTTs) * len(cfg.Clients)
-	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",
-		baseURL, top, proxy.Addr(), cells)
+		baseURL, top, proxy.Addr(), cfg.Cells())
 	if err := writeMachine(ctx, out, dbURL, standby, batchMax); err != nil {
 		return err
 	}
