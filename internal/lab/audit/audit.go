@@ -342,6 +342,23 @@ func checkRefusals(answers []answerlog.Answer, t tables, cfg Config) Check {
 	return c
 }
 
+// notActiveContradiction says what contradicts CAMPAIGN_NOT_ACTIVE answer a, sent and answered
+// within [from, to], of campaign camp, or "": the campaign's history shows it active throughout,
+// or never in the answer's reason; a campaign with releases is also NOT_STARTED until its first.
+func notActiveContradiction(a answerlog.Answer, camp campaignRow, from, to time.Time) string {
+	reasons := camp.history.reasons(from, to)
+	if camp.firstRelease != nil && camp.firstRelease.After(from) {
+		reasons = append(reasons, issuance.ReasonNotStarted) // its first release had not opened yet
+	}
+	switch {
+	case slices.Equal(reasons, []string{""}):
+		return "it was active throughout the request (its period and pauses, campaign history)"
+	case a.Reason != "" && !slices.Contains(reasons, a.Reason):
+		return fmt.Sprintf("the reason was %s, and the campaign was never %s during the request", a.Reason, a.Reason)
+	}
+	return ""
+}
+
 // contradiction says why the final tables prove refusal a wrong ("" when they do not), and
 // whether a is a refusal the audit can check at all.
 func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checked bool) {
@@ -362,16 +379,7 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 	}
 	switch issuance.Result(a.Result) {
 	case issuance.ResultCampaignNotActive:
-		reasons := camp.history.reasons(sentEarliest, answeredLatest)
-		if camp.firstRelease != nil && camp.firstRelease.After(sentEarliest) {
-			reasons = append(reasons, issuance.ReasonNotStarted) // its first release had not opened yet
-		}
-		switch {
-		case slices.Equal(reasons, []string{""}):
-			return "it was active throughout the request (its period and pauses, campaign history)", true
-		case a.Reason != "" && !slices.Contains(reasons, a.Reason):
-			return fmt.Sprintf("the reason was %s, and the campaign was never %s during the request", a.Reason, a.Reason), true
-		}
+		return notActiveContradiction(a, camp, sentEarliest, answeredLatest), true
 	case issuance.ResultCouponVoided:
 		if !voidedBy(t.byPair[pairOf(a)], a.CouponID, answeredLatest) {
 			return fmt.Sprintf("the pair's coupon %s was not voided by then", a.CouponID), true
