@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,6 +34,8 @@ func benchCmd() *cobra.Command {
 		format   string
 		soldOut  bool
 		changes  bool
+		release  bool
+		dryRuns  bool
 		standby  time.Duration
 	)
 	c := &cobra.Command{
@@ -82,6 +86,23 @@ operator's call to its answer (an upper bound on how long it held the stripes: i
 server as its pipeline ends), and the p99 of the requests in flight during those changes, beside
 the p99 of the requests during none. Answers CAMPAIGN_NOT_ACTIVE during a pause are counted too.
 
+--release-herd adds one cell per round trip and client count: the herd at a release's second. A
+campaign of 300 coupons of 1 yen on 16 stripes, all released at one instant 2 s after it is made
+(the database's clock), and the clients sending through IssueCoupon from then on, each request a
+new member, until 1 s after the release. Its table gives, for that first second: the coupons issued
+(issued_at in it, by SQL), the requests sent in it, those refused (BUDGET_EXCEEDED once sold out,
+CAMPAIGN_NOT_ACTIVE from a read just before the instant) and failed, their p50 and p99, and the p99
+of the NOT_STARTED answers before the release; a coupon issued before the release breaks the rules.
+
+--dry-runs adds one cell per round trip and client count: what a herd of dry runs (the app's
+button, "dry_run": true) costs a hot campaign's load. IssueCoupon on a campaign of 16 stripes
+for --duration, alone, then beside 64 more clients asking dry runs of the same campaign, each for
+a new member, together one dry run for each coupon the load issued a second alone (each member
+looks at the button before tapping); three turns of each, alternating, each on a campaign of its
+own. Its table gives
+the issued/s of each turn, the median beside over the median alone (issue 33 asks at least
+0.90), and the dry runs' rate and p99.
+
 --standby DUR gives the throwaway server a synchronous streaming standby (pg_basebackup, on the same
 machine) whose replication connection goes through a latency proxy of its own adding the DUR
 round trip: synchronous_standby_names '*', so every commit waits until the standby has flushed
@@ -105,6 +126,8 @@ decides the figures; compare them only within one table.`,
 		Example: `  couponctl bench
   couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
   couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
+  couponctl bench --clients 64 --duration 5s --release-herd
+  couponctl bench --clients 32 --duration 5s --dry-runs
   couponctl bench --clients 32 --duration 5s --format markdown
   couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown`,
 		Args: cobra.NoArgs,
@@ -134,14 +157,8 @@ decides the figures; compare them only within one table.`,
 				return err
 			}
 			cfg := hotbench.Config{Pgbench: pgbench, RTTs: rtts, Clients: clients, Duration: duration}
-			if soldOut {
-				so := hotbench.BlackFriday
-				cfg.SoldOut = &so
-			}
-			if changes {
-				ch := hotbench.LiveChanges
-				cfg.Changes = &ch
-			}
+			cfg.SoldOut, cfg.Changes = optional(soldOut, hotbench.BlackFriday), optional(changes, hotbench.LiveChanges)
+			cfg.Release, cfg.DryRuns = optional(release, hotbench.TenOClock), optional(dryRuns, hotbench.ButtonHerd)
 			return runBench(cmd, cfg, format, standby)
 		},
 	}
@@ -153,8 +170,18 @@ decides the figures; compare them only within one table.`,
 	f.StringVar(&format, "format", "text", "table format: "+strings.Join(hotbench.Formats, ", "))
 	f.BoolVar(&soldOut, "sold-out", false, "add a sold-out cell per round trip and client count (1,000 coupons, 16 stripes, 20,000 requests)")
 	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
+	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (300 coupons on 16 stripes released 2 s into the herd; its first second)")
+	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking a dry run per coupon issued, 3 turns each)")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
+}
+
+// optional is a copy of cell when on, else nil: an optional cell of the bench.
+func optional[T any](on bool, cell T) *T {
+	if !on {
+		return nil
+	}
+	return &cell
 }
 
 // runBench runs the bench of cfg (its flags) on DATABASE_URL or a throwaway server (with a
@@ -208,15 +235,8 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	}
 	defer srv.close()
 	baseURL := srv.url
-	cells := len(cfg.RTTs) * len(cfg.Clients) * len(hotbench.Variants)
-	if cfg.SoldOut != nil {
-		cells += len(cfg.RTTs) * len(cfg.Clients)
-	}
-	if cfg.Changes != nil {
-		cells += len(cfg.RTTs) * len(cfg.Clients)
-	}
 	fmt.Fprintf(errOut, "IssueCoupon on %s/IssueCoupon (pool of %d), it and pgbench through the latency proxy on %s; %d cells\n",
-		baseURL, top, proxy.Addr(), cells)
+		baseURL, top, proxy.Addr(), cfg.Cells())
 	if err := writeMachine(ctx, out, dbURL, standby, batchMax); err != nil {
 		return err
 	}
@@ -226,11 +246,37 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	cfg.Issue = func(ctx context.Context, memberID, campaignID string) (string, error) {
 		return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
 	}
+	cfg.DryRun = httpDryRun(client, baseURL+"/IssueCoupon")
 	rep, err := hotbench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	return hotbench.WriteTable(out, format, rep)
+}
+
+// httpDryRun asks IssueCoupon at url for a dry run ("dry_run": true) of one member and campaign
+// and returns its result code.
+func httpDryRun(client *http.Client, url string) hotbench.IssueFunc {
+	return func(ctx context.Context, memberID, campaignID string) (string, error) {
+		body, _ := json.Marshal(map[string]any{"member_id": memberID, "campaign_id": campaignID, "dry_run": true})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var answer struct {
+			Result string `json:"result"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Result == "" {
+			return "", fmt.Errorf("HTTP %d without a result: %v", resp.StatusCode, err)
+		}
+		return answer.Result, nil
+	}
 }
 
 // benchServer returns the server bench works on: DATABASE_URL's, or a throwaway durable one

@@ -56,6 +56,10 @@ func drillCmd() *cobra.Command {
        hot-campaign a first-come rush: every client on DR-H (one budget stripe, 500 coupons),
                     new members each, double taps included; IssueCoupon coalesces them into
                     batches (ISSUE_BATCH_MAX) and DR-H sells out to the coupon
+       release      a release under its herd: DR-R made at the slot's start with 50 coupons
+                    released halfway through it (the database's clock), every client on DR-R,
+                    new members each: NOT_STARTED before the instant, BUDGET_EXCEEDED once taken;
+                    no coupon of DR-R may be issued before the instant, and exactly 50 after
   5. drain the outbox (RelayOutbox until no row is left to send), then audit, as "couponctl
      audit" does: every ISSUED and ALREADY_ISSUED coupon exists, is live and is its pair's; no
      refusal contradicted by the final tables and the campaigns' history; no ISSUED while the
@@ -90,7 +94,7 @@ the setup, the drain and the audit.`,
 	f := c.Flags()
 	f.DurationVar(&o.duration, "duration", 40*time.Second, "how long the load and the fault schedule run (2 x faults + 1 slots)")
 	f.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients, each sending one request at a time")
-	f.StringVar(&o.faults, "faults", "db-crash,kill,sigterm,stall,line-outage,campaign-change,voids,hot-campaign", "the faults to inject, in order (comma list)")
+	f.StringVar(&o.faults, "faults", "db-crash,kill,sigterm,stall,line-outage,campaign-change,voids,hot-campaign,release", "the faults to inject, in order (comma list)")
 	f.StringVar(&o.record, "record", "", "write the answer log here, created before anything is set up (default: a temporary file, named at the end, removed if the drill is interrupted)")
 	f.BoolVar(&o.yes, "yes", false, "with DATABASE_URL set: migrate that database and write the drill's campaigns, coupons and outbox rows into it")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the traffic's shuffle and tap delays")

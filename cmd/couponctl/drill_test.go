@@ -67,7 +67,7 @@ func TestDrillPassesWithEveryFault(t *testing.T) {
 	case code != 0 || !strings.Contains(out, "OK: every answer agrees with the tables"):
 		t.Fatalf("drill exited %d, want 0 and OK:\n%s", code, out)
 	}
-	for _, fault := range []string{"db-crash", "kill", "sigterm", "stall", "line-outage", "campaign-change", "voids", "hot-campaign"} {
+	for _, fault := range []string{"db-crash", "kill", "sigterm", "stall", "line-outage", "campaign-change", "voids", "hot-campaign", "release"} {
 		if !regexp.MustCompile(`(?m)^  ` + fault + ` +\d`).MatchString(out) {
 			t.Errorf("no row for fault %s in the report:\n%s", fault, out)
 		}

@@ -30,10 +30,12 @@
 //     before the request was sent;
 //   - CAMPAIGN_NOT_ACTIVE for a campaign that does not exist, or that its history shows active
 //     throughout the time from sending to the answer, widened by the clock skew, or never in
-//     the answer's reason (NOT_STARTED, ENDED, PAUSED) during it;
+//     the answer's reason (NOT_STARTED, ENDED, PAUSED) during it; a campaign with releases is
+//     also NOT_STARTED before its first release;
 //   - BUDGET_EXCEEDED for a campaign that does not exist, or one of whose budget stripes still
 //     has room for one more coupon in the final counters, when its budget and stripes have not
-//     changed and none of its coupons was voided since the request was sent;
+//     changed and none of its coupons was voided since the request was sent (not for a campaign
+//     with releases, which refuses by what was released when: the final stripes do not say);
 //   - COUPON_VOIDED naming a coupon that is not its pair's, or was not voided by the answer;
 //   - MONTHLY_CAP for a campaign that does not exist, or when the member's final used_yen for
 //     the month plus the campaign's discount still fits under the cap, when none of the
@@ -219,7 +221,8 @@ func checkContract(answers []answerlog.Answer) Check {
 
 // checkIssuedWhileActive finds the ISSUED answers whose whole request, widened by the clock skew,
 // fell where the campaign's history shows it inactive (paused, ended or not started): its coupon
-// committed while no coupon of the campaign may commit.
+// committed while no coupon of the campaign may commit; and those answered before a campaign's
+// first release had opened.
 func checkIssuedWhileActive(answers []answerlog.Answer, t tables, cfg Config) Check {
 	c := Check{Name: "ISSUED only while the campaign was active (its period and pauses)", Unit: "answers"}
 	for _, a := range answers {
@@ -228,9 +231,13 @@ func checkIssuedWhileActive(answers []answerlog.Answer, t tables, cfg Config) Ch
 			continue
 		}
 		c.Checked++
-		if reasons := camp.history.reasons(a.T.Add(-cfg.ClockSkew), a.T.Add(a.Latency()+cfg.ClockSkew)); !slices.Contains(reasons, "") {
+		answeredLatest := a.T.Add(a.Latency() + cfg.ClockSkew)
+		if reasons := camp.history.reasons(a.T.Add(-cfg.ClockSkew), answeredLatest); !slices.Contains(reasons, "") {
 			c.fail("%s %s %s: ISSUED %s, but the campaign was %s throughout the request", stamp(a), a.CampaignID, a.MemberID,
 				a.CouponID, strings.Join(reasons, " or "))
+		} else if camp.firstRelease != nil && !camp.firstRelease.Before(answeredLatest) {
+			c.fail("%s %s %s: ISSUED %s, answered before the campaign's first release at %s", stamp(a), a.CampaignID, a.MemberID,
+				a.CouponID, camp.firstRelease.In(issuance.Tokyo).Format(time.RFC3339Nano))
 		}
 	}
 	return c
@@ -335,6 +342,23 @@ func checkRefusals(answers []answerlog.Answer, t tables, cfg Config) Check {
 	return c
 }
 
+// notActiveContradiction says what contradicts CAMPAIGN_NOT_ACTIVE answer a, sent and answered
+// within [from, to], of campaign camp, or "": the campaign's history shows it active throughout,
+// or never in the answer's reason; a campaign with releases is also NOT_STARTED until its first.
+func notActiveContradiction(a answerlog.Answer, camp campaignRow, from, to time.Time) string {
+	reasons := camp.history.reasons(from, to)
+	if camp.firstRelease != nil && camp.firstRelease.After(from) {
+		reasons = append(reasons, issuance.ReasonNotStarted) // its first release had not opened yet
+	}
+	switch {
+	case slices.Equal(reasons, []string{""}):
+		return "it was active throughout the request (its period and pauses, campaign history)"
+	case a.Reason != "" && !slices.Contains(reasons, a.Reason):
+		return fmt.Sprintf("the reason was %s, and the campaign was never %s during the request", a.Reason, a.Reason)
+	}
+	return ""
+}
+
 // contradiction says why the final tables prove refusal a wrong ("" when they do not), and
 // whether a is a refusal the audit can check at all.
 func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checked bool) {
@@ -355,18 +379,15 @@ func contradiction(a answerlog.Answer, t tables, cfg Config) (why string, checke
 	}
 	switch issuance.Result(a.Result) {
 	case issuance.ResultCampaignNotActive:
-		reasons := camp.history.reasons(sentEarliest, answeredLatest)
-		switch {
-		case slices.Equal(reasons, []string{""}):
-			return "it was active throughout the request (its period and pauses, campaign history)", true
-		case a.Reason != "" && !slices.Contains(reasons, a.Reason):
-			return fmt.Sprintf("the reason was %s, and the campaign was never %s during the request", a.Reason, a.Reason), true
-		}
+		return notActiveContradiction(a, camp, sentEarliest, answeredLatest), true
 	case issuance.ResultCouponVoided:
 		if !voidedBy(t.byPair[pairOf(a)], a.CouponID, answeredLatest) {
 			return fmt.Sprintf("the pair's coupon %s was not voided by then", a.CouponID), true
 		}
 	case issuance.ResultBudgetExceeded:
+		if camp.firstRelease != nil {
+			return "", false // its releases, not its budget, may have refused: the final stripes do not say what was released when
+		}
 		if !camp.history.budgetLaidAt.Before(sentEarliest) || after(camp.lastVoidAt, sentEarliest) {
 			return "", false // its budget or stripes changed, or a void gave yen back, since: the final counters do not say
 		}

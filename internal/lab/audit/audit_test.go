@@ -505,3 +505,78 @@ func TestAuditAcceptsGrantedCoupons(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditFollowsReleases: campaign R releases 2 coupons of a 10-coupon budget 300 ms after it is
+// made (the database's clock). A NOT_STARTED refusal before the release, and a BUDGET_EXCEEDED
+// once the released coupons are taken (its budget has room), are not contradicted; an ISSUED
+// answered before the release is found. Without the releases (the audit before issue 33), both
+// refusals are taken for contradictions: NOT_STARTED of an always active campaign, and
+// BUDGET_EXCEEDED with a stripe's room.
+func TestAuditFollowsReleases(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, 4)
+	var at time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp() + interval '300 ms'`).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT count(*) FROM campaign_create('R', 1000, 10000, 1, NULL, NULL, NULL, NULL, 'test',
+		ARRAY[$1::timestamptz], '{2}', false)`, at); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := issuance.New(pool, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []answerlog.Answer
+	send := func(member string) answerlog.Answer {
+		sent := time.Now()
+		out, err := svc.Issue(ctx, member, "R")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := answerOf(sent, member, "R", string(out.Result), out.CouponID)
+		a.Reason = out.Reason
+		answers = append(answers, a)
+		return a
+	}
+	before := send("m1")
+	time.Sleep(time.Until(at.Add(10 * time.Millisecond)))
+	issued := send("m2")
+	send("m3")
+	send("m4")
+	results := map[string]int{}
+	for _, a := range answers {
+		results[strings.TrimSpace(a.Result+" "+a.Reason)]++
+	}
+	if want := map[string]int{"CAMPAIGN_NOT_ACTIVE NOT_STARTED": 1, "ISSUED": 2, "BUDGET_EXCEEDED": 1}; !maps.Equal(results, want) ||
+		!before.T.Add(before.Latency()).Before(at) {
+		t.Fatalf("answers %v (the first answered at %s, the release at %s), want %v, the first before the release", results,
+			before.T.Add(before.Latency()), at, want)
+	}
+	rep, err := Run(ctx, pool, answers, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("violations on the real log:\n%s", strings.Join(v, "\n"))
+	}
+	edited := slices.Clone(answers)
+	for i := range edited {
+		if edited[i].CouponID == issued.CouponID {
+			edited[i].T, edited[i].Ms = before.T, 1
+		}
+	}
+	rep, err = Run(ctx, pool, edited, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range rep.Checks {
+		failed := i == 5
+		if (c.Failed > 0) != failed {
+			t.Errorf("check %q: %d failed %q, want failed=%v", c.Name, c.Failed, c.Examples, failed)
+		}
+		if failed && (len(c.Examples) != 1 || !strings.Contains(c.Examples[0], "answered before the campaign's first release")) {
+			t.Errorf("check %q: %q, want one line naming the first release", c.Name, c.Examples)
+		}
+	}
+}

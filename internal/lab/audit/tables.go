@@ -44,6 +44,7 @@ type campaignRow struct {
 	room                       bool
 	history                    *history   // its state over time, from campaign_changes
 	lastVoidAt                 *time.Time // the latest void of one of its coupons (yen given back)
+	firstRelease               *time.Time // its first scheduled release (campaign_releases), nil without releases
 }
 
 // tables is what the audit reads, for the log's coupons, pairs, campaigns and member-months.
@@ -76,7 +77,8 @@ const sqlCampaigns = `
 SELECT z.campaign_id, c.created_at, z.discount_yen, z.starts_at, z.ends_at, z.paused_at, z.coupons_expire_at,
        EXISTS (SELECT 1 FROM campaign_budgets s
                 WHERE s.campaign_id = z.campaign_id AND s.issued_yen + s.discount_yen <= s.budget_yen),
-       (SELECT max(i.voided_at) FROM issued_coupons i WHERE i.campaign_id = z.campaign_id AND NOT i.legacy_duplicate)
+       (SELECT max(i.voided_at) FROM issued_coupons i WHERE i.campaign_id = z.campaign_id AND NOT i.legacy_duplicate),
+       (SELECT min(r.at) FROM campaign_releases r WHERE r.campaign_id = z.campaign_id)
   FROM campaign_budgets z JOIN campaigns c USING (campaign_id)
  WHERE z.stripe = 0 AND z.campaign_id = ANY($1::text[])`
 
@@ -145,7 +147,7 @@ func readTables(ctx context.Context, q pgx.Tx, answers []answerlog.Answer, cfg C
 		err = scan(ctx, q, "campaigns", sqlCampaigns, []any{campaignIDs}, func(r pgx.Rows) error {
 			var id string
 			var c campaignRow
-			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.couponsExpireAt, &c.room, &c.lastVoidAt); err != nil {
+			if err := r.Scan(&id, &c.createdAt, &c.discountYen, &c.startsAt, &c.endsAt, &c.pausedAt, &c.couponsExpireAt, &c.room, &c.lastVoidAt, &c.firstRelease); err != nil {
 				return err
 			}
 			t.campaigns[id] = c

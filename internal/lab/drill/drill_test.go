@@ -10,7 +10,7 @@ import (
 // TestParseFaults: the default list parses to every fault in order; an unknown or repeated name
 // is refused, naming it.
 func TestParseFaults(t *testing.T) {
-	got, err := ParseFaults("db-crash, kill,sigterm,stall,line-outage, campaign-change,voids,hot-campaign")
+	got, err := ParseFaults("db-crash, kill,sigterm,stall,line-outage, campaign-change,voids,hot-campaign,release")
 	if err != nil || !slices.Equal(got, Faults) {
 		t.Errorf("ParseFaults(all) = %v, %v; want %v", got, err, Faults)
 	}

@@ -48,10 +48,26 @@ const (
 	// one budget stripe, new members each, double taps included, so that IssueCoupon coalesces
 	// them into batches; DR-H sells out. The audit covers its answers as every other.
 	HotCampaign Fault = "hot-campaign"
+	// Release is a scheduled release under its herd, not a fault: at the start of its slot the
+	// drill creates DR-R, whose [releaseCoupons] coupons are all released halfway through the
+	// slot (the database's clock), and every client asks for DR-R, new members each, double taps
+	// included: NOT_STARTED before the instant, the release taken, BUDGET_EXCEEDED after. Its
+	// audit: no coupon of DR-R issued before the instant (issued_at, read before the stripe write
+	// that precedes the COMMIT), exactly the released coupons, and the answers audited as every
+	// other (internal/lab/audit knows a campaign's first release).
+	Release Fault = "release"
 )
 
 // Faults are every kind, in the default schedule's order.
-var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange, Voids, HotCampaign}
+var Faults = []Fault{DBCrash, Kill, SIGTERM, Stall, LINEOutage, CampaignChange, Voids, HotCampaign, Release}
+
+// releaseCampaign is [Release]'s campaign; releaseCoupons of its 100 coupons' budget are released;
+// releaseGrace bounds how long the herd stays on it past the slot until they are taken.
+const (
+	releaseCampaign = "DR-R"
+	releaseCoupons  = 50
+	releaseGrace    = 10 * time.Second
+)
 
 // voidCount is how many coupons [Voids] voids.
 const voidCount = 20
@@ -137,6 +153,8 @@ func (in *injector) inject(ctx context.Context, f Fault, hold time.Duration) (ev
 		err = in.voidCoupons(ctx, hold, &ev)
 	case HotCampaign:
 		err = in.rush(ctx, hold, &ev)
+	case Release:
+		err = in.release(ctx, hold, &ev)
 	}
 	ev.end = time.Now()
 	return ev, err
@@ -304,6 +322,48 @@ func (in *injector) rush(ctx context.Context, hold time.Duration, ev *event) err
 	}
 	ev.note = fmt.Sprintf("every client on %s (one stripe, %d coupons): %d issued", hotCampaign.ID, hotCampaign.BudgetYen/hotCampaign.DiscountYen, coupons)
 	return err
+}
+
+// release is [Release]: DR-R made with its release halfway through hold, every client on it for
+// hold, then the coupons counted against the instant.
+func (in *injector) release(ctx context.Context, hold time.Duration, ev *event) error {
+	if _, err := in.pool.Exec(ctx, `SELECT count(*) FROM campaign_create($1, 1000, $2, 4, NULL, NULL, NULL, NULL,
+		'couponctl drill: a release under its herd', ARRAY[clock_timestamp() + $3::interval], ARRAY[$4::integer], false)`,
+		releaseCampaign, 100*1000, (hold / 2).String(), releaseCoupons); err != nil {
+		return err
+	}
+	var instant time.Time
+	if err := in.pool.QueryRow(ctx, `SELECT at FROM campaign_releases WHERE campaign_id = $1`, releaseCampaign).Scan(&instant); err != nil {
+		return err
+	}
+	in.traffic.setHot(releaseCampaign)
+	defer in.traffic.setHot("")
+	if err := sleep(ctx, hold); err != nil {
+		return err
+	}
+	// A machine too slow to take the release within the slot keeps the herd on it a while
+	// longer: a bound on a slow load, not a judgement.
+	var early, coupons int
+	for deadline := time.Now().Add(releaseGrace); ; {
+		if err := in.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE issued_at < $2), count(*) FROM issued_coupons WHERE campaign_id = $1`,
+			releaseCampaign, instant).Scan(&early, &coupons); err != nil {
+			return err
+		}
+		if coupons >= releaseCoupons || time.Now().After(deadline) {
+			break
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	ev.note = fmt.Sprintf("every client on %s, %d coupons released at %s: %d issued", releaseCampaign, releaseCoupons, at(instant.Sub(ev.start)), coupons)
+	switch {
+	case early > 0:
+		ev.violation = fmt.Sprintf("%d coupons of %s issued before its release", early, releaseCampaign)
+	case coupons != releaseCoupons:
+		ev.violation = fmt.Sprintf("%s issued %d coupons, not the %d released, with every client asking for them", releaseCampaign, coupons, releaseCoupons)
+	}
+	return nil
 }
 
 // sqlCoupons counts a campaign's coupons.

@@ -108,6 +108,11 @@ type Config struct {
 	SoldOut *SoldOut
 	// Changes, if not nil, adds a live-changes cell after those.
 	Changes *Changes
+	// Release, if not nil, adds a release-herd cell after those.
+	Release *ReleaseHerd
+	// DryRuns, if not nil, adds a dry-run cell after those; DryRun sends its dry runs.
+	DryRuns *DryRunHerd
+	DryRun  IssueFunc
 	// Progress, if not nil, gets one line per cell.
 	Progress io.Writer
 	// ServerCPU, if not nil, reads the CPU time the database server has used so far (all its
@@ -127,6 +132,18 @@ type SoldOut struct {
 // stripes as that page's stripes-16 strategy.
 var BlackFriday = SoldOut{Coupons: 1000, Stripes: 16, Requests: 20000}
 
+// Cells is how many cells [Run] runs with c: every variant and optional cell at every round
+// trip (none given: one, 0) and client count.
+func (c Config) Cells() int {
+	perGroup := len(variants)
+	for _, on := range []bool{c.SoldOut != nil, c.Changes != nil, c.Release != nil, c.DryRuns != nil} {
+		if on {
+			perGroup++
+		}
+	}
+	return max(1, len(c.RTTs)) * len(c.Clients) * perGroup
+}
+
 // Report is a bench session's results, in run order.
 type Report struct {
 	// ServerCPU says the cells' PGCPUMs were measured (Config.ServerCPU).
@@ -134,6 +151,8 @@ type Report struct {
 	Cells     []Result
 	SoldOut   []SoldOutResult
 	Changes   []ChangesResult
+	Release   []ReleaseResult
+	DryRuns   []DryRunResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -264,7 +283,7 @@ func viaProxy(u *url.URL, proxyAddr string) string {
 	return v.String()
 }
 
-// Run runs every variant, then the sold-out cell if asked, at every round trip and client
+// Run runs every variant, then the sold-out, live-changes, release-herd and dry-run cells if asked, at every round trip and client
 // count, and returns the results in order. It stops at the first error that is not a measured
 // failure.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -288,27 +307,54 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				s.progress("%s, rtt %s, %d clients: %.0f/s, p50 %.1f ms, p99 %.1f ms, failed %d, rules %s",
 					v.name, rttLabel(rtt), clients, r.TPS, r.P50Ms, r.P99Ms, r.Failed, r.Rules)
 			}
-			if s.cfg.SoldOut != nil {
-				r, err := s.runSoldOut(ctx, rtt, clients)
-				if err != nil {
-					return rep, fmt.Errorf("hotbench: sold-out cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
-				}
-				rep.SoldOut = append(rep.SoldOut, r)
-				s.progress("sold out (%d coupons, %d stripes), rtt %s, %d clients: in %.2f s, %.0f issued/s, %.0f refused/s after, refusals wrote %d rows, %d rolled back, failed %d, rules %s",
-					r.Coupons, s.cfg.SoldOut.Stripes, rttLabel(rtt), clients, r.SoldOutSec, r.IssuedPerSec, r.RefusedPerSec,
-					r.RefusalRows, r.RolledBack, r.Failed, r.Rules)
-			}
-			if s.cfg.Changes != nil {
-				r, err := s.runChanges(ctx, rtt, clients)
-				if err != nil {
-					return rep, fmt.Errorf("hotbench: live-changes cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
-				}
-				rep.Changes = append(rep.Changes, r)
-				s.progress("live changes every %s, rtt %s, %d clients: rules %s", s.cfg.Changes.Every, rttLabel(rtt), clients, r.Rules)
+			if err := s.runExtras(ctx, &rep, rtt, clients); err != nil {
+				return rep, err
 			}
 		}
 	}
 	return rep, nil
+}
+
+// runExtras runs the optional cells of round trip rtt and clients clients after the variants, in
+// order, into rep.
+func (s *session) runExtras(ctx context.Context, rep *Report, rtt time.Duration, clients int) error {
+	if s.cfg.SoldOut != nil {
+		r, err := s.runSoldOut(ctx, rtt, clients)
+		if err != nil {
+			return fmt.Errorf("hotbench: sold-out cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+		}
+		rep.SoldOut = append(rep.SoldOut, r)
+		s.progress("sold out (%d coupons, %d stripes), rtt %s, %d clients: in %.2f s, %.0f issued/s, %.0f refused/s after, refusals wrote %d rows, %d rolled back, failed %d, rules %s",
+			r.Coupons, s.cfg.SoldOut.Stripes, rttLabel(rtt), clients, r.SoldOutSec, r.IssuedPerSec, r.RefusedPerSec,
+			r.RefusalRows, r.RolledBack, r.Failed, r.Rules)
+	}
+	if s.cfg.Changes != nil {
+		r, err := s.runChanges(ctx, rtt, clients)
+		if err != nil {
+			return fmt.Errorf("hotbench: live-changes cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+		}
+		rep.Changes = append(rep.Changes, r)
+		s.progress("live changes every %s, rtt %s, %d clients: rules %s", s.cfg.Changes.Every, rttLabel(rtt), clients, r.Rules)
+	}
+	if s.cfg.Release != nil {
+		r, err := s.runRelease(ctx, rtt, clients)
+		if err != nil {
+			return fmt.Errorf("hotbench: release-herd cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+		}
+		rep.Release = append(rep.Release, r)
+		s.progress("release herd (%d coupons, %d stripes), rtt %s, %d clients: %d issued in the first %s, %d refused, p99 %.1f ms, failed %d, rules %s",
+			r.Coupons, s.cfg.Release.Stripes, rttLabel(rtt), clients, r.Issued, s.cfg.Release.Window, r.Refused, r.P99Ms, r.Failed, r.Rules)
+	}
+	if s.cfg.DryRuns != nil {
+		r, err := s.runDryRuns(ctx, rtt, clients)
+		if err != nil {
+			return fmt.Errorf("hotbench: dry-run cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+		}
+		rep.DryRuns = append(rep.DryRuns, r)
+		s.progress("dry runs (%d clients) beside the load, rtt %s, %d clients: issued/s %v alone, %v beside (%.2fx), %.0f dry runs/s, failed %d, rules %s",
+			r.Herd, rttLabel(rtt), clients, r.Alone, r.Beside, r.Ratio, r.DryRunsPerSec, r.Failed+r.DryFailed, r.Rules)
+	}
+	return nil
 }
 
 // session is one Run's state.
@@ -324,33 +370,14 @@ type session struct {
 // open checks cfg, fills in its defaults, and prepares a session: the scripts on disk, the
 // bench's pool, the table of the bare UPDATE. Close it.
 func open(ctx context.Context, cfg Config) (*session, error) {
-	if cfg.Pgbench == "" {
-		cfg.Pgbench = DefaultPgbench
-	}
-	if err := CheckPgbench(cfg.Pgbench); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
-	}
-	if len(cfg.RTTs) == 0 {
-		cfg.RTTs = []time.Duration{0}
-	}
-	if err := CheckRTTs(cfg.RTTs); err != nil {
-		return nil, fmt.Errorf("hotbench: %w", err)
-	}
-	if cfg.Proxy == nil {
-		return nil, errors.New("hotbench: no latency proxy (see Through)")
 	}
 	u, err := url.Parse(cfg.DBURL)
 	if err != nil {
 		return nil, fmt.Errorf("hotbench: database URL: %w", err)
 	}
-	perGroup := len(variants)
-	if cfg.SoldOut != nil {
-		perGroup++
-	}
-	if cfg.Changes != nil {
-		perGroup++
-	}
-	s := &session{cfg: cfg, pgbenchURL: viaProxy(u, cfg.Proxy.Addr()), total: len(cfg.RTTs) * len(cfg.Clients) * perGroup}
+	s := &session{cfg: cfg, pgbenchURL: viaProxy(u, cfg.Proxy.Addr()), total: cfg.Cells()}
 	if s.dir, err = writeScripts(); err != nil {
 		return nil, err
 	}
@@ -363,6 +390,29 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 		return nil, fmt.Errorf("hotbench: bench_hot_row: %w", err)
 	}
 	return s, nil
+}
+
+// check fills in c's defaults (pgbench, the round trip 0) and refuses what Run cannot run with.
+func (c *Config) check() error {
+	if c.Pgbench == "" {
+		c.Pgbench = DefaultPgbench
+	}
+	if err := CheckPgbench(c.Pgbench); err != nil {
+		return err
+	}
+	if len(c.RTTs) == 0 {
+		c.RTTs = []time.Duration{0}
+	}
+	if err := CheckRTTs(c.RTTs); err != nil {
+		return fmt.Errorf("hotbench: %w", err)
+	}
+	if c.Proxy == nil {
+		return errors.New("hotbench: no latency proxy (see Through)")
+	}
+	if c.DryRuns != nil && (c.DryRun == nil || c.DryRuns.Herd < 1 || c.DryRuns.Rounds < 1) {
+		return errors.New("hotbench: the dry-run cell needs Config.DryRun, a herd and rounds")
+	}
+	return nil
 }
 
 func (s *session) close() {
@@ -798,8 +848,8 @@ var Formats = []string{"text", "markdown"}
 
 // WriteTable writes rep's cells as a table, one row per cell, with each cell's throughput as a
 // ratio of the bare one-row UPDATE's at the same round trip and client count, and of its own at
-// round trip 0 (the proxy adding nothing); then the sold-out cells and the live-changes cells, if
-// any, each as a table of its own.
+// round trip 0 (the proxy adding nothing); then the sold-out, live-changes, release-herd and
+// dry-run cells, if any, each as a table of its own.
 func WriteTable(w io.Writer, format string, rep Report) error {
 	if !slices.Contains(Formats, format) {
 		return fmt.Errorf("hotbench: format %q: want one of %s", format, strings.Join(Formats, ", "))
@@ -831,11 +881,24 @@ func WriteTable(w io.Writer, format string, rep Report) error {
 	if err := writeRows(w, format, rows, align); err != nil {
 		return err
 	}
-	if err := writeSoldOut(w, format, rep.ServerCPU, rep.SoldOut); err != nil || len(rep.Changes) == 0 {
+	return writeExtras(w, format, rep)
+}
+
+// writeExtras writes rep's optional cells, each kind as a table of its own after a blank line.
+func writeExtras(w io.Writer, format string, rep Report) error {
+	if err := writeSoldOut(w, format, rep.ServerCPU, rep.SoldOut); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
-	return writeChanges(w, format, rep.Changes)
+	if len(rep.Changes) > 0 {
+		fmt.Fprintln(w)
+		if err := writeChanges(w, format, rep.Changes); err != nil {
+			return err
+		}
+	}
+	if err := writeRelease(w, format, rep.Release); err != nil {
+		return err
+	}
+	return writeDryRuns(w, format, rep.DryRuns)
 }
 
 // CPUColumn heads the column of the database server's CPU per coupon: the core-milliseconds

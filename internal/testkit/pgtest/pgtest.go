@@ -88,7 +88,7 @@ func run(m *testing.M, after []func()) int {
 		defer done()
 	}
 	if serverURL == "" {
-		srv, err := localpg.Start(context.Background(), localpg.Options{})
+		srv, err := localpg.Start(context.Background(), localpg.Options{Settings: ServerSettings})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: no TEST_DATABASE_URL and no local server: %v\n", err)
 			return 1
@@ -97,6 +97,28 @@ func run(m *testing.M, after []func()) int {
 		serverURL = srv.URL()
 	}
 	return m.Run()
+}
+
+// ServerSettings are the settings of the throwaway server [Main] starts, which a server named by
+// TEST_DATABASE_URL must have too: track_commit_timestamp, so that a test can read when each row's
+// transaction committed (pg_xact_commit_timestamp(xmin)) by the server's clock, as the herd test of
+// releases does ([RequireCommitTimestamps]).
+var ServerSettings = map[string]string{"track_commit_timestamp": "on"}
+
+// RequireCommitTimestamps fails t unless the server of q records commit times
+// (track_commit_timestamp, [ServerSettings]): a server named by TEST_DATABASE_URL may not.
+func RequireCommitTimestamps(t testing.TB, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) {
+	t.Helper()
+	var on string
+	if err := q.QueryRow(context.Background(), `SHOW track_commit_timestamp`).Scan(&on); err != nil {
+		t.Fatal(err)
+	}
+	if on != "on" {
+		t.Fatalf("pgtest: the server's track_commit_timestamp is %s: this test reads commit times; "+
+			"start the server of TEST_DATABASE_URL with track_commit_timestamp = on (pgtest.ServerSettings)", on)
+	}
 }
 
 // URL returns a connection URL for a new migrated database of its own, dropped when t ends
