@@ -3,6 +3,7 @@ package issuance_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ const sqlCommitsBefore = `SELECT count(*) FROM issued_coupons WHERE campaign_id 
 type herdRun struct {
 	answers map[string]int
 	at      []time.Time
+	next    map[time.Time]int // next_release_at of each BUDGET_EXCEEDED that named one
 }
 
 // herd creates campaign HERD with herdReleases in the future, releases 64 clients from a
@@ -75,7 +77,7 @@ func herd(t *testing.T, owner *pgxpool.Pool, issueURL string, cfg issuance.Confi
 		herdCampaign, herdBudget*1000, herdStripes, offsets, counts); err != nil {
 		t.Fatal(err)
 	}
-	run := herdRun{answers: map[string]int{}}
+	run := herdRun{answers: map[string]int{}, next: map[time.Time]int{}}
 	rows, err := owner.Query(ctx, `SELECT at FROM campaign_releases WHERE campaign_id = $1 ORDER BY at`, herdCampaign)
 	if err != nil {
 		t.Fatal(err)
@@ -98,12 +100,15 @@ func herd(t *testing.T, owner *pgxpool.Pool, issueURL string, cfg issuance.Confi
 	for c := range herdInstances * herdPerInst {
 		svc := services[c%herdInstances]
 		wg.Go(func() {
-			mine := map[string]int{}
+			mine, next := map[string]int{}, map[time.Time]int{}
 			<-barrier
 			tail := -1 // requests left once stopped; -1 while not stopped
 			for n := 0; tail != 0; n++ {
 				out, err := svc.Issue(ctx, fmt.Sprintf("herd-%d-%d", c, n), herdCampaign)
 				sent.Add(1)
+				if err == nil && out.NextReleaseAt != nil && out.Result == issuance.ResultBudgetExceeded {
+					next[*out.NextReleaseAt]++
+				}
 				switch {
 				case err != nil:
 					mine["error: "+err.Error()]++
@@ -125,6 +130,9 @@ func herd(t *testing.T, owner *pgxpool.Pool, issueURL string, cfg issuance.Confi
 			mu.Lock()
 			for k, v := range mine {
 				run.answers[k] += v
+			}
+			for k, v := range next {
+				run.next[k] += v
 			}
 			mu.Unlock()
 		})
@@ -164,7 +172,8 @@ func herd(t *testing.T, owner *pgxpool.Pool, issueURL string, cfg issuance.Confi
 // committed before its instant beyond those released by then (none may commit early); the
 // coupons committed before the next release, or in all after the last, other than every
 // coupon released by then (the herd's demand exceeds each release, so each is taken whole);
-// any answer but ISSUED, BUDGET_EXCEEDED, NOT_STARTED and RETRY_EXHAUSTED.
+// a BUDGET_EXCEEDED naming as next_release_at an instant that is not a later release; any
+// answer but ISSUED, BUDGET_EXCEEDED, NOT_STARTED and RETRY_EXHAUSTED.
 func judgeHerd(t *testing.T, owner *pgxpool.Pool, run herdRun) []string {
 	t.Helper()
 	var wrong []string
@@ -179,6 +188,11 @@ func judgeHerd(t *testing.T, owner *pgxpool.Pool, run herdRun) []string {
 	}
 	if n := count(t, owner, `SELECT count(*) FROM issued_coupons WHERE campaign_id = $1`, herdCampaign); n != released {
 		wrong = append(wrong, fmt.Sprintf("%d coupons in all, not the %d released", n, released))
+	}
+	for at, n := range run.next {
+		if !slices.ContainsFunc(run.at[1:], at.Equal) {
+			wrong = append(wrong, fmt.Sprintf("%d BUDGET_EXCEEDED named next_release_at %s, not a release still to come", n, at.Format(time.RFC3339Nano)))
+		}
 	}
 	for a, n := range run.answers {
 		switch a {
