@@ -45,11 +45,12 @@ func campaignUpdateCmd() *cobra.Command {
 		starts, ends string
 		validDays    int
 		expires      string
+		releases     []string
 		reason       string
 	)
 	c := &cobra.Command{
-		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] [--coupon-valid-days D | --coupons-expire T] --reason TEXT",
-		Short: "Change a live campaign's budget, budget stripes, period or coupon validity",
+		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] [--coupon-valid-days D | --coupons-expire T] [--release AT=N]... --reason TEXT",
+		Short: "Change a live campaign's budget, budget stripes, period, coupon validity or releases",
 		Long: `Change a live campaign while IssueCoupon runs.
 
 --budget-yen N sets the budget; --add-budget-yen D adds D yen to the budget the change finds
@@ -66,10 +67,17 @@ commits.
 
 --coupon-valid-days D (until the end of the D-th Asia/Tokyo day from issue; 0 removes the
 validity) or --coupons-expire T (until the instant T) set the validity of the coupons issued from
-then on; coupons issued before keep theirs.` + changeHelp,
+then on; coupons issued before keep theirs.
+
+--release AT=N (repeatable; AT in RFC 3339) adds a release of N more coupons at AT, after the
+budget change when there is one. AT must be in the future by the database's clock, before the
+end, and not the instant of another release; the releases may give no more coupons in all than
+the budget holds (raise it in the same command). A release added is in the history; it cannot be
+taken back, only the campaign paused or ended.` + changeHelp,
 		Example: `  couponctl campaign update BF --add-budget-yen 500000 --reason "marketing approved 500 more (JIRA-812)"
   couponctl campaign update BF --stripes 16 --reason "hot: 8,000 requests/s"
-  couponctl campaign update SALE --ends 2026-12-25T00:00:00+09:00 --reason "extended by a day"`,
+  couponctl campaign update SALE --ends 2026-12-25T00:00:00+09:00 --reason "extended by a day"
+  couponctl campaign update DAILY --add-budget-yen 50000 --release 2026-12-12T10:00:00+09:00=100 --reason "an eighth day (PROMO-77)"`,
 		Args: oneCampaign,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ch := campaign.Changes{Reason: reason}
@@ -116,8 +124,15 @@ then on; coupons issued before keep theirs.` + changeHelp,
 					return usageError{fmt.Errorf("--coupons-expire: give an RFC 3339 time such as 2026-12-31T23:59:59+09:00")}
 				}
 			}
+			for _, r := range releases {
+				rel, err := parseRelease(r)
+				if err != nil {
+					return err
+				}
+				ch.Releases = append(ch.Releases, rel)
+			}
 			if ch.Empty() {
-				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days or --coupons-expire")}
+				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days, --coupons-expire or --release")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
 				return update(ctx, db, cmd.ErrOrStderr(), args[0], ch)
@@ -132,6 +147,7 @@ then on; coupons issued before keep theirs.` + changeHelp,
 	f.StringVar(&ends, "ends", "", `new instant issuing stops, RFC 3339, exclusive, or "open"`)
 	f.IntVar(&validDays, "coupon-valid-days", 0, "coupons issued from now valid until the end of the D-th Asia/Tokyo day from issue; 0 removes the validity")
 	f.StringVar(&expires, "coupons-expire", "", "coupons issued from now valid until this instant, RFC 3339")
+	f.StringArrayVar(&releases, "release", nil, "add a release of N more coupons at AT, as AT=N, AT in RFC 3339 (repeatable)")
 	reasonFlag(c, &reason)
 	return c
 }

@@ -121,7 +121,7 @@ not errors.`,
 			if err := outCheck(out); err != nil {
 				return fmt.Errorf("grant: --out %w; nothing was issued", err)
 			}
-			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out,
+			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), "grant", list), out: out,
 				concurrency: concurrency, dryRun: dryRun})
 		},
 	}
@@ -135,8 +135,9 @@ not errors.`,
 	return c
 }
 
-// dedupe drops the repeats of members, keeping the first of each, and says how many it dropped.
-func dedupe(w io.Writer, members []string) []string {
+// dedupe drops the repeats of members, keeping the first of each, and says on w, as verb, how
+// many it dropped.
+func dedupe(w io.Writer, verb string, members []string) []string {
 	seen := make(map[string]bool, len(members))
 	out := members[:0:0]
 	for _, m := range members {
@@ -146,7 +147,7 @@ func dedupe(w io.Writer, members []string) []string {
 		}
 	}
 	if n := len(members) - len(out); n > 0 {
-		fmt.Fprintf(w, "grant: members listed more than once, sent once each: %d\n", n)
+		fmt.Fprintf(w, "%s: members listed more than once, sent once each: %d\n", verb, n)
 	}
 	return out
 }
