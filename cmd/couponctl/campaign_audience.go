@@ -72,7 +72,8 @@ Progress goes to stderr; the summary (members sent, changed, left as they were, 
 size) to stdout. A chunk that fails without a refusal (a lost connection, a lock held past 1 s)
 is sent again, up to ` + fmt.Sprint(audienceAttempts) + ` times; then the verb stops rather than grind on through an outage, saying
 how many members were done and not sent, and exits 1. A refusal by the database (a campaign
-that does not exist) stops it at once, exit 1. Run it as a user in coupon_admin (docs/roles.md).`,
+that does not exist, or is open to every member: only an --audience-only campaign has an
+audience) stops it at once, exit 1. Run it as a user in coupon_admin (docs/roles.md).`,
 		Example: `  couponctl campaign audience add GOLD --members gold-members.txt --reason "gold tier, December (CRM export 2026-12-01)"
   couponctl campaign audience remove GOLD --members downgraded.txt --reason "downgraded to silver"`,
 		Args: oneCampaign,
@@ -117,10 +118,11 @@ func runAudience(cmd *cobra.Command, job audienceJob) error {
 	if err != nil {
 		return err
 	}
-	errOut := cmd.ErrOrStderr()
 	if !s.AudienceOnly {
-		fmt.Fprintf(errOut, "warning: campaign %s is not audience-only: its audience is kept but not checked, and every member may get its coupon\n", s.ID)
+		return fmt.Errorf("campaign audience %s: campaign %s is open to every member: only a campaign created with --audience-only "+
+			"has an audience; nothing was changed", job.verb(), job.campaignID)
 	}
+	errOut := cmd.ErrOrStderr()
 	fmt.Fprintf(errOut, "campaign audience %s %s: %d members in chunks of %d\n", job.verb(), job.campaignID, len(job.members), campaign.MaxAudienceChange)
 	done, err := audienceSend(ctx, errOut, pool, job)
 	writeAudienceSummary(cmd.OutOrStdout(), job, done)
@@ -173,8 +175,11 @@ func sendChunk(ctx context.Context, db campaign.Querier, job audienceJob, chunk 
 	calls := context.WithoutCancel(ctx)
 	for attempt := 1; ; attempt++ {
 		n, err := campaign.AudienceChange(calls, db, job.campaignID, chunk, job.add, job.reason)
-		if err == nil || errors.Is(err, campaign.ErrNotFound) || errors.Is(err, campaign.ErrRefused) || attempt == audienceAttempts {
+		switch {
+		case err == nil || errors.Is(err, campaign.ErrNotFound) || errors.Is(err, campaign.ErrRefused):
 			return n, err
+		case attempt == audienceAttempts:
+			return 0, fmt.Errorf("a chunk of %d members, from %s, failed %d times, the last: %w", len(chunk), chunk[0], attempt, err)
 		}
 		select {
 		case <-ctx.Done():

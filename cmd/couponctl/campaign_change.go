@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -362,7 +363,8 @@ func writeHistory(w io.Writer, id string, list []campaign.Change) {
 
 // describe writes a change's figures before and after it as key=value pairs in key order, times
 // in Asia/Tokyo: for a budget or stripes change all of them (the issued yen they kept), otherwise
-// those it changed. A change with nothing before it, the create, has "-" before.
+// those it changed; before, only the figures the change read. A change with nothing before it
+// (a create, an audience change) has "-" before.
 func describe(c campaign.Change) (before, after string) {
 	keys := make([]string, 0, len(c.After))
 	for k := range c.After {
@@ -374,7 +376,11 @@ func describe(c campaign.Change) (before, after string) {
 	if len(c.Before) == 0 {
 		return "-", pairs(keys, c.After)
 	}
-	return pairs(keys, c.Before), pairs(keys, c.After)
+	read := slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+		_, ok := c.Before[k]
+		return !ok
+	})
+	return pairs(read, c.Before), pairs(keys, c.After)
 }
 
 func pairs(keys []string, m map[string]any) string {
@@ -397,10 +403,30 @@ func pairs(keys []string, m map[string]any) string {
 			}
 		case float64:
 			v = int64(x)
+		case []any:
+			v = releasesText(x)
 		}
 		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
 	}
 	return strings.Join(parts, " ")
+}
+
+// releasesText writes the releases of a create's history row ([{"at": T, "coupons": N}, ...]) as
+// --release takes them, AT=N, at +09:00, comma-separated; "none" for no release.
+func releasesText(list []any) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(list))
+	for i, r := range list {
+		m, _ := r.(map[string]any)
+		at, n := fmt.Sprint(m["at"]), fmt.Sprint(m["coupons"])
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			at = t.In(issuance.Tokyo).Format(time.RFC3339)
+		}
+		parts[i] = at + "=" + n
+	}
+	return strings.Join(parts, ",")
 }
 
 // parseBound is a period bound of campaign update: RFC 3339, or "open" for none.

@@ -187,11 +187,8 @@ func writeKinds(w io.Writer, s campaign.Status) {
 		}
 		_ = tw.Flush()
 	}
-	switch {
-	case s.AudienceOnly:
+	if s.AudienceOnly {
 		fmt.Fprintf(w, "audience   %d members, audience-only: any other member is answered NOT_ELIGIBLE\n", s.AudienceSize)
-	case s.AudienceSize > 0:
-		fmt.Fprintf(w, "audience   %d members, not checked: the campaign is open to every member\n", s.AudienceSize)
 	}
 }
 

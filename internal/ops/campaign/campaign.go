@@ -80,8 +80,8 @@ type Status struct {
 	// Schedule is the campaign's releases in time order with what each has released, empty
 	// for a campaign without releases.
 	Schedule []ReleaseStatus
-	// AudienceSize is how many members the campaign's audience holds (of interest when
-	// AudienceOnly is set).
+	// AudienceSize is how many members the campaign's audience holds (only an AudienceOnly
+	// campaign has one).
 	AudienceSize int
 }
 
