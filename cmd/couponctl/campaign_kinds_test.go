@@ -211,3 +211,58 @@ func dailyReleaseCheck(t *testing.T, v *verdict) {
 		}
 	}
 }
+
+// TestCampaignUpdateRelease: campaign update --release AT=N adds a release with its history row
+// and reason, after a budget raise given in the same command (one transaction, the raise
+// first); the database's refusals (an instant past by its clock, printed at +09:00; releases
+// above the budget; a campaign created without releases) exit 1 and change nothing, the raise
+// given with a refused release included; a malformed --release exits 2 naming it. Judged by
+// campaign_releases, the budget and the history counted with SQL.
+func TestCampaignUpdateRelease(t *testing.T) {
+	d := newGrantDB(t, campaign.Campaign{ID: "PLAIN", DiscountYen: 100, BudgetYen: 1000})
+	t.Setenv("DATABASE_URL", d.admin)
+	if code, stdout, stderr := grantCLI("campaign", "create", "--id", "REL", "--discount-yen", "100",
+		"--release", "2099-01-01T10:00:00+09:00=5"); code != 0 {
+		t.Fatalf("create: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for _, step := range []struct {
+		args             []string
+		code             int
+		want             []string
+		releases, budget int
+	}{
+		{[]string{"REL", "--add-budget-yen", "500", "--release", "2099-01-02T10:00:00+09:00=5", "--reason", "day 2 (PROMO-77)"}, 0,
+			[]string{"REL: budget changed", "REL: release changed", "before  released_coupons=5",
+				"after   at=2099-01-02T10:00:00+09:00 coupons=5 released_coupons=10", "2099-01-02T10:00:00+09:00  5        10               no"}, 2, 1000},
+		{[]string{"REL", "--add-budget-yen", "500", "--release", "2020-01-01T10:00:00+09:00=5", "--reason", "late"}, 1,
+			[]string{"couponctl: campaign: change refused: campaign REL: a release at 2020-01-01T10:00:00+09:00 is not after the database's clock (", "+09:00); nothing changed"}, 2, 1000},
+		{[]string{"REL", "--release", "2099-01-03T10:00:00+09:00=1", "--reason", "over"}, 1,
+			[]string{"releases of 11 coupons in all, above the budget's 10 coupons"}, 2, 1000},
+		{[]string{"REL", "--release", "2099-01-02T10:00:00+09:00", "--reason", "x"}, 2,
+			[]string{`--release "2099-01-02T10:00:00+09:00": want AT=N`, "Usage:"}, 2, 1000},
+		{[]string{"PLAIN", "--release", "2099-01-02T10:00:00+09:00=1", "--reason", "x"}, 1,
+			[]string{"campaign PLAIN was created without releases"}, 2, 1000},
+	} {
+		code, stdout, stderr := grantCLI(append([]string{"campaign", "update"}, step.args...)...)
+		if code != step.code {
+			t.Errorf("%v: exit %d, want %d\n%s%s", step.args, code, step.code, stdout, stderr)
+		}
+		for _, w := range step.want {
+			if !strings.Contains(stdout+stderr, w) {
+				t.Errorf("%v: output lacks %q:\n%s%s", step.args, w, stdout, stderr)
+			}
+		}
+		if n := d.count(t, `SELECT count(*) FROM campaign_releases WHERE campaign_id = 'REL'`); n != step.releases {
+			t.Errorf("%v: %d releases, want %d", step.args, n, step.releases)
+		}
+		if n := d.count(t, `SELECT sum(budget_yen) FROM campaign_budgets WHERE campaign_id = 'REL'`); n != step.budget {
+			t.Errorf("%v: budget %d yen, want %d", step.args, n, step.budget)
+		}
+	}
+	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'REL' AND what = 'release' AND reason = 'day 2 (PROMO-77)'`); n != 1 {
+		t.Errorf("%d release rows in REL's history with the reason, want 1", n)
+	}
+	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE what <> 'create'`); n != 2 {
+		t.Errorf("%d changes in the history, want the raise and the release of the one command that passed", n)
+	}
+}
