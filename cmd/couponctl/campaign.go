@@ -250,7 +250,7 @@ func writeCampaignList(w io.Writer, list []campaign.Status, now time.Time) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tcoupons\tremaining\tstarts\tends\tkind\tstate")
+	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tcoupons_issued/budget\tremaining_coupons\tstarts\tends\tkind\tstate")
 	for _, s := range list {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%s\t%s\t%s\t%s\n", s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen,
 			s.RemainingYen(), s.IssuedYen/s.DiscountYen, s.BudgetYen/s.DiscountYen, s.RemainingYen()/s.DiscountYen,

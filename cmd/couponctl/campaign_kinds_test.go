@@ -68,7 +68,7 @@ func TestCampaignCreateCounts(t *testing.T) {
 		{[]string{"campaign", "show", "REL"}, []string{"released   30 of 50 coupons, in 1 of 2 releases; 30 coupons to take now",
 			"2020-01-01T10:00:00+09:00  30       30               yes", "2099-01-01T10:00:00+09:00  20       50               no"}},
 		{[]string{"campaign", "show", "GOLD"}, []string{"audience   0 members, audience-only: any other member is answered NOT_ELIGIBLE"}},
-		{[]string{"campaign", "list"}, []string{fmt.Sprintf("%d/1000", issued), "releases 1/2 open, next 2099-01-01T10:00:00+09:00",
+		{[]string{"campaign", "list"}, []string{fmt.Sprintf("%d/1000 ", issued), "releases 1/2 open, next 2099-01-01T10:00:00+09:00",
 			"audience-only (0 members)"}},
 	} {
 		code, stdout, stderr := grantCLI(c.args...)
