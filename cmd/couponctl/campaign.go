@@ -90,11 +90,8 @@ a refusal by the database exits 1; either way nothing is created.`,
 			case cmd.Flags().Changed("stripes") && def.Stripes < 1:
 				return flagError("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
 			}
-			if err := counts.apply(cmd.Flags(), &def); err != nil {
+			if err := counts.complete(cmd.Flags(), &def); err != nil {
 				return err
-			}
-			if err := def.Validate(); err != nil {
-				return usageError{err}
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -208,16 +205,26 @@ func state(s campaign.Status, now time.Time) string {
 		return st + " (its coupons expired " + fmtTime(s.CouponsExpireAt) + ")"
 	case st == campaign.StateActive && s.RemainingYen() < s.DiscountYen:
 		return st + " (budget spent)"
-	case st == campaign.StateNotStarted && len(s.Schedule) > 0 && (s.StartsAt == nil || !now.Before(*s.StartsAt)):
-		return st + " (first release at " + fmtTime(&s.Schedule[0].At) + ")"
-	case st == campaign.StateActive && s.AvailableCoupons() == 0:
-		if next := s.NextRelease(); next != nil {
-			return st + " (released coupons taken; next release at " + fmtTime(&next.At) + ")"
-		}
-		return st + " (released coupons taken; no release to come)"
+	case len(s.Schedule) > 0:
+		return st + releaseState(s, st, now)
 	default:
 		return st
 	}
+}
+
+// releaseState is what state adds for a campaign with releases in state st at now: when the
+// first release comes if the campaign waits for it, or that the released coupons are taken and
+// when the next release comes.
+func releaseState(s campaign.Status, st string, now time.Time) string {
+	switch {
+	case st == campaign.StateNotStarted && (s.StartsAt == nil || !now.Before(*s.StartsAt)):
+		return " (first release at " + fmtTime(&s.Schedule[0].At) + ")"
+	case st != campaign.StateActive || s.AvailableCoupons() > 0:
+		return ""
+	case s.NextRelease() != nil:
+		return " (released coupons taken; next release at " + fmtTime(&s.NextRelease().At) + ")"
+	}
+	return " (released coupons taken; no release to come)"
 }
 
 func campaignListCmd() *cobra.Command {

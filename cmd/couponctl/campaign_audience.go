@@ -152,16 +152,16 @@ var audienceSend = sendAudience
 // what is reported done is done. It reports progress on w and returns what committed.
 func sendAudience(ctx context.Context, w io.Writer, db campaign.Querier, job audienceJob) (audienceRun, error) {
 	var done audienceRun
-	every := max(len(job.members)/10, campaign.MaxAudienceChange)
+	size := campaign.MaxAudienceChange
+	every := max(1, (len(job.members)/10+size-1)/size) * size // a line per tenth of the list, in whole chunks
 	for done.sent < len(job.members) && ctx.Err() == nil {
-		chunk := job.members[done.sent:min(done.sent+campaign.MaxAudienceChange, len(job.members))]
+		chunk := job.members[done.sent:min(done.sent+size, len(job.members))]
 		n, err := sendChunk(ctx, db, job, chunk)
 		if err != nil {
 			return done, err
 		}
-		before := done.sent
 		done.sent, done.changed = done.sent+len(chunk), done.changed+n
-		if done.sent/every != before/every || done.sent == len(job.members) {
+		if done.sent%every == 0 || done.sent == len(job.members) {
 			fmt.Fprintf(w, "campaign audience %s %s: %d/%d members (%d%%), %d %s\n", job.verb(), job.campaignID,
 				done.sent, len(job.members), done.sent*100/len(job.members), done.changed, job.changedWord())
 		}

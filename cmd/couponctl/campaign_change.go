@@ -115,22 +115,11 @@ taken back, only the campaign paused or ended.` + changeHelp,
 					return usageError{err}
 				}
 			}
-			if f.Changed("coupon-valid-days") && f.Changed("coupons-expire") {
-				return usageError{fmt.Errorf("give --coupon-valid-days or --coupons-expire, not both")}
+			if err := validityChange(f, &ch, validDays, expires); err != nil {
+				return err
 			}
-			if ch.SetValidity = f.Changed("coupon-valid-days") || f.Changed("coupons-expire"); f.Changed("coupon-valid-days") {
-				ch.ValidDays = validDays
-			} else if f.Changed("coupons-expire") {
-				if ch.ExpireAt, err = parseTime("--coupons-expire", expires); err != nil || ch.ExpireAt == nil {
-					return usageError{fmt.Errorf("--coupons-expire: give an RFC 3339 time such as 2026-12-31T23:59:59+09:00")}
-				}
-			}
-			for _, r := range releases {
-				rel, err := parseRelease(r)
-				if err != nil {
-					return err
-				}
-				ch.Releases = append(ch.Releases, rel)
+			if ch.Releases, err = parseReleases(releases); err != nil {
+				return err
 			}
 			if ch.Empty() {
 				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days, --coupons-expire or --release")}
@@ -151,6 +140,25 @@ taken back, only the campaign paused or ended.` + changeHelp,
 	f.StringArrayVar(&releases, "release", nil, "add a release of N more coupons at AT, as AT=N, AT in RFC 3339 (repeatable)")
 	reasonFlag(c, &reason)
 	return c
+}
+
+// validityChange sets ch's validity from --coupon-valid-days validDays or --coupons-expire
+// expires, whichever f says was given; both, or an expiry that is not RFC 3339, is a usage error.
+func validityChange(f *pflag.FlagSet, ch *campaign.Changes, validDays int, expires string) error {
+	days, expiry := f.Changed("coupon-valid-days"), f.Changed("coupons-expire")
+	ch.SetValidity = days || expiry
+	switch {
+	case days && expiry:
+		return usageError{fmt.Errorf("give --coupon-valid-days or --coupons-expire, not both")}
+	case days:
+		ch.ValidDays = validDays
+	case expiry:
+		var err error
+		if ch.ExpireAt, err = parseTime("--coupons-expire", expires); err != nil || ch.ExpireAt == nil {
+			return usageError{fmt.Errorf("--coupons-expire: give an RFC 3339 time such as 2026-12-31T23:59:59+09:00")}
+		}
+	}
+	return nil
 }
 
 // update applies ch to campaign id ([campaign.Update]) unless it would leave the campaign's
@@ -411,22 +419,28 @@ func pairs(keys []string, m map[string]any) string {
 	return strings.Join(parts, " ")
 }
 
-// releasesText writes the releases of a create's history row ([{"at": T, "coupons": N}, ...]) as
-// --release takes them, AT=N, at +09:00, comma-separated; "none" for no release.
+// releasesText summarizes the releases of a create's history row ([{"at": T, "coupons": N},
+// ...], in time order): how many, their coupons, the first and the last at +09:00 (campaign show
+// lists each); "none" for no release.
 func releasesText(list []any) string {
 	if len(list) == 0 {
 		return "none"
 	}
-	parts := make([]string, len(list))
+	coupons := 0
+	at := make([]string, len(list))
 	for i, r := range list {
 		m, _ := r.(map[string]any)
-		at, n := fmt.Sprint(m["at"]), fmt.Sprint(m["coupons"])
-		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
-			at = t.In(issuance.Tokyo).Format(time.RFC3339)
+		n, _ := m["coupons"].(float64)
+		coupons += int(n)
+		at[i] = fmt.Sprint(m["at"])
+		if t, err := time.Parse(time.RFC3339Nano, at[i]); err == nil {
+			at[i] = t.In(issuance.Tokyo).Format(time.RFC3339)
 		}
-		parts[i] = at + "=" + n
 	}
-	return strings.Join(parts, ",")
+	if len(list) == 1 {
+		return fmt.Sprintf("1 (%d coupons at %s)", coupons, at[0])
+	}
+	return fmt.Sprintf("%d (%d coupons, %s .. %s)", len(list), coupons, at[0], at[len(at)-1])
 }
 
 // parseBound is a period bound of campaign update: RFC 3339, or "open" for none.

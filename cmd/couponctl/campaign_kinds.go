@@ -31,32 +31,46 @@ func (k *countFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&k.days, "days", 0, fmt.Sprintf("how many daily releases --daily-release makes, 1-%d", campaign.MaxReleases))
 }
 
-// apply sets def's budget and releases from the flags given in f: the budget from --budget-yen
-// or --coupons (both: equal), or else the coupons the releases give. A form couponctl cannot
-// take is a usage error (exit 2) naming its flag.
-func (k countFlags) apply(f *pflag.FlagSet, def *campaign.Campaign) error {
+// complete sets def's budget and releases from the flags given in f (the budget from
+// --budget-yen or --coupons, both equal, or else the coupons the releases give) and checks the
+// whole definition ([campaign.Campaign.Validate]). A form couponctl cannot take is a usage error
+// (exit 2) naming its flag.
+func (k countFlags) complete(f *pflag.FlagSet, def *campaign.Campaign) error {
 	if def.DiscountYen <= 0 {
 		return flagError("--discount-yen %d: want a positive number of yen", def.DiscountYen)
 	}
-	for _, r := range k.releases {
-		rel, err := parseRelease(r)
-		if err != nil {
-			return err
-		}
-		def.Releases = append(def.Releases, rel)
+	releases, err := parseReleases(k.releases)
+	if err != nil {
+		return err
 	}
 	daily, err := k.dailyReleases(f, def.StartsAt)
 	if err != nil {
 		return err
 	}
-	def.Releases = append(def.Releases, daily...)
+	def.Releases = append(releases, daily...)
 	if err := k.budget(f, def); err != nil {
 		return err
 	}
 	if err := def.CheckReleases(); err != nil {
 		return flagError("--release/--daily-release: %w", err)
 	}
+	if err := def.Validate(); err != nil {
+		return usageError{err}
+	}
 	return nil
+}
+
+// parseReleases parses the values of --release, each AT=N.
+func parseReleases(values []string) ([]campaign.Release, error) {
+	var out []campaign.Release
+	for _, v := range values {
+		r, err := parseRelease(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // budget sets def.BudgetYen from --budget-yen, --coupons or the releases.
