@@ -266,3 +266,39 @@ func TestCampaignUpdateRelease(t *testing.T) {
 		t.Errorf("%d changes in the history, want the raise and the release of the one command that passed", n)
 	}
 }
+
+// TestGrantOnACampaignWithReleases: grant judges a campaign with releases as IssueCoupon does
+// before it sends anything: before its first release it is not started (refused, exit 1, naming
+// the release's instant; before, the check read the campaign's start, nil, and panicked), and
+// once the released coupons are taken it has no room (refused, naming the next release; before,
+// the check read the budget alone and sent every member). Nothing issued, counted with SQL.
+func TestGrantOnACampaignWithReleases(t *testing.T) {
+	d := newGrantDB(t)
+	t.Setenv("DATABASE_URL", d.admin)
+	for _, args := range [][]string{
+		{"--id", "LATER", "--release", "2099-01-01T10:00:00+09:00=5"},
+		{"--id", "TAKEN", "--release", "2020-01-01T10:00:00+09:00=5", "--release", "2099-01-01T10:00:00+09:00=5"},
+	} {
+		if code, stdout, stderr := grantCLI(append([]string{"campaign", "create", "--discount-yen", "100"}, args...)...); code != 0 {
+			t.Fatalf("create %v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	// The five coupons released in 2020 are taken (the counter as five issuances leave it).
+	if _, err := d.owner.Exec(context.Background(), `UPDATE campaign_budgets SET issued_yen = 500 WHERE campaign_id = 'TAKEN'`); err != nil {
+		t.Fatal(err)
+	}
+	path, _ := memberFile(t, "r", 3)
+	for _, c := range []struct{ id, want string }{
+		{"LATER", "couponctl: grant: campaign LATER starts at 2099-01-01T10:00:00+09:00: every member would answer CAMPAIGN_NOT_ACTIVE"},
+		{"TAKEN", "couponctl: grant: campaign TAKEN's released coupons are taken: the 3 members without its coupon would answer " +
+			"BUDGET_EXCEEDED; run the grant after its next release, at 2099-01-01T10:00:00+09:00; nothing was issued"},
+	} {
+		code, stdout, stderr := grantCLI("grant", "--campaign", c.id, "--members", path, "--out", t.TempDir()+"/g.csv")
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("grant %s: exit %d, want 1 saying %q\n%s%s", c.id, code, c.want, stdout, stderr)
+		}
+	}
+	if n := d.count(t, `SELECT count(*) FROM issued_coupons`); n != 0 {
+		t.Errorf("%d coupons issued by refused grants, want none", n)
+	}
+}

@@ -140,6 +140,15 @@ func (s Status) NextRelease() *ReleaseStatus {
 	return nil
 }
 
+// OpensAt is when a campaign that has not started ([Status.State]) opens: its first release
+// when that is still to come after its start, else its start.
+func (s Status) OpensAt() *time.Time {
+	if len(s.Schedule) > 0 && !s.Schedule[0].Open && (s.StartsAt == nil || s.Schedule[0].At.After(*s.StartsAt)) {
+		return &s.Schedule[0].At
+	}
+	return s.StartsAt
+}
+
 // AvailableCoupons is how many more coupons the campaign could issue now, by its budget and, for
 // a campaign with releases, by what its releases have given so far (a voided coupon counts
 // back). It does not look at the period or a pause ([Status.State] does).
