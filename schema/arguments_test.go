@@ -39,9 +39,9 @@ const check00015 = `  IF p_campaign_id IS NULL OR p_cap_yen IS NULL OR p_cap_yen
 `
 
 // checks00021 are the three lines 00021 put in its place.
-const checks00021 = `  PERFORM issuance_args_check('issue_coupons_batch', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
+const checks00021 = `  PERFORM issuance_args_check('issue_coupons_batch_v2', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
   p_cap_yen := monthly_cap_yen();
-  p_issued_at := issue_clock('issue_coupons_batch', p_issued_at);
+  p_issued_at := issue_clock('issue_coupons_batch_v2', p_issued_at);
 `
 
 // forgery is one call with forged arguments.
@@ -216,7 +216,7 @@ func TestForgedArgumentsRefused(t *testing.T) {
 func TestForgedArgumentsPassTheOldCheck(t *testing.T) {
 	t.Parallel()
 	d := newForgeryDB(t)
-	pgtest.BreakFunction(t, d.owner, "issue_coupons_batch", [2]string{checks00021, check00015})
+	pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", [2]string{checks00021, check00015})
 	for _, f := range forgeries {
 		if !f.wrote {
 			continue

@@ -533,7 +533,7 @@ func summarize(members []string, results []*granted) grantSummary {
 var grantResults = []string{
 	string(issuance.ResultIssued), string(issuance.ResultAlreadyIssued), string(issuance.ResultMonthlyCap),
 	string(issuance.ResultBudgetExceeded), string(issuance.ResultCampaignNotActive), string(issuance.ResultCouponVoided),
-	string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultUnknown, resultError,
+	string(issuance.ResultNotEligible), string(issuance.ResultUnknownCampaign), string(issuance.ResultRetryExhausted), resultUnknown, resultError,
 }
 
 // grantAdvice says what to do about the members of each refusal or error, for campaign id.
@@ -548,6 +548,8 @@ func grantAdvice(result, id string) string {
 		return fmt.Sprintf("the campaign was paused or ended while the grant ran (couponctl campaign show %s); once it is active, run the same command again", id)
 	case string(issuance.ResultCouponVoided):
 		return "these members' coupons of the campaign were voided without --allow-reissue (couponctl coupon show COUPON_ID, the id in the CSV); a grant does not issue them another"
+	case string(issuance.ResultNotEligible):
+		return fmt.Sprintf("these members are not in the campaign's audience (audience-only); add them (couponctl campaign audience add %s --members FILE --reason TEXT) and run the same command again", id)
 	case string(issuance.ResultRetryExhausted), resultError:
 		return "not granted: errors (below); run the same command again once the cause is fixed"
 	case resultUnknown:

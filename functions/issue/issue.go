@@ -90,6 +90,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, response{Result: resultInvalidRequest, Message: err.Error()})
 		return
 	}
+	if req.DryRun {
+		h.dryRun(w, r, req, start)
+		return
+	}
 	out, err := h.svc.Issue(r.Context(), req.MemberID, req.CampaignID)
 	h.logRequest(r.Context(), req, out, err, start)
 	if err != nil {
@@ -104,10 +108,45 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp.AmountYen, resp.Month = out.AmountYen, out.Month
 	}
 	if out.ExpiresAt != nil && out.Result != issuance.ResultCouponVoided {
-		resp.ExpiresAt = out.ExpiresAt.In(issuance.Tokyo).Format(time.RFC3339Nano)
+		resp.ExpiresAt = rfc3339(*out.ExpiresAt)
+	}
+	if out.NextReleaseAt != nil {
+		resp.NextReleaseAt = rfc3339(*out.NextReleaseAt)
 	}
 	writeJSON(w, statusOf[out.Result], resp)
 }
+
+// dryRun answers a dry run (docs/api.md, "Dry run"): 200 with AVAILABLE or the refusal the
+// member would get now, UNKNOWN_CAMPAIGN 404 and RETRY_EXHAUSTED 503 as for an issuance.
+func (h *Handler) dryRun(w http.ResponseWriter, r *http.Request, req request, start time.Time) {
+	out, err := h.svc.DryRun(r.Context(), req.MemberID, req.CampaignID)
+	h.logRequest(r.Context(), req, issuance.Outcome{Result: out.Result, CouponID: out.CouponID, Reason: out.Reason}, err, start)
+	if err != nil {
+		writeInternalError(w)
+		return
+	}
+	status := http.StatusOK
+	switch out.Result {
+	case issuance.ResultUnknownCampaign:
+		status = http.StatusNotFound
+	case issuance.ResultRetryExhausted:
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
+	resp := response{Result: string(out.Result), CouponID: out.CouponID, AmountYen: out.AmountYen, Reason: out.Reason,
+		RemainingCoupons: out.RemainingCoupons}
+	if out.ExpiresAt != nil && out.Result != issuance.ResultCouponVoided {
+		resp.ExpiresAt = rfc3339(*out.ExpiresAt)
+	}
+	if out.NextReleaseAt != nil {
+		resp.NextReleaseAt = rfc3339(*out.NextReleaseAt)
+	}
+	writeJSON(w, status, resp)
+}
+
+// rfc3339 formats an instant as the answers carry it: RFC 3339 at +09:00, with the fraction of a
+// second the database stores.
+func rfc3339(t time.Time) string { return t.In(issuance.Tokyo).Format(time.RFC3339Nano) }
 
 // retryAfterSeconds is the Retry-After of RETRY_EXHAUSTED, in seconds: contention on one
 // campaign row clears within a second (docs/hot-row.md).
@@ -129,6 +168,7 @@ var statusOf = map[issuance.Result]int{
 	issuance.ResultBudgetExceeded:    http.StatusConflict,
 	issuance.ResultCampaignNotActive: http.StatusConflict,
 	issuance.ResultCouponVoided:      http.StatusConflict,
+	issuance.ResultNotEligible:       http.StatusForbidden,
 	issuance.ResultUnknownCampaign:   http.StatusNotFound,
 	issuance.ResultRetryExhausted:    http.StatusServiceUnavailable,
 }
@@ -142,7 +182,13 @@ type response struct {
 	// ExpiresAt is the coupon's expiry in RFC 3339 at +09:00 with the fraction of a second the
 	// database stores (ISSUED, ALREADY_ISSUED), when its campaign gives a validity.
 	ExpiresAt string `json:"expires_at,omitempty"`
-	Message   string `json:"message,omitempty"`
+	// NextReleaseAt is the campaign's next scheduled release, as ExpiresAt is written
+	// (BUDGET_EXCEEDED, CAMPAIGN_NOT_ACTIVE NOT_STARTED, a dry run's AVAILABLE).
+	NextReleaseAt string `json:"next_release_at,omitempty"`
+	// RemainingCoupons is what the campaign can still issue now (a dry run's AVAILABLE and
+	// BUDGET_EXCEEDED); a pointer, so that 0 is written.
+	RemainingCoupons *int   `json:"remaining_coupons,omitempty"`
+	Message          string `json:"message,omitempty"`
 }
 
 func writeInternalError(w http.ResponseWriter) {

@@ -45,6 +45,14 @@ func TestOpenAPI(t *testing.T) {
 	if _, err := campaign.Pause(ctx, pool, "PAUSED", "TestOpenAPI"); err != nil {
 		t.Fatal(err)
 	}
+	// REL has released one coupon and releases more in an hour; AUD issues to its audience only.
+	if _, err := pool.Exec(ctx, `
+SELECT count(*) FROM campaign_create('REL', 1000, 10000, 1, NULL, NULL, NULL, NULL, 'TestOpenAPI',
+  ARRAY[now() - interval '1 hour', now() + interval '1 hour'], '{1,9}', false);
+SELECT count(*) FROM campaign_create('AUD', 500, 10000, 1, NULL, NULL, NULL, NULL, 'TestOpenAPI', NULL, NULL, true);
+SELECT campaign_audience_change('AUD', '{in}', true, 'TestOpenAPI')`); err != nil {
+		t.Fatal(err)
+	}
 	// A coupon of VOID, voided without reissue: its member's pair answers COUPON_VOIDED.
 	svc, err := issuance.New(pool, issuance.Config{})
 	if err != nil {
@@ -79,6 +87,10 @@ func TestOpenAPI(t *testing.T) {
 		b, _ := json.Marshal(map[string]string{"member_id": member, "campaign_id": campaignID})
 		return string(b)
 	}
+	dry := func(member, campaignID string) string {
+		b, _ := json.Marshal(map[string]any{"member_id": member, "campaign_id": campaignID, "dry_run": true})
+		return string(b)
+	}
 
 	steps := []struct {
 		name, method, contentType, body string
@@ -96,6 +108,18 @@ func TestOpenAPI(t *testing.T) {
 		{"with a validity", "POST", "application/json", ask("m6", "VALID"), 201, "ISSUED", ""},
 		{"with a validity again", "POST", "application/json", ask("m6", "VALID"), 200, "ALREADY_ISSUED", ""},
 		{"unknown", "POST", "application/json; charset=utf-8", ask("m3", "NOPE"), 404, "UNKNOWN_CAMPAIGN", ""},
+		{"released", "POST", "application/json", ask("m7", "REL"), 201, "ISSUED", ""},
+		{"released taken", "POST", "application/json", ask("m8", "REL"), 409, "BUDGET_EXCEEDED", ""},
+		{"outside the audience", "POST", "application/json", ask("out", "AUD"), 403, "NOT_ELIGIBLE", ""},
+		{"dry run: available", "POST", "application/json", dry("in", "AUD"), 200, "AVAILABLE", ""},
+		{"dry run: held", "POST", "application/json", dry("m1", "OPEN"), 200, "ALREADY_ISSUED", ""},
+		{"dry run: budget", "POST", "application/json", dry("m8", "REL"), 200, "BUDGET_EXCEEDED", ""},
+		{"dry run: cap", "POST", "application/json", dry("m1", "BIG"), 200, "MONTHLY_CAP", ""},
+		{"dry run: not started", "POST", "application/json", dry("m3", "FUTURE"), 200, "CAMPAIGN_NOT_ACTIVE", "NOT_STARTED"},
+		{"dry run: voided", "POST", "application/json", dry("m6", "VOID"), 200, "COUPON_VOIDED", ""},
+		{"dry run: outside the audience", "POST", "application/json", dry("out", "AUD"), 200, "NOT_ELIGIBLE", ""},
+		{"dry run: unknown", "POST", "application/json", dry("m3", "NOPE"), 404, "UNKNOWN_CAMPAIGN", ""},
+		{"dry run not a boolean", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","dry_run":"yes"}`, 400, "INVALID_REQUEST", ""},
 		{"bad JSON", "POST", "application/json", `{"member_id": "m1",`, 400, "INVALID_REQUEST", ""},
 		{"unknown field", "POST", "application/json", `{"member_id":"m1","campaign_id":"OPEN","month":"2026-01"}`, 400, "INVALID_REQUEST", ""},
 		{"bad member id", "POST", "application/json", ask("m 1", "OPEN"), 400, "INVALID_REQUEST", ""},
@@ -108,6 +132,24 @@ func TestOpenAPI(t *testing.T) {
 		if reason, _ := body["reason"].(string); status != s.status || body["result"] != s.result || reason != s.reason {
 			t.Errorf("%s: %d %v, want %d %s %s", s.name, status, body, s.status, s.result, s.reason)
 		}
+	}
+
+	// The fields that come with the new answers: the next release on REL's BUDGET_EXCEEDED, both
+	// it and the remaining coupons on a dry run of REL, which writes nothing.
+	if _, body, _ := call(h, "POST", "application/json", ask("m9", "REL")); body["next_release_at"] == nil {
+		t.Errorf("REL's BUDGET_EXCEEDED without next_release_at: %v", body)
+	}
+	var before, after int
+	written := `SELECT (SELECT count(*) FROM issued_coupons) + (SELECT sum(issued_yen) FROM campaign_budgets)`
+	if err := pool.QueryRow(ctx, written).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ := call(h, "POST", "application/json", dry("m9", "REL"))
+	if err := pool.QueryRow(ctx, written).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if body["remaining_coupons"] != float64(0) || body["next_release_at"] == nil || after != before {
+		t.Errorf("dry run of REL: %v, rows and yen %d then %d; want remaining_coupons 0, next_release_at, nothing written", body, before, after)
 	}
 
 	// 415 for a Content-Encoding other than identity, whatever the body.

@@ -16,6 +16,8 @@ const MaxBodyBytes = 4 << 10
 type request struct {
 	MemberID   string
 	CampaignID string
+	// DryRun asks what the member would get now, writing nothing (docs/api.md, "Dry run").
+	DryRun bool
 }
 
 // decodeRequest judges the request in this order, and returns the HTTP status of the first
@@ -23,8 +25,8 @@ type request struct {
 // Content-Encoding other than identity, since a compressed body is not JSON until inflated),
 // the size (413: the whole body is read up to [MaxBodyBytes] before any of it is parsed, so an
 // oversized body is 413 whatever it holds, docs/api.md), then the content (400): one JSON object
-// with exactly the string fields member_id and campaign_id, each once, nothing after it, and
-// ids of the contract's formats. The answers decided by the headers (405, 415, 413 by
+// with the string fields member_id and campaign_id and, optionally, the boolean dry_run, each
+// once, nothing after it, and ids of the contract's formats. The answers decided by the headers (405, 415, 413 by
 // Content-Length) close the connection without reading the body (reqbody.SkipBody).
 func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error) {
 	var req request
@@ -54,8 +56,9 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, int, error)
 	return req, 0, nil
 }
 
-// decodeObject reads {"member_id": "...", "campaign_id": "..."} by the shared rules
-// (reqbody.DecodeObject): both fields required, strings, each once, nothing else.
+// decodeObject reads {"member_id": "...", "campaign_id": "...", "dry_run": true} by the shared
+// rules (reqbody.DecodeObject): both ids required, strings, dry_run optional, a boolean, each
+// once, nothing else.
 func decodeObject(body []byte, req *request) error {
 	var member, campaign bool
 	err := reqbody.DecodeObject(body, reqbody.Fields{
@@ -67,6 +70,10 @@ func decodeObject(body []byte, req *request) error {
 		"campaign_id": func(v reqbody.Value) (err error) {
 			campaign = true
 			req.CampaignID, err = v.String()
+			return err
+		},
+		"dry_run": func(v reqbody.Value) (err error) {
+			req.DryRun, err = v.Bool()
 			return err
 		},
 	})

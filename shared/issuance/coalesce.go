@@ -10,7 +10,7 @@ import (
 
 // Coalescing (docs/design.md, "Coalescing a hot campaign") is flat combining per campaign, in
 // each instance, with no timer. Every request is one member of a group that [Service.run] issues
-// as one call of issue_coupons_batch; the coalescer decides the groups. Its protocol, written only
+// as one call of issue_coupons_batch_v2; the coalescer decides the groups. Its protocol, written only
 // here:
 //
 //   - join: a request whose campaign has no call in flight marks one and leads a group of

@@ -17,7 +17,7 @@ const (
 	// every issuance reads; `couponctl rules set` changes it.
 	DefaultMonthlyCapYen = 2000
 
-	// MaxMonthlyCapYen bounds R3's cap, in yen (coupon_rules' CHECK): issue_coupons_batch adds a
+	// MaxMonthlyCapYen bounds R3's cap, in yen (coupon_rules' CHECK): issue_coupons_batch_v2 adds a
 	// coupon's yen to a member's used_yen, a PostgreSQL integer (int4), before comparing with
 	// the cap. used_yen stays at most the cap, and a coupon above the cap is MONTHLY_CAP before
 	// any sum, so the sum stays at most twice the cap: 2,000,000,000 below int4's 2,147,483,647.

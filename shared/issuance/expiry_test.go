@@ -44,7 +44,7 @@ func expire(t *testing.T, q interface {
 // campaign's fixed coupon expiry, in the reads and on the stripes.
 func breakExpiry(t *testing.T, owner *pgxpool.Pool) {
 	t.Helper()
-	pgtest.BreakFunction(t, owner, "issue_coupons_batch",
+	pgtest.BreakFunction(t, owner, "issue_coupons_batch_v2",
 		[2]string{"v_paused, v_until, p_issued_at[k]", "v_paused, p_issued_at[k]"},
 		[2]string{"s.paused_at, s.coupons_expire_at, ", "s.paused_at, "},
 		[2]string{"b.paused_at, b.coupons_expire_at, ", "b.paused_at, "})

@@ -28,13 +28,14 @@ const (
 	ResultCampaignNotActive Result = "CAMPAIGN_NOT_ACTIVE" // outside starts_at..ends_at, past the coupons' fixed expiry, or paused: see [Outcome.Reason]
 	ResultUnknownCampaign   Result = "UNKNOWN_CAMPAIGN"    // no such campaign
 	ResultCouponVoided      Result = "COUPON_VOIDED"       // the member's coupon of the campaign was voided: see [Outcome.CouponID]
+	ResultNotEligible       Result = "NOT_ELIGIBLE"        // an audience-only campaign whose audience lacks the member
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
 )
 
-// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupons_batch on the campaign's
+// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupons_batch_v2 on the campaign's
 // budget stripes (campaign_inactive_reason, schema/current).
 const (
-	ReasonNotStarted = "NOT_STARTED" // before starts_at
+	ReasonNotStarted = "NOT_STARTED" // before starts_at, or before the campaign's first release
 	ReasonEnded      = "ENDED"       // at or after ends_at or coupons_expire_at, by the request's time or the commit's
 	ReasonPaused     = "PAUSED"      // paused by an operator (couponctl campaign pause)
 )
@@ -55,6 +56,9 @@ type Outcome struct {
 	// Reason says why the campaign is not active (CAMPAIGN_NOT_ACTIVE): [ReasonNotStarted],
 	// [ReasonEnded] or [ReasonPaused].
 	Reason string
+	// NextReleaseAt is when the campaign's next scheduled release opens (BUDGET_EXCEEDED, and
+	// CAMPAIGN_NOT_ACTIVE NOT_STARTED before its first release), nil when none is scheduled.
+	NextReleaseAt *time.Time
 	// Attempts is how many calls were sent or tried: at most [MaxAttempts] lost to
 	// contention, more when connections failed (then the budget bounds them).
 	Attempts int
@@ -95,7 +99,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 // The request is a member of a group, alone or coalesced with the requests of its campaign that
 // arrive while a call for it is in flight (docs/design.md, "Coalescing a hot campaign"; off when
 // [Config.BatchMax] is 1). Each attempt is one call to PostgreSQL, one network round trip:
-// issue_coupons_batch (schema/current/issue_coupons_batch.sql), pipelined in autocommit
+// issue_coupons_batch_v2 (schema/current/issue_coupons_batch_v2.sql), pipelined in autocommit
 // behind the attempt's lock_timeout and statement_timeout. It reads first, then takes its locks
 // in the one order of docs/design.md, "Lock order", each write judging its rule on the row it
 // writes. Attempts are run again as [Service.run] says: contention (40001, 40P01, 55P03, or the
@@ -115,7 +119,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 }
 
 // Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, through
-// grant_coupons_batch (00014_one_issuance.sql), never coalesced: the same rules, answers,
+// grant_coupons_batch_v2 (00025_campaign_kinds.sql), never coalesced: the same rules, answers,
 // retries, settlement and errors; the coupon records the database login that granted it. The
 // pool's user must be in coupon_admin.
 func (s *Service) Grant(ctx context.Context, memberID, campaignID string) (Outcome, error) {
@@ -179,7 +183,7 @@ func classify(ctx context.Context, err error) (step, error) {
 type request struct {
 	memberID, campaignID string
 	month                string // the Asia/Tokyo month of the service's clock when the request came
-	grant                bool   // a bulk grant (Service.Grant): grant_coupons_batch, not issue_coupons_batch
+	grant                bool   // a bulk grant (Service.Grant): grant_coupons_batch_v2, not issue_coupons_batch_v2
 }
 
 // call is the statement of r's attempts.
@@ -243,7 +247,7 @@ func outcomeOf(r request, result string, coupon *string, amount *int, reason *st
 			return Outcome{}, fmt.Errorf("issuance: CAMPAIGN_NOT_ACTIVE without a reason")
 		}
 		out.Reason = *reason
-	case ResultMonthlyCap, ResultBudgetExceeded, ResultUnknownCampaign:
+	case ResultMonthlyCap, ResultBudgetExceeded, ResultUnknownCampaign, ResultNotEligible:
 	default:
 		return Outcome{}, fmt.Errorf("issuance: the call answered %q, not a result code", result)
 	}

@@ -1,8 +1,8 @@
 package issuance
 
 // The statements of one issuance attempt, and of settling an attempt whose answer was lost.
-// The issuance transaction itself is issue_coupons_batch, in
-// schema/current/issue_coupons_batch.sql: read it there, top to bottom, in the order it
+// The issuance transaction itself is issue_coupons_batch_v2, in
+// schema/current/issue_coupons_batch_v2.sql: read it there, top to bottom, in the order it
 // takes its locks.
 
 // sqlTimeoutsSet sets lock_timeout ($1) and statement_timeout ($2) for the call's transaction only
@@ -11,21 +11,26 @@ package issuance
 // survives the call into the pooled session. PostgreSQL 15 docs, 20.11.1 "Statement Behavior".
 const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
-// sqlIssueBatch is one call of a group, one request alone included: issue_coupons_batch
-// (schema/current/issue_coupons_batch.sql), the whole transaction in one call, committed when the
-// pipeline's Sync arrives, which travels with it. It answers one row per member: its index from 1,
-// the result code (RETRY: send it again), the coupon id (ISSUED, the member's coupon for
+// sqlIssueBatch is one call of a group, one request alone included: issue_coupons_batch_v2
+// (schema/current/issue_coupons_batch_v2.sql), the whole transaction in one call, committed when
+// the pipeline's Sync arrives, which travels with it. It answers one row per member: its index from
+// 1, the result code (RETRY: send it again), the coupon id (ISSUED, the member's coupon for
 // ALREADY_ISSUED, the voided one for COUPON_VOIDED), the amount in yen (ISSUED), the reason of
-// CAMPAIGN_NOT_ACTIVE and the coupon's expiry. $1 campaign_id, then one each per member: $2
+// CAMPAIGN_NOT_ACTIVE, the coupon's expiry and the campaign's next release (BUDGET_EXCEEDED,
+// NOT_STARTED). $1 campaign_id, then one each per member: $2
 // coupon ids (made by the service), $3 member ids, $4 issue times (the service's clock: the
 // database refuses one more than 5 s from its own, and issues at its own); $5 NULL (the previous
 // release's cap, which the database ignores: it reads R3's from coupon_rules), $6 trace parents.
 // Malformed arguments are refused with 22023 (schema/current/issuance_args_check.sql).
-const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM issue_coupons_batch($1, $2, $3, $4, $5, $6)`
+const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at FROM issue_coupons_batch_v2($1, $2, $3, $4, $5, $6)`
 
-// sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch, an operator's grant
-// (00014_one_issuance.sql).
-const sqlGrantBatch = `SELECT i, result, coupon, amount, reason, expires_at FROM grant_coupons_batch($1, $2, $3, $4, $5, $6)`
+// sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch_v2, an operator's grant
+// (00025_campaign_kinds.sql).
+const sqlGrantBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at FROM grant_coupons_batch_v2($1, $2, $3, $4, $5, $6)`
+
+// sqlDryRun is issue_dry_run (schema/current/issue_dry_run.sql): what [sqlIssueBatch] would
+// answer member $2 of campaign $1 now, from plain reads, writing nothing and locking no row.
+const sqlDryRun = `SELECT result, coupon, amount, reason, expires_at, remaining_coupons, next_release_at FROM issue_dry_run($1, $2)`
 
 // sqlBackendStart is when this connection's server session started: with its pid, it names the
 // session unambiguously (a pid is reused by later sessions), so that a lost call's session can

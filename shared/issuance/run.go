@@ -55,11 +55,11 @@ type member struct {
 var errPanicked = errors.New("issuance: the call panicked")
 
 // run issues group's requests, all of one campaign (one request alone is a group of one), as
-// calls of issue_coupons_batch (grant_coupons_batch for a grant) until each is answered, and
+// calls of issue_coupons_batch_v2 (grant_coupons_batch_v2 for a grant) until each is answered, and
 // answers each member once, on every path: a panic is answered to every member not yet answered
 // as an error wrapping errPanicked. One policy for every member ([classify], then [act]):
 //
-//   - a call's answer is each member's answer; a member answered RETRY (issue_coupons_batch could
+//   - a call's answer is each member's answer; a member answered RETRY (issue_coupons_batch_v2 could
 //     not place it without waiting out of lock order) goes again, as contention;
 //   - 40001, 40P01, 55P03 (contention): again after a full-jitter wait, at most [MaxAttempts]
 //     attempts lost to contention per member, then RETRY_EXHAUSTED;
@@ -262,10 +262,10 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
-// resultRetry is issue_coupons_batch's answer for a member it could not finish in this call.
+// resultRetry is issue_coupons_batch_v2's answer for a member it could not finish in this call.
 const resultRetry Result = "RETRY"
 
-// attempt runs one call for pending, all of one campaign: issue_coupons_batch (grant_coupons_batch
+// attempt runs one call for pending, all of one campaign: issue_coupons_batch_v2 (grant_coupons_batch_v2
 // for a grant), pipelined behind its lock_timeout and statement_timeout (derived from left, the
 // tightest member's time) in one round trip. It returns an outcome per member, in order (RETRY
 // for a member to send again), or an error: a statement's (the call was rolled back), a
@@ -305,8 +305,8 @@ func scanAnswers(rows pgx.Rows, pending []*member, outs []Outcome) error {
 		var result string
 		var coupon, reason *string
 		var amount *int
-		var expires *time.Time
-		if err := rows.Scan(&i, &result, &coupon, &amount, &reason, &expires); err != nil {
+		var expires, next *time.Time
+		if err := rows.Scan(&i, &result, &coupon, &amount, &reason, &expires, &next); err != nil {
 			return err
 		}
 		if i < 1 || i > len(pending) {
@@ -320,7 +320,7 @@ func scanAnswers(rows pgx.Rows, pending []*member, outs []Outcome) error {
 		if err != nil {
 			return err
 		}
-		out.ExpiresAt = expires
+		out.ExpiresAt, out.NextReleaseAt = expires, next
 		outs[i-1] = out
 	}
 	return rows.Err()

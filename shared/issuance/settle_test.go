@@ -148,7 +148,7 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 	}
 }
 
-// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupons_batch with one
+// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupons_batch_v2 with one
 // whose amount is bigint (answering through the old one, renamed) while the pooled connection holds the call prepared, so the next call fails
 // with 0A000 "cached plan must not change result type". The service prepares it afresh and
 // answers ISSUED.
@@ -165,12 +165,12 @@ func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
 	// through it.
 	owner := connect(t, dbURL)
 	if _, err := owner.Exec(ctx, `
-ALTER FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_before;
-CREATE FUNCTION issue_coupons_batch(c text, ids uuid[], ms text[], ats timestamptz[], cap integer, tps text[])
-RETURNS TABLE (i integer, result text, coupon text, amount bigint, reason text, expires_at timestamptz)
+ALTER FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_before;
+CREATE FUNCTION issue_coupons_batch_v2(c text, ids uuid[], ms text[], ats timestamptz[], cap integer, tps text[])
+RETURNS TABLE (i integer, result text, coupon text, amount bigint, reason text, expires_at timestamptz, next_release_at timestamptz)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
-AS $$ SELECT b.i, b.result, b.coupon, b.amount::bigint, b.reason, b.expires_at FROM issue_coupons_batch_before(c, ids, ms, ats, cap, tps) b $$;
-GRANT EXECUTE ON FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_issue`); err != nil {
+AS $$ SELECT b.i, b.result, b.coupon, b.amount::bigint, b.reason, b.expires_at, b.next_release_at FROM issue_coupons_batch_before(c, ids, ms, ats, cap, tps) b $$;
+GRANT EXECUTE ON FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	out, err := svc.Issue(ctx, "after", "RESULT")

@@ -134,6 +134,16 @@ func (v Value) String() (string, error) {
 	return s, nil
 }
 
+// Bool returns the value as a boolean, or an error naming the field when it is not JSON true or
+// false (null included).
+func (v Value) Bool() (bool, error) {
+	b, ok := v.tok.(bool)
+	if !ok {
+		return false, fmt.Errorf("field %q must be true or false", v.key)
+	}
+	return b, nil
+}
+
 // Int returns the value as an integer in lo..hi, or an error naming the field when it is not a
 // JSON integer (null, a string, a fraction or an exponent included) or outside lo..hi.
 func (v Value) Int(lo, hi int64) (int64, error) {

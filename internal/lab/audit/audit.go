@@ -113,6 +113,7 @@ var contract = map[string]int{
 	string(issuance.ResultBudgetExceeded):    http.StatusConflict,
 	string(issuance.ResultCampaignNotActive): http.StatusConflict,
 	string(issuance.ResultCouponVoided):      http.StatusConflict,
+	string(issuance.ResultNotEligible):       http.StatusForbidden,
 	string(issuance.ResultUnknownCampaign):   http.StatusNotFound,
 	string(issuance.ResultRetryExhausted):    http.StatusServiceUnavailable,
 }

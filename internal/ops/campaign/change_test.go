@@ -431,7 +431,7 @@ func TestPauseUnderLoad(t *testing.T) {
 			t.Parallel()
 			l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon})
 			if broken {
-				pgtest.BreakFunction(t, l.pool, "issue_coupons_batch", stateOnlyByReads...)
+				pgtest.BreakFunction(t, l.pool, "issue_coupons_batch_v2", stateOnlyByReads...)
 			}
 			answer := pauseOverAQueuedCall(t, l, "RUN")
 			var wrong []string
@@ -746,7 +746,7 @@ func TestPauseJudgedOnTheStripe(t *testing.T) {
 				t.Parallel()
 				l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100 * coupon, Stripes: 2})
 				if broken {
-					pgtest.BreakFunction(t, l.pool, "issue_coupons_batch", stateOnlyByReads...)
+					pgtest.BreakFunction(t, l.pool, "issue_coupons_batch_v2", stateOnlyByReads...)
 				}
 				pause, err := l.pool.Begin(ctx)
 				if err != nil {

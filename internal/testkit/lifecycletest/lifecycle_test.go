@@ -72,7 +72,7 @@ func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
 	rapidBounds(t, map[string]string{"rapid.checks": "150", "rapid.steps": "25", "rapid.shrinktime": "5s",
 		"rapid.nofailfile": "true"})
 	sys := newSystem(t, pgtest.URL(t))
-	pgtest.BreakFunction(t, sys.owner, "issue_coupons_batch", noExpiry...)
+	pgtest.BreakFunction(t, sys.owner, "issue_coupons_batch_v2", noExpiry...)
 	report, failed := failures(t, lifecycle(sys))
 	if !failed {
 		t.Fatal("rapid found no failure with issuance blind to the coupons' expiry")

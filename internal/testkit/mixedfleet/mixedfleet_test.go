@@ -120,8 +120,8 @@ func copyMigrations(t *testing.T) fstest.MapFS {
 
 const renameIssuance = `-- +goose Up
 SET LOCAL lock_timeout = '3s';
-ALTER FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_v2;
-ALTER FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) RENAME TO issue_coupon_v2;
+ALTER FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_renamed;
+ALTER FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) RENAME TO issue_coupon_renamed;
 `
 
 // fleetRun is what one run saw: every answer, the migration's report, the operators' errors,

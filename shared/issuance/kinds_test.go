@@ -1,0 +1,489 @@
+package issuance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+// The campaign kinds of issue 33 (00025_campaign_kinds.sql), judged inside issue_coupons_batch_v2
+// and issue_dry_run. The calls below go to the functions directly, on sessions without a
+// lock_timeout, so that a call made to wait keeps waiting until the test lets it go.
+
+// kindsDB is one test's migrated database: its URL, a pool as its owner (set-up, counts) and a
+// pool as a coupon_issue login (the calls).
+type kindsDB struct {
+	url          string
+	owner, issue *pgxpool.Pool
+}
+
+func newKindsDB(t *testing.T) kindsDB {
+	t.Helper()
+	dbURL := pgtest.URL(t)
+	return kindsDB{url: dbURL, owner: prodPool(t, dbURL, 4), issue: prodPool(t, pgtest.LoginAs(t, dbURL, "coupon_issue"), 16)}
+}
+
+// create makes campaign id: 1,000 yen coupons, a budget of coupons over stripes, the releases
+// given (instant to count), audience-only or not.
+func (d kindsDB) create(t *testing.T, id string, coupons, stripes int, releases map[time.Time]int32, audienceOnly bool) {
+	t.Helper()
+	var at []time.Time
+	var n []int32
+	for a, c := range releases {
+		at, n = append(at, a), append(n, c)
+	}
+	if _, err := d.owner.Exec(context.Background(), `SELECT count(*) FROM campaign_create($1, 1000, $2, $3, NULL, NULL, NULL, NULL,
+		'test', $4, $5, $6)`, id, coupons*1000, stripes, at, n, audienceOnly); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sqlIssueOne issues one coupon of campaign $1 to member $2 through issue_coupons_batch_v2, and
+// answers the result and the session's pid.
+const sqlIssueOne = `SELECT result, pg_backend_pid() FROM issue_coupons_batch_v2($1, ARRAY[gen_random_uuid()], ARRAY[$2::text],
+	ARRAY[now()], NULL, ARRAY[NULL::text])`
+
+type called struct {
+	result string
+	err    error
+}
+
+// issueAsync issues member's coupon of campaignID on its own connection and sends the answer.
+func (d kindsDB) issueAsync(campaignID, member string) <-chan called {
+	done := make(chan called, 1)
+	go func() {
+		var c called
+		var pid int
+		c.err = d.issue.QueryRow(context.Background(), sqlIssueOne, campaignID, member).Scan(&c.result, &pid)
+		done <- c
+	}()
+	return done
+}
+
+// releaseOnlyByReads is the broken variant of a release judged before the writes: the reads
+// still refuse from the committed state (release_share), but the statements that lock and write
+// a stripe no longer cap it by release_room.
+var releaseOnlyByReads = [][2]string{
+	{"(NOT v_releases OR release_room(", "(true OR release_room("},
+	{"CASE WHEN v_releases THEN release_room(", "CASE WHEN false THEN release_room("},
+}
+
+// TestReleaseCapsTheStripeWrite: a release is judged on the stripe, in the statement that locks
+// and writes it. Campaign DROP has 10 coupons of budget and 2 released. Another session holds
+// its stripe; five members ask, each reads room (2 released, 0 issued) and waits for the stripe
+// (pg_blocking_pids); the holder lets go. Exactly 2 coupons may commit, counted with SQL, the
+// others answered BUDGET_EXCEEDED. The broken variant, the release judged only by the reads,
+// lets all five through: a lost update of the released count, as a budget read before its row's
+// lock would be.
+func TestReleaseCapsTheStripeWrite(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			d := newKindsDB(t)
+			if broken {
+				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", releaseOnlyByReads...)
+			}
+			d.create(t, "DROP", 10, 1, map[time.Time]int32{time.Now().Add(-time.Hour): 2, time.Now().Add(time.Hour): 8}, false)
+			hold := pgtest.HoldCampaign(t, d.url, "DROP")
+			answers := make([]<-chan called, 5)
+			for i := range answers {
+				answers[i] = d.issueAsync("DROP", fmt.Sprintf("m%d", i))
+			}
+			hold.WaitBlocked(len(answers))
+			hold.Release()
+			got := map[string]int{}
+			for i, a := range answers {
+				c := waitDone(t, a, fmt.Sprintf("member m%d", i))
+				if c.err != nil {
+					t.Fatal(c.err)
+				}
+				got[c.result]++
+			}
+			coupons := count(t, d.owner, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'DROP'`)
+			issued := count(t, d.owner, `SELECT sum(issued_yen) FROM campaign_budgets WHERE campaign_id = 'DROP'`)
+			switch {
+			case broken && coupons <= 2:
+				t.Errorf("the broken variant issued %d coupons of 2 released: the test would not see it", coupons)
+			case broken:
+				t.Logf("the broken variant: %d coupons of 2 released (%v)", coupons, got)
+			case coupons != 2 || issued != 2000 || got["ISSUED"] != 2 || got["BUDGET_EXCEEDED"] != 3:
+				t.Errorf("%d coupons, %d yen on the stripe, answers %v; want 2, 2000 and 2 ISSUED, 3 BUDGET_EXCEEDED", coupons, issued, got)
+			}
+		})
+	}
+}
+
+// TestAudienceRemovalIsFinal: an audience is judged inside the issuance's transaction and held
+// to its COMMIT. Member m1 of audience-only AUD asks while another session holds AUD's stripe, so
+// its call waits there, past its audience read; an operator then removes m1. The removal must
+// wait for m1's call (pg_blocking_pids), which commits its coupon first: no coupon of a member
+// commits after the removal that took the member out has returned. The broken variant reads the
+// audience row without holding it, as a check made outside the transaction would: the removal
+// returns at once, and m1's coupon commits after it.
+func TestAudienceRemovalIsFinal(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newKindsDB(t)
+			if broken {
+				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", [2]string{" ORDER BY a.member_id FOR KEY SHARE)", ")"})
+			}
+			d.create(t, "AUD", 10, 1, nil, true)
+			if _, err := d.owner.Exec(ctx, `SELECT campaign_audience_change('AUD', '{m1}', true, 'test')`); err != nil {
+				t.Fatal(err)
+			}
+			hold := pgtest.HoldCampaign(t, d.url, "AUD")
+			answer := d.issueAsync("AUD", "m1")
+			caller := hold.WaitBlocked(1)[0]
+			remover := connect(t, d.url)
+			removerPID := int(remover.PgConn().PID())
+			removed := make(chan called, 1)
+			go func() {
+				var n int
+				err := remover.QueryRow(ctx, `SELECT campaign_audience_change('AUD', '{m1}', false, 'test')`).Scan(&n)
+				removed <- called{result: fmt.Sprint(n), err: err}
+			}()
+			// Either the removal waits for m1's call, or (the broken variant) it has returned.
+			var early *called
+			pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+				select {
+				case r := <-removed:
+					early = &r
+					return nil
+				default:
+				}
+				for _, w := range pgtest.WaitersOf(t, d.owner, caller) {
+					if w == removerPID {
+						return nil
+					}
+				}
+				return errors.New("the removal neither waits for m1's call nor has returned")
+			})
+			hold.Release()
+			c := waitDone(t, answer, "m1's call")
+			r := early
+			if r == nil {
+				late := waitDone(t, removed, "the removal")
+				r = &late
+			}
+			if c.err != nil || r.err != nil {
+				t.Fatalf("m1's call: %v; the removal: %v", c.err, r.err)
+			}
+			coupons := count(t, d.owner, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'AUD' AND member_id = 'm1'`)
+			switch {
+			case broken && (early == nil || coupons != 1):
+				t.Errorf("the broken variant: the removal returned first %v, m1 holds %d coupon: the test would not see it", early != nil, coupons)
+			case broken:
+				t.Logf("the broken variant: the removal returned, then m1's coupon committed (%s)", c.result)
+			case early != nil:
+				t.Errorf("the removal returned while m1's call was in flight; m1 then answered %s and holds %d coupon", c.result, coupons)
+			case c.result != "ISSUED" || coupons != 1 || r.result != "1":
+				t.Errorf("m1 answered %s with %d coupon, the removal removed %s; want ISSUED, 1 and 1 (the removal after the coupon)", c.result, coupons, r.result)
+			}
+		})
+	}
+}
+
+// dryRun is one issue_dry_run answer.
+type dryRun struct {
+	result, reason string
+	remaining      *int
+	next           *time.Time
+}
+
+func (d kindsDB) dryRun(t *testing.T, campaignID, member string) dryRun {
+	t.Helper()
+	var r dryRun
+	var reason *string
+	if err := d.issue.QueryRow(context.Background(), `SELECT result, reason, remaining_coupons, next_release_at FROM issue_dry_run($1, $2)`,
+		campaignID, member).Scan(&r.result, &reason, &r.remaining, &r.next); err != nil {
+		t.Fatal(err)
+	}
+	if reason != nil {
+		r.reason = *reason
+	}
+	return r
+}
+
+// written is every row and counter an issuance writes, summed: a dry run must leave it as it is.
+const written = `SELECT (SELECT count(*) FROM issued_coupons) + (SELECT count(*) FROM notification_outbox)
+	+ (SELECT coalesce(sum(used_yen), 0) FROM member_monthly_usage) + (SELECT coalesce(sum(issued_yen), 0) FROM campaign_budgets)`
+
+// TestDryRunAnswersAsTheIssuance: in each state a campaign and a member can be in, the dry run
+// answers what the issuance then answers (AVAILABLE for ISSUED), with the remaining coupons and
+// the next release where they apply, and writes nothing (counted with SQL).
+func TestDryRunAnswersAsTheIssuance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newKindsDB(t)
+	next := time.Now().Add(time.Hour).Truncate(time.Second)
+	d.create(t, "REL", 10, 3, map[time.Time]int32{time.Now().Add(-time.Hour): 2, next: 3}, false)
+	d.create(t, "LATER", 10, 1, map[time.Time]int32{next: 3}, false)
+	d.create(t, "AUD", 10, 1, nil, true)
+	d.create(t, "BIG", 10, 1, nil, false)
+	if _, err := d.owner.Exec(ctx, `SELECT campaign_audience_change('AUD', '{in}', true, 'test');
+		UPDATE campaign_budgets SET discount_yen = 2500 WHERE campaign_id = 'BIG'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		campaign, member, want, issued, reason string
+		remaining                              int // -1: none
+		next                                   bool
+	}{
+		{"REL", "a", "AVAILABLE", "ISSUED", "", 2, true},
+		{"REL", "a", "ALREADY_ISSUED", "ALREADY_ISSUED", "", -1, false},
+		{"REL", "b", "AVAILABLE", "ISSUED", "", 1, true},
+		{"REL", "c", "BUDGET_EXCEEDED", "BUDGET_EXCEEDED", "", 0, true},
+		{"LATER", "a", "CAMPAIGN_NOT_ACTIVE", "CAMPAIGN_NOT_ACTIVE", "NOT_STARTED", -1, true},
+		{"AUD", "out", "NOT_ELIGIBLE", "NOT_ELIGIBLE", "", -1, false},
+		{"AUD", "in", "AVAILABLE", "ISSUED", "", 10, false},
+		{"BIG", "z", "MONTHLY_CAP", "MONTHLY_CAP", "", -1, false},
+		{"NOPE", "a", "UNKNOWN_CAMPAIGN", "UNKNOWN_CAMPAIGN", "", -1, false},
+	} {
+		before := count(t, d.owner, written)
+		got := d.dryRun(t, s.campaign, s.member)
+		if after := count(t, d.owner, written); after != before {
+			t.Errorf("%s %s: the dry run wrote (%d before, %d after)", s.campaign, s.member, before, after)
+		}
+		remaining := -1
+		if got.remaining != nil {
+			remaining = *got.remaining
+		}
+		if got.result != s.want || got.reason != s.reason || remaining != s.remaining || (got.next != nil) != s.next ||
+			(got.next != nil && !got.next.Equal(next)) {
+			t.Errorf("%s %s: dry run %s %q remaining %d next %v; want %s %q %d, next release given %v", s.campaign, s.member,
+				got.result, got.reason, remaining, got.next, s.want, s.reason, s.remaining, s.next)
+		}
+		var issued string
+		if err := d.issue.QueryRow(ctx, sqlIssueOne, s.campaign, s.member).Scan(&issued, new(int)); err != nil {
+			t.Fatal(err)
+		}
+		if issued != s.issued {
+			t.Errorf("%s %s: the issuance after the dry run answered %s, want %s", s.campaign, s.member, issued, s.issued)
+		}
+	}
+}
+
+// TestDryRunTakesNoLock: a dry run answers while another session holds every budget stripe of
+// the campaign and the member's month row in an open transaction, as a busy issuance does. The
+// broken variant reads stripe 0 FOR UPDATE: it waits for the holder (pg_blocking_pids), and the
+// test sees it wait.
+func TestDryRunTakesNoLock(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newKindsDB(t)
+			if broken {
+				pgtest.BreakFunction(t, d.owner, "issue_dry_run",
+					[2]string{" STABLE SECURITY DEFINER", " VOLATILE SECURITY DEFINER"},
+					[2]string{"WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;", "WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;"})
+			}
+			d.create(t, "HOT", 10, 2, map[time.Time]int32{time.Now().Add(-time.Hour): 4}, false)
+			hold := pgtest.HoldCampaign(t, d.url, "HOT")
+			asked := make(chan dryRun, 1)
+			go func() {
+				var r dryRun
+				var reason *string
+				if err := d.issue.QueryRow(ctx, `SELECT result, reason, remaining_coupons, next_release_at FROM issue_dry_run('HOT', 'm1')`).
+					Scan(&r.result, &reason, &r.remaining, &r.next); err != nil {
+					r.result = err.Error()
+				}
+				asked <- r
+			}()
+			var got *dryRun
+			waited := false
+			pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+				select {
+				case r := <-asked:
+					got = &r
+					return nil
+				default:
+				}
+				if hold.Blocked() > 0 {
+					waited = true
+					return nil
+				}
+				return errors.New("the dry run neither answered nor waits for the holder")
+			})
+			hold.Release()
+			if got == nil {
+				r := waitDone(t, asked, "the dry run")
+				got = &r
+			}
+			switch {
+			case broken && !waited:
+				t.Errorf("the broken variant answered %s without waiting: the test would not see it", got.result)
+			case broken:
+				t.Logf("the broken variant waited for the holder, then answered %s", got.result)
+			case waited || got.result != "AVAILABLE" || got.remaining == nil || *got.remaining != 4:
+				t.Errorf("waited %v, answered %+v; want AVAILABLE with 4 remaining, at once", waited, got)
+			}
+		})
+	}
+}
+
+// TestReleasesThroughLiveChanges: on a campaign with releases, a void gives its coupon back to
+// what is released now, a re-stripe keeps the released count exact over the new stripes, and a
+// pause and a resume work as on any campaign. Each step is judged by the answers and by SQL:
+// the live coupons never exceed the released count.
+func TestReleasesThroughLiveChanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newKindsDB(t)
+	d.create(t, "LIVE", 10, 2, map[time.Time]int32{time.Now().Add(-time.Hour): 4, time.Now().Add(time.Hour): 6}, false)
+	member := 0
+	ask := func(want string) {
+		t.Helper()
+		member++
+		var got string
+		if err := d.issue.QueryRow(ctx, sqlIssueOne, "LIVE", fmt.Sprintf("m%d", member)).Scan(&got, new(int)); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("member m%d: %s, want %s", member, got, want)
+		}
+		if live := count(t, d.owner, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'LIVE' AND voided_at IS NULL`); live > 4 {
+			t.Fatalf("%d live coupons of 4 released", live)
+		}
+	}
+	change := func(sql string) {
+		t.Helper()
+		if _, err := d.owner.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		ask("ISSUED")
+	}
+	ask("BUDGET_EXCEEDED")
+	change(`SELECT coupon_void(coupon_id, 'test', false) FROM issued_coupons WHERE campaign_id = 'LIVE' AND member_id = 'm1'`)
+	ask("ISSUED")
+	ask("BUDGET_EXCEEDED")
+	change(`SELECT count(*) FROM campaign_change_budget('LIVE', NULL, NULL, 3, 'test')`)
+	ask("BUDGET_EXCEEDED")
+	change(`SELECT coupon_void(coupon_id, 'test', false) FROM issued_coupons WHERE campaign_id = 'LIVE' AND member_id = 'm2'`)
+	change(`SELECT count(*) FROM campaign_change_budget('LIVE', NULL, 4000, 5, 'test')`)
+	ask("ISSUED")
+	ask("BUDGET_EXCEEDED")
+	change(`SELECT count(*) FROM campaign_change_state('LIVE', 'pause', NULL, NULL, false, false, 'test')`)
+	change(`SELECT coupon_void(coupon_id, 'test', false) FROM issued_coupons WHERE campaign_id = 'LIVE' AND member_id = 'm3'`)
+	ask("CAMPAIGN_NOT_ACTIVE")
+	change(`SELECT count(*) FROM campaign_change_state('LIVE', 'resume', NULL, NULL, false, false, 'test')`)
+	ask("ISSUED")
+	ask("BUDGET_EXCEEDED")
+	if n := count(t, d.owner, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'LIVE'`); n != 5 {
+		t.Errorf("%d stripes, want 5", n)
+	}
+	assertRules(t, d.owner)
+}
+
+// sqlStripeWrites records, in the issuing transaction, each write that adds coupons to a budget
+// stripe of campaign HERD and the database's clock just after it: a test fixture, never in
+// production. The COMMIT of those coupons comes after that instant, and a transaction rolled back
+// takes its record with it, so herd_writes holds the committed writes, each at or before its
+// commit.
+const sqlStripeWrites = `
+CREATE TABLE herd_writes (stripe smallint NOT NULL, coupons integer NOT NULL, at timestamptz NOT NULL);
+CREATE FUNCTION herd_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO herd_writes VALUES (NEW.stripe, (NEW.issued_yen - OLD.issued_yen) / NEW.discount_yen, clock_timestamp());
+  RETURN NULL;
+END $$;
+CREATE TRIGGER herd_write AFTER UPDATE OF issued_yen ON campaign_budgets
+  FOR EACH ROW WHEN (NEW.campaign_id = 'HERD' AND NEW.issued_yen > OLD.issued_yen) EXECUTE FUNCTION herd_write();`
+
+// TestReleaseHerd is issue 33's herd at the release second: 64 clients send requests for fresh
+// members of campaign HERD (100 coupons of budget over 8 stripes) without pause through four
+// instances of the service (each coalescing its own), across two releases of 40 coupons 2 s apart, until both are taken.
+// Judged by SQL on the stripe writes (sqlStripeWrites): the coupons written before each release's
+// instant are at most what was released before it, so none of a release commits before its
+// instant; the coupons issued are exactly the 80 released; every BUDGET_EXCEEDED names the
+// second release or none; R1-R3 hold. The broken variant, the release judged by the reads alone,
+// writes more than the first release before the second.
+func TestReleaseHerd(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newKindsDB(t)
+			if broken {
+				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", releaseOnlyByReads...)
+			}
+			if _, err := d.owner.Exec(ctx, sqlStripeWrites); err != nil {
+				t.Fatal(err)
+			}
+			dbNow := scalar[time.Time](t, d.owner, `SELECT clock_timestamp()`)
+			first, second := dbNow.Add(1500*time.Millisecond), dbNow.Add(3500*time.Millisecond)
+			d.create(t, "HERD", 100, 8, map[time.Time]int32{first: 40, second: 40}, false)
+			svcs := services(t, d.issue, issuance.Config{})
+			var issued atomic.Int64
+			var mu sync.Mutex
+			answers := map[string]int{}
+			var wrongNext []string
+			var wg sync.WaitGroup
+			barrier := make(chan struct{})
+			stop := time.Now().Add(time.Until(second) + 20*time.Second) // a bound on a load too slow, not a judgement
+			for c := range 64 {
+				wg.Go(func() {
+					<-barrier
+					for n := 0; time.Now().Before(stop) && (issued.Load() < 80 || time.Now().Before(second)); n++ {
+						out, err := svcs[c%instances].Issue(ctx, fmt.Sprintf("c%02d-%d", c, n), "HERD")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if out.Result == issuance.ResultIssued {
+							issued.Add(1)
+						}
+						mu.Lock()
+						answers[string(out.Result)]++
+						if out.Result == issuance.ResultBudgetExceeded && out.NextReleaseAt != nil && !out.NextReleaseAt.Equal(second) {
+							wrongNext = append(wrongNext, out.NextReleaseAt.String())
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			time.Sleep(time.Until(first.Add(-500 * time.Millisecond)))
+			close(barrier)
+			wg.Wait()
+			before := func(at time.Time) int {
+				return count(t, d.owner, `SELECT coalesce(sum(coupons), 0) FROM herd_writes WHERE at < $1`, at)
+			}
+			beforeFirst, beforeSecond := before(first), before(second)
+			coupons := count(t, d.owner, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'HERD'`)
+			written := count(t, d.owner, `SELECT coalesce(sum(coupons), 0) FROM herd_writes`)
+			t.Logf("answers %v; coupons written before the first release %d, before the second %d, in all %d (%d coupons)",
+				answers, beforeFirst, beforeSecond, written, coupons)
+			if broken {
+				if beforeSecond <= 40 && coupons <= 80 {
+					t.Errorf("the broken variant wrote %d coupons before the second release, %d in all: the test would not see it", beforeSecond, coupons)
+				}
+				return
+			}
+			if beforeFirst != 0 || beforeSecond > 40 || coupons != 80 || written != 80 || len(wrongNext) > 0 {
+				t.Errorf("coupons written before the first release %d (want 0), before the second %d (want at most 40), "+
+					"coupons %d and written %d (want 80), next releases named wrongly %v", beforeFirst, beforeSecond, coupons, written, wrongNext)
+			}
+			if answers["CAMPAIGN_NOT_ACTIVE"] == 0 {
+				t.Errorf("no request came before the first release: the herd did not meet it")
+			}
+			assertRules(t, d.owner)
+		})
+	}
+}
