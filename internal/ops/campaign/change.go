@@ -46,7 +46,9 @@ type Changes struct {
 	ValidDays   int
 	ExpireAt    *time.Time
 	SetValidity bool
-	// Releases are added to the campaign's releases ([ReleaseAdd]), after the budget change.
+	// Releases are added to the campaign's releases, after the budget change: each in the
+	// future by the database's clock, before the end, at an instant not used, within the
+	// budget, on a campaign created with releases (else [ErrRefused]).
 	Releases []Release
 	Reason   string
 }

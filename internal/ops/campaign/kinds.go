@@ -161,21 +161,8 @@ func (s Status) AvailableCoupons() int {
 	return max(avail, 0)
 }
 
-// ReleaseAdd adds a release of coupons at instant at to campaign id through
-// campaign_release_add (00025_campaign_kinds.sql), which writes its history row, and returns it.
-// Errors: [ErrNotFound]; [ErrRefused] (an instant not in the future by the database's clock, at
-// or after the end, or already used; more coupons in all than the budget holds), nothing
-// changed; [ErrBusy]; or the database's.
-func ReleaseAdd(ctx context.Context, db Querier, id string, r Release, reason string) (*Change, error) {
-	b := &pgx.Batch{}
-	b.Queue(sqlReleaseAdd, id, r.At, r.Coupons, reason)
-	got, err := run(ctx, db, id, b)
-	if err != nil || len(got) == 0 {
-		return nil, err
-	}
-	return &got[0], nil
-}
-
+// sqlReleaseAdd adds a release through campaign_release_add (00025_campaign_kinds.sql), which
+// writes its history row; [Update] sends it for [Changes.Releases].
 const sqlReleaseAdd = `SELECT ` + changeColumns + ` FROM campaign_release_add($1, $2, $3, $4)`
 
 // AudienceChange adds members to campaign id's audience (add), or removes them, through
@@ -183,7 +170,8 @@ const sqlReleaseAdd = `SELECT ` + changeColumns + ` FROM campaign_release_add($1
 // row, and returns how many it changed: a member already in (or, removing, not in) the audience
 // is left as it is, so a chunk sent twice changes nothing the second time. members holds 1 to
 // [MaxAudienceChange] member ids. Errors: a member id that is not one, [ErrNotFound],
-// [ErrRefused], [ErrBusy], or the database's; nothing changed.
+// [ErrRefused] (a campaign open to every member: only an [Campaign.AudienceOnly] one has an
+// audience), [ErrBusy], or the database's; nothing changed.
 func AudienceChange(ctx context.Context, db Querier, id string, members []string, add bool, reason string) (int, error) {
 	if len(members) == 0 || len(members) > MaxAudienceChange {
 		return 0, fmt.Errorf("%w: campaign %s: %d members in one audience change: want 1-%d", ErrRefused, id, len(members), MaxAudienceChange)
