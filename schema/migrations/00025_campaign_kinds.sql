@@ -10,6 +10,13 @@
 --                            campaign_create, and never changed, so a read of them needs no lock
 --   campaign_create (12 arguments), campaign_release_add, campaign_audience_change
 --                            coupon_admin's, each with its history row
+--   issue_coupons_batch_v2, grant_coupons_batch_v2
+--                            this release's issuance and grant: releases and audiences judged,
+--                            NOT_ELIGIBLE and a next_release_at column
+--   issue_coupons_batch, grant_coupons_batch
+--                            the previous release's entries, now thin wrappers of the _v2 ones that
+--                            answer only codes it knows (docs/deploy.md, "Campaign kinds")
+--   issue_dry_run            IssueCoupon's dry run: plain reads, no write, no row lock
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
 
 CREATE TABLE campaign_releases (

@@ -487,3 +487,68 @@ func TestReleaseHerd(t *testing.T) {
 		})
 	}
 }
+
+// TestPreviousReleaseKnowsItsAnswers: the previous release's four entries answer a member outside
+// an audience-only campaign's audience UNKNOWN_CAMPAIGN, a code it knows (docs/deploy.md,
+// "Campaign kinds"), in their old six columns, and write nothing. The broken variant, wrappers
+// that pass the new code through, answers NOT_ELIGIBLE, which that release answers 500.
+func TestPreviousReleaseKnowsItsAnswers(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newKindsDB(t)
+			if broken {
+				for _, fn := range []string{"issue_coupons_batch", "grant_coupons_batch"} {
+					pgtest.BreakFunction(t, d.owner, fn, [2]string{"CASE b.result WHEN 'NOT_ELIGIBLE' THEN 'UNKNOWN_CAMPAIGN' ELSE b.result END", "b.result"})
+				}
+			}
+			d.create(t, "AUD", 10, 1, nil, true)
+			args := `'AUD', ARRAY[gen_random_uuid()], ARRAY['out'], ARRAY[now()], 2000, ARRAY[NULL::text]`
+			one := `gen_random_uuid(), 'AUD', 'out', now(), 2000, NULL`
+			var wrong []string
+			for _, c := range []struct {
+				sql     string
+				columns int // as 00024 answered
+			}{
+				{`SELECT * FROM issue_coupons_batch(` + args + `)`, 6}, {`SELECT * FROM grant_coupons_batch(` + args + `)`, 6},
+				{`SELECT * FROM issue_coupon(` + one + `)`, 5}, {`SELECT * FROM grant_coupon(` + one + `)`, 5},
+			} {
+				rows, err := d.owner.Query(ctx, c.sql)
+				if err != nil {
+					t.Fatal(err)
+				}
+				results := map[string]bool{}
+				for rows.Next() {
+					vals, err := rows.Values()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, v := range vals {
+						if s, ok := v.(string); ok && (s == "NOT_ELIGIBLE" || s == "UNKNOWN_CAMPAIGN") {
+							results[s] = true
+						}
+					}
+				}
+				if rows.Err() != nil {
+					t.Fatal(rows.Err())
+				}
+				if n := len(rows.FieldDescriptions()); n != c.columns || !results["UNKNOWN_CAMPAIGN"] || results["NOT_ELIGIBLE"] {
+					wrong = append(wrong, fmt.Sprintf("%s: %d columns (want %d), results %v", c.sql, n, c.columns, results))
+				}
+			}
+			if n := count(t, d.owner, written); n != 0 {
+				wrong = append(wrong, fmt.Sprintf("%d rows and yen written", n))
+			}
+			switch {
+			case broken && len(wrong) == 0:
+				t.Error("the broken variant answered only known codes: the test would not see it")
+			case broken:
+				t.Logf("the broken variant: %v", wrong)
+			case len(wrong) > 0:
+				t.Errorf("the previous release's entries: %v", wrong)
+			}
+		})
+	}
+}
