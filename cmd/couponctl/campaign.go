@@ -16,7 +16,7 @@ import (
 func campaignCmd() *cobra.Command {
 	return groupCmd("campaign", "Create, show, list and change campaigns, and read their history",
 		campaignCreateCmd(), campaignShowCmd(), campaignListCmd(), campaignUpdateCmd(),
-		campaignPauseCmd(), campaignResumeCmd(), campaignEndCmd(), campaignHistoryCmd())
+		campaignPauseCmd(), campaignResumeCmd(), campaignEndCmd(), campaignHistoryCmd(), campaignAudienceCmd())
 }
 
 func campaignCreateCmd() *cobra.Command {
@@ -25,17 +25,43 @@ func campaignCreateCmd() *cobra.Command {
 		starts, ends string
 		expires      string
 		expectedRPS  int
+		counts       countFlags
 	)
 	c := &cobra.Command{
-		Use:   "create --id ID --discount-yen N --budget-yen N [--starts T --ends T] [--stripes K | --expected-rps N] [--coupon-valid-days D | --coupons-expire T]",
+		Use: "create --id ID --discount-yen N (--budget-yen N | --coupons N) [--starts T --ends T] [--release AT=N]... " +
+			"[--daily-release HH:MM=N --days K] [--audience-only] [--stripes K | --expected-rps N] [--coupon-valid-days D | --coupons-expire T]",
 		Short: "Create a campaign; without --starts/--ends it is always active",
 		Long: `Create a campaign: its definition and its budget, split over K budget stripe rows
 (whole coupons each, as even as possible). One stripe suits an ordinary campaign; a first-come
 campaign expected to take many requests per second gets one stripe per ` + fmt.Sprint(campaign.StripeRateTPS) + ` requests/s
-(--expected-rps), at most ` + fmt.Sprint(campaign.MaxStripes) + ` (docs/hot-campaigns.md).`,
+(--expected-rps), at most ` + fmt.Sprint(campaign.MaxStripes) + ` (docs/hot-campaigns.md).
+
+The budget is --budget-yen N yen, or --coupons N coupons of --discount-yen D yen (N x D yen; with
+both, they must be equal): a first-N campaign (先着N名様) is --coupons N.
+
+Releases open the budget's coupons over time: --release AT=N (repeatable; AT in RFC 3339)
+releases N more coupons at AT; --daily-release HH:MM=N --days K releases N more every day at
+HH:MM Asia/Tokyo, K times, the first on --starts' Asia/Tokyo date, or on the next day when HH:MM
+that day comes before --starts (no release is before the start). Coupons not taken roll over to
+the next release. Before the first release IssueCoupon answers CAMPAIGN_NOT_ACTIVE (NOT_STARTED);
+once the released coupons are taken, BUDGET_EXCEEDED with next_release_at when a release is to
+come. The database judges each release at the instant it writes the coupon: none commits
+before AT. Without --budget-yen or --coupons the budget is the releases' coupons; with one, the
+releases may give fewer (campaign update --release adds more later), never more.
+
+--audience-only gives the coupon only to the members of the campaign's audience (campaign
+audience add); any other member is answered 403 NOT_ELIGIBLE, nothing written.
+
+A form couponctl cannot take (a malformed value, --coupons and --budget-yen that differ, releases
+above the budget, a release at or after --ends, two at one instant) exits 2 naming the flag;
+a refusal by the database exits 1; either way nothing is created.`,
 		Example: `  couponctl campaign create --id SW-A --discount-yen 1000 --budget-yen 100000
   couponctl campaign create --id WEEK --discount-yen 500 --budget-yen 50000 \
-    --starts "$(date --iso-8601=seconds)" --ends "$(date -d '+7 days' --iso-8601=seconds)"`,
+    --starts "$(date --iso-8601=seconds)" --ends "$(date -d '+7 days' --iso-8601=seconds)"
+  couponctl campaign create --id FIRST1000 --discount-yen 300 --coupons 1000 --expected-rps 8000
+  couponctl campaign create --id DAILY --discount-yen 500 --starts 2026-12-05T00:00:00+09:00 \
+    --daily-release 10:00=100 --days 7
+  couponctl campaign create --id GOLD --discount-yen 1000 --coupons 5000 --audience-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -64,8 +90,8 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			case cmd.Flags().Changed("stripes") && def.Stripes < 1:
 				return flagError("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
 			}
-			if err := def.Validate(); err != nil {
-				return usageError{err}
+			if err := counts.complete(cmd.Flags(), &def); err != nil {
+				return err
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -75,8 +101,7 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 			if err := campaign.Create(cmd.Context(), pool, def); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "created %s: %d yen coupons, budget %d yen in %d budget stripe(s)\n",
-				def.ID, def.DiscountYen, def.BudgetYen, max(def.Stripes, 1))
+			writeCreated(cmd.OutOrStdout(), def)
 			set, _, err := rules.Show(cmd.Context(), pool)
 			if err != nil {
 				return err
@@ -90,14 +115,16 @@ campaign expected to take many requests per second gets one stripe per ` + fmt.S
 	f := c.Flags()
 	f.StringVar(&def.ID, "id", "", "campaign id, 1-64 of [A-Za-z0-9_-] (required)")
 	f.IntVar(&def.DiscountYen, "discount-yen", 0, "face value of one coupon in yen (required)")
-	f.IntVar(&def.BudgetYen, "budget-yen", 0, "campaign budget approval in yen: R1's ceiling (required)")
+	f.IntVar(&def.BudgetYen, "budget-yen", 0, "campaign budget approval in yen: R1's ceiling (or --coupons)")
 	f.StringVar(&starts, "starts", "", "first instant coupons are issued, RFC 3339 (2026-09-19T00:00:00+09:00)")
 	f.StringVar(&ends, "ends", "", "instant issuing stops, RFC 3339, exclusive")
 	f.IntVar(&def.Stripes, "stripes", 1, fmt.Sprintf("budget stripe rows the budget is split over, 1-%d", campaign.MaxStripes))
 	f.IntVar(&def.CouponValidDays, "coupon-valid-days", 0, fmt.Sprintf("each coupon valid until the end of the D-th Asia/Tokyo day from its issue (the issue day is the first), 1-%d", campaign.MaxValidDays))
 	f.StringVar(&expires, "coupons-expire", "", "each coupon valid until this instant, RFC 3339 (instead of --coupon-valid-days)")
 	f.IntVar(&expectedRPS, "expected-rps", 0, fmt.Sprintf("peak requests/s expected: sets --stripes to one per %d/s", campaign.StripeRateTPS))
-	for _, name := range []string{"id", "discount-yen", "budget-yen"} {
+	counts.register(f)
+	f.BoolVar(&def.AudienceOnly, "audience-only", false, "only the members of its audience get its coupon (campaign audience add); others: NOT_ELIGIBLE")
+	for _, name := range []string{"id", "discount-yen"} {
 		_ = c.MarkFlagRequired(name)
 	}
 	return c
@@ -149,9 +176,11 @@ func campaignShowCmd() *cobra.Command {
 
 // writeCampaign writes one campaign as campaign show does, its state at now.
 func writeCampaign(w io.Writer, s campaign.Status, now time.Time) {
-	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\nbudget     %d yen\nissued     %d yen\nremaining  %d yen\nstripes    %d\n",
-		s.ID, state(s, now), s.DiscountYen, s.BudgetYen, s.IssuedYen, s.RemainingYen(), s.Stripes)
+	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\n", s.ID, state(s, now), s.DiscountYen)
+	writeCounts(w, s)
+	fmt.Fprintf(w, "stripes    %d\n", s.Stripes)
 	fmt.Fprintf(w, "period     %s .. %s\nvalidity   %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt), validity(s.Campaign))
+	writeKinds(w, s)
 }
 
 // validity says how long c's coupons are valid.
@@ -166,7 +195,8 @@ func validity(c campaign.Campaign) string {
 }
 
 // state is s's state at now, with when it was paused, when its coupons expired if that ended
-// it, and whether an active campaign's budget is spent.
+// it, when its first release comes if it waits for it, and whether an active campaign's budget
+// or released coupons are spent.
 func state(s campaign.Status, now time.Time) string {
 	switch st := s.State(now); {
 	case st == campaign.StatePaused:
@@ -175,15 +205,32 @@ func state(s campaign.Status, now time.Time) string {
 		return st + " (its coupons expired " + fmtTime(s.CouponsExpireAt) + ")"
 	case st == campaign.StateActive && s.RemainingYen() < s.DiscountYen:
 		return st + " (budget spent)"
+	case len(s.Schedule) > 0:
+		return st + releaseState(s, st, now)
 	default:
 		return st
 	}
 }
 
+// releaseState is what state adds for a campaign with releases in state st at now: when the
+// first release comes if the campaign waits for it, or that the released coupons are taken and
+// when the next release comes.
+func releaseState(s campaign.Status, st string, now time.Time) string {
+	switch {
+	case st == campaign.StateNotStarted && (s.StartsAt == nil || !now.Before(*s.StartsAt)):
+		return " (first release at " + fmtTime(&s.Schedule[0].At) + ")"
+	case st != campaign.StateActive || s.AvailableCoupons() > 0:
+		return ""
+	case s.NextRelease() != nil:
+		return " (released coupons taken; next release at " + fmtTime(&s.NextRelease().At) + ")"
+	}
+	return " (released coupons taken; no release to come)"
+}
+
 func campaignListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List every campaign: budget, issued, remaining (yen), period (Asia/Tokyo) and state now",
+		Short: "List every campaign: budget, issued, remaining (yen and coupons), period (Asia/Tokyo), releases, audience and state now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pool, closePool, err := openMigrated(cmd.Context())
@@ -201,18 +248,20 @@ func campaignListCmd() *cobra.Command {
 	}
 }
 
-// writeCampaignList writes list as a table, amounts in yen, periods in Asia/Tokyo time, and each
-// campaign's state at now: active, paused, ended or not started.
+// writeCampaignList writes list as a table, amounts in yen and in coupons (issued/budget), periods
+// in Asia/Tokyo time, releases and audience, and each campaign's state at now: active, paused,
+// ended or not started.
 func writeCampaignList(w io.Writer, list []campaign.Status, now time.Time) {
 	if len(list) == 0 {
 		fmt.Fprintln(w, "no campaigns (couponctl campaign create adds one)")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tstarts\tends\tstate")
+	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tcoupons_issued/budget\tremaining_coupons\tstarts\tends\tkind\tstate")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen,
-			s.RemainingYen(), fmtTime(s.StartsAt), fmtTime(s.EndsAt), state(s, now))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%s\t%s\t%s\t%s\n", s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen,
+			s.RemainingYen(), s.IssuedYen/s.DiscountYen, s.BudgetYen/s.DiscountYen, s.RemainingYen()/s.DiscountYen,
+			fmtTime(s.StartsAt), fmtTime(s.EndsAt), kinds(s), state(s, now))
 	}
 	_ = tw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -45,11 +46,12 @@ func campaignUpdateCmd() *cobra.Command {
 		starts, ends string
 		validDays    int
 		expires      string
+		releases     []string
 		reason       string
 	)
 	c := &cobra.Command{
-		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] [--coupon-valid-days D | --coupons-expire T] --reason TEXT",
-		Short: "Change a live campaign's budget, budget stripes, period or coupon validity",
+		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] [--coupon-valid-days D | --coupons-expire T] [--release AT=N]... --reason TEXT",
+		Short: "Change a live campaign's budget, budget stripes, period, coupon validity or releases",
 		Long: `Change a live campaign while IssueCoupon runs.
 
 --budget-yen N sets the budget; --add-budget-yen D adds D yen to the budget the change finds
@@ -66,10 +68,17 @@ commits.
 
 --coupon-valid-days D (until the end of the D-th Asia/Tokyo day from issue; 0 removes the
 validity) or --coupons-expire T (until the instant T) set the validity of the coupons issued from
-then on; coupons issued before keep theirs.` + changeHelp,
+then on; coupons issued before keep theirs.
+
+--release AT=N (repeatable; AT in RFC 3339) adds a release of N more coupons at AT, after the
+budget change when there is one. AT must be in the future by the database's clock, before the
+end, and not the instant of another release; the releases may give no more coupons in all than
+the budget holds (raise it in the same command). A release added is in the history; it cannot be
+taken back, only the campaign paused or ended.` + changeHelp,
 		Example: `  couponctl campaign update BF --add-budget-yen 500000 --reason "marketing approved 500 more (JIRA-812)"
   couponctl campaign update BF --stripes 16 --reason "hot: 8,000 requests/s"
-  couponctl campaign update SALE --ends 2026-12-25T00:00:00+09:00 --reason "extended by a day"`,
+  couponctl campaign update SALE --ends 2026-12-25T00:00:00+09:00 --reason "extended by a day"
+  couponctl campaign update DAILY --add-budget-yen 50000 --release 2026-12-12T10:00:00+09:00=100 --reason "an eighth day (PROMO-77)"`,
 		Args: oneCampaign,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ch := campaign.Changes{Reason: reason}
@@ -106,18 +115,14 @@ then on; coupons issued before keep theirs.` + changeHelp,
 					return usageError{err}
 				}
 			}
-			if f.Changed("coupon-valid-days") && f.Changed("coupons-expire") {
-				return usageError{fmt.Errorf("give --coupon-valid-days or --coupons-expire, not both")}
+			if err := validityChange(f, &ch, validDays, expires); err != nil {
+				return err
 			}
-			if ch.SetValidity = f.Changed("coupon-valid-days") || f.Changed("coupons-expire"); f.Changed("coupon-valid-days") {
-				ch.ValidDays = validDays
-			} else if f.Changed("coupons-expire") {
-				if ch.ExpireAt, err = parseTime("--coupons-expire", expires); err != nil || ch.ExpireAt == nil {
-					return usageError{fmt.Errorf("--coupons-expire: give an RFC 3339 time such as 2026-12-31T23:59:59+09:00")}
-				}
+			if ch.Releases, err = parseReleases(releases); err != nil {
+				return err
 			}
 			if ch.Empty() {
-				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days or --coupons-expire")}
+				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days, --coupons-expire or --release")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
 				return update(ctx, db, cmd.ErrOrStderr(), args[0], ch)
@@ -132,8 +137,28 @@ then on; coupons issued before keep theirs.` + changeHelp,
 	f.StringVar(&ends, "ends", "", `new instant issuing stops, RFC 3339, exclusive, or "open"`)
 	f.IntVar(&validDays, "coupon-valid-days", 0, "coupons issued from now valid until the end of the D-th Asia/Tokyo day from issue; 0 removes the validity")
 	f.StringVar(&expires, "coupons-expire", "", "coupons issued from now valid until this instant, RFC 3339")
+	f.StringArrayVar(&releases, "release", nil, "add a release of N more coupons at AT, as AT=N, AT in RFC 3339 (repeatable)")
 	reasonFlag(c, &reason)
 	return c
+}
+
+// validityChange sets ch's validity from --coupon-valid-days validDays or --coupons-expire
+// expires, whichever f says was given; both, or an expiry that is not RFC 3339, is a usage error.
+func validityChange(f *pflag.FlagSet, ch *campaign.Changes, validDays int, expires string) error {
+	days, expiry := f.Changed("coupon-valid-days"), f.Changed("coupons-expire")
+	ch.SetValidity = days || expiry
+	switch {
+	case days && expiry:
+		return usageError{fmt.Errorf("give --coupon-valid-days or --coupons-expire, not both")}
+	case days:
+		ch.ValidDays = validDays
+	case expiry:
+		var err error
+		if ch.ExpireAt, err = parseTime("--coupons-expire", expires); err != nil || ch.ExpireAt == nil {
+			return usageError{fmt.Errorf("--coupons-expire: give an RFC 3339 time such as 2026-12-31T23:59:59+09:00")}
+		}
+	}
+	return nil
 }
 
 // update applies ch to campaign id ([campaign.Update]) unless it would leave the campaign's
@@ -346,7 +371,8 @@ func writeHistory(w io.Writer, id string, list []campaign.Change) {
 
 // describe writes a change's figures before and after it as key=value pairs in key order, times
 // in Asia/Tokyo: for a budget or stripes change all of them (the issued yen they kept), otherwise
-// those it changed. A change with nothing before it, the create, has "-" before.
+// those it changed; before, only the figures the change read. A change with nothing before it
+// (a create, an audience change) has "-" before.
 func describe(c campaign.Change) (before, after string) {
 	keys := make([]string, 0, len(c.After))
 	for k := range c.After {
@@ -358,7 +384,11 @@ func describe(c campaign.Change) (before, after string) {
 	if len(c.Before) == 0 {
 		return "-", pairs(keys, c.After)
 	}
-	return pairs(keys, c.Before), pairs(keys, c.After)
+	read := slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+		_, ok := c.Before[k]
+		return !ok
+	})
+	return pairs(read, c.Before), pairs(keys, c.After)
 }
 
 func pairs(keys []string, m map[string]any) string {
@@ -381,10 +411,36 @@ func pairs(keys []string, m map[string]any) string {
 			}
 		case float64:
 			v = int64(x)
+		case []any:
+			v = releasesText(x)
 		}
 		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
 	}
 	return strings.Join(parts, " ")
+}
+
+// releasesText summarizes the releases of a create's history row ([{"at": T, "coupons": N},
+// ...], in time order): how many, their coupons, the first and the last at +09:00 (campaign show
+// lists each); "none" for no release.
+func releasesText(list []any) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	coupons := 0
+	at := make([]string, len(list))
+	for i, r := range list {
+		m, _ := r.(map[string]any)
+		n, _ := m["coupons"].(float64)
+		coupons += int(n)
+		at[i] = fmt.Sprint(m["at"])
+		if t, err := time.Parse(time.RFC3339Nano, at[i]); err == nil {
+			at[i] = t.In(issuance.Tokyo).Format(time.RFC3339)
+		}
+	}
+	if len(list) == 1 {
+		return fmt.Sprintf("1 (%d coupons at %s)", coupons, at[0])
+	}
+	return fmt.Sprintf("%d (%d coupons, %s .. %s)", len(list), coupons, at[0], at[len(at)-1])
 }
 
 // parseBound is a period bound of campaign update: RFC 3339, or "open" for none.

@@ -121,7 +121,7 @@ not errors.`,
 			if err := outCheck(out); err != nil {
 				return fmt.Errorf("grant: --out %w; nothing was issued", err)
 			}
-			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), list), out: out,
+			return runGrant(cmd, grantJob{campaignID: campaignID, members: dedupe(cmd.ErrOrStderr(), "grant", list), out: out,
 				concurrency: concurrency, dryRun: dryRun})
 		},
 	}
@@ -135,8 +135,9 @@ not errors.`,
 	return c
 }
 
-// dedupe drops the repeats of members, keeping the first of each, and says how many it dropped.
-func dedupe(w io.Writer, members []string) []string {
+// dedupe drops the repeats of members, keeping the first of each, and says on w, as verb, how
+// many it dropped.
+func dedupe(w io.Writer, verb string, members []string) []string {
 	seen := make(map[string]bool, len(members))
 	out := members[:0:0]
 	for _, m := range members {
@@ -146,7 +147,7 @@ func dedupe(w io.Writer, members []string) []string {
 		}
 	}
 	if n := len(members) - len(out); n > 0 {
-		fmt.Fprintf(w, "grant: members listed more than once, sent once each: %d\n", n)
+		fmt.Fprintf(w, "%s: members listed more than once, sent once each: %d\n", verb, n)
 	}
 	return out
 }
@@ -330,7 +331,7 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPla
 	case campaign.StateNotStarted:
 		return p, fmt.Errorf("grant: campaign %s starts at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
 			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
-			id, at(s.StartsAt), id)
+			id, at(s.OpensAt()), id)
 	}
 	set, _, err := rules.Show(ctx, pool)
 	if err != nil {
@@ -343,13 +344,28 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPla
 	if err := pool.QueryRow(ctx, sqlGrantHeld, id, job.members).Scan(&p.held, &p.voided); err != nil {
 		return p, fmt.Errorf("grant: %w", err)
 	}
-	if rest := len(job.members) - p.held - p.voided; rest > 0 && s.RemainingYen() < s.DiscountYen {
-		return p, fmt.Errorf("grant: campaign %s has %d yen of budget left, less than one %d yen coupon: the %d members "+
-			"without its coupon would answer BUDGET_EXCEEDED; raise its budget first "+
-			"(couponctl campaign update %s --add-budget-yen D --reason TEXT); nothing was issued",
-			id, s.RemainingYen(), s.DiscountYen, rest, id)
+	if rest := len(job.members) - p.held - p.voided; rest > 0 && s.AvailableCoupons() == 0 {
+		return p, noRoom(s, rest)
 	}
 	return p, nil
+}
+
+// noRoom is the refusal of a grant to rest members on campaign s, which can issue no coupon
+// now: its budget is spent, or the coupons its releases have given so far are taken.
+func noRoom(s campaign.Status, rest int) error {
+	id := s.ID
+	if s.RemainingYen() >= s.DiscountYen {
+		next := "no release is to come: add one (couponctl campaign update " + id + " --release AT=N --reason TEXT)"
+		if r := s.NextRelease(); r != nil {
+			next = "run the grant after its next release, at " + tokyoTime(&r.At)
+		}
+		return fmt.Errorf("grant: campaign %s's released coupons are taken: the %d members without its coupon would answer "+
+			"BUDGET_EXCEEDED; %s; nothing was issued", id, rest, next)
+	}
+	return fmt.Errorf("grant: campaign %s has %d yen of budget left, less than one %d yen coupon: the %d members "+
+		"without its coupon would answer BUDGET_EXCEEDED; raise its budget first "+
+		"(couponctl campaign update %s --add-budget-yen D --reason TEXT); nothing was issued",
+		id, s.RemainingYen(), s.DiscountYen, rest, id)
 }
 
 // write says what the grant is about to do: to whom, how many at once, as whom, and what the
@@ -365,7 +381,10 @@ func (p grantPlan) write(w io.Writer, job grantJob) {
 		fmt.Fprintf(w, "grant: %d of them had its coupon voided: they answer COUPON_VOIDED\n", p.voided)
 	}
 	rest := len(job.members) - p.held - p.voided
-	if room := s.RemainingYen() / s.DiscountYen; room < rest {
+	if room := s.AvailableCoupons(); room < rest && len(s.Schedule) > 0 {
+		fmt.Fprintf(w, "grant: its releases so far leave room for %d more coupons and %d members are to be granted: "+
+			"at least %d will answer BUDGET_EXCEEDED\n", room, rest, rest-room)
+	} else if room < rest {
 		fmt.Fprintf(w, "grant: its budget has room for %d more coupons (%d yen) and %d members are to be granted: "+
 			"at least %d will answer BUDGET_EXCEEDED\n", room, s.RemainingYen(), rest, rest-room)
 	}

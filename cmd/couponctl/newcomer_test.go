@@ -68,7 +68,7 @@ func TestSimChecksChartFirst(t *testing.T) {
 	}
 }
 
-// TestCampaignListTable: amounts in yen, Tokyo periods, and each campaign's state.
+// TestCampaignListTable: amounts in yen and in coupons, Tokyo periods, and each campaign's state.
 func TestCampaignListTable(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	past, future := now.Add(-48*time.Hour), now.Add(48*time.Hour)
@@ -83,7 +83,7 @@ func TestCampaignListTable(t *testing.T) {
 	got := b.String()
 	for _, want := range []string{
 		"campaign", "remaining_yen", "state",
-		"OPEN      1000          100000      3000        97000          (open)",
+		"OPEN      1000          100000      3000        97000          3/100                  97                 (open)",
 		"SOON", "not started", future.In(tokyo(t)).Format(time.RFC3339),
 		"OVER", "ended",
 		"SPENT", "active (budget spent)",

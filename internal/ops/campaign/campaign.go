@@ -39,6 +39,13 @@ type Campaign struct {
 	// [MaxStripes]; 0 means 1. More stripes let more issuances of one hot campaign hold a budget
 	// row at once; see [StripesFor].
 	Stripes int
+	// Releases, when any, release the budget's coupons over time ([Release]); before the first
+	// the campaign has not started. At most [MaxReleases], no more coupons in all than BudgetYen
+	// holds; without releases the whole budget is open from StartsAt.
+	Releases []Release
+	// AudienceOnly limits the campaign to the members of its audience (campaign_audience,
+	// [AudienceChange]): any other member is answered NOT_ELIGIBLE, nothing written.
+	AudienceOnly bool
 }
 
 // MaxValidDays bounds [Campaign.CouponValidDays] (the schema's valid_days_in_range): ten years.
@@ -70,6 +77,12 @@ type Status struct {
 	IssuedYen int // the R1 counter: campaign_budgets.issued_yen summed over the stripes
 	// PausedAt is when an operator paused the campaign ([Pause]), nil when it is not paused.
 	PausedAt *time.Time
+	// Schedule is the campaign's releases in time order with what each has released, empty
+	// for a campaign without releases.
+	Schedule []ReleaseStatus
+	// AudienceSize is how many members the campaign's audience holds (only an AudienceOnly
+	// campaign has one).
+	AudienceSize int
 }
 
 // The states of a campaign at an instant ([Status.State]).
@@ -81,7 +94,7 @@ const (
 )
 
 // State is the campaign's state at now: ended (at or after EndsAt or CouponsExpireAt), else
-// paused, else not started (before StartsAt), else active, the order in which the issuance names
+// paused, else not started (before StartsAt or the first release), else active, the order in which the issuance names
 // the reason of CAMPAIGN_NOT_ACTIVE (campaign_inactive_reason, schema/current).
 func (s Status) State(now time.Time) string {
 	switch {
@@ -89,7 +102,7 @@ func (s Status) State(now time.Time) string {
 		return StateEnded
 	case s.PausedAt != nil:
 		return StatePaused
-	case s.StartsAt != nil && now.Before(*s.StartsAt):
+	case s.StartsAt != nil && now.Before(*s.StartsAt), len(s.Schedule) > 0 && !s.Schedule[0].Open:
 		return StateNotStarted
 	}
 	return StateActive
@@ -128,7 +141,7 @@ func (c Campaign) Validate() error {
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
 		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID, tokyo(c.StartsAt), tokyo(c.EndsAt))
 	}
-	return nil
+	return c.CheckReleases()
 }
 
 // CheckExpiry judges coupons that all expire at expire (a fixed expiry, nil for none) against
@@ -174,12 +187,24 @@ func (c Campaign) Warnings(capYen int, now time.Time) []string {
 	if expiry, _ := CheckExpiry(c.StartsAt, c.EndsAt, c.CouponsExpireAt); expiry != "" {
 		w = append(w, expiry)
 	}
+	if n := c.BudgetYen/c.DiscountYen - c.ReleasedCoupons(); len(c.Releases) > 0 && n > 0 {
+		w = append(w, fmt.Sprintf("%d coupons of the budget are in no release: none of them is issued until "+
+			"couponctl campaign update %s --release AT=N --reason TEXT adds a release", n, c.ID))
+	}
+	for _, r := range c.Releases {
+		if c.StartsAt != nil && r.At.Before(*c.StartsAt) {
+			w = append(w, fmt.Sprintf("the release at %s is before the start at %s: its coupons open at the start",
+				tokyo(&r.At), tokyo(c.StartsAt)))
+			break
+		}
+	}
 	return w
 }
 
 // Create creates c and its budget stripes through campaign_create
-// (00017_admin_through_functions.sql), which writes its 'create' history row, in one
-// transaction. Errors: a validation error, [ErrExists], or the database's.
+// (00017_admin_through_functions.sql; with releases or an audience, its overload of
+// 00025_campaign_kinds.sql, which also writes the releases), which writes its 'create' history
+// row, in one transaction. Errors: a validation error, [ErrExists], or the database's.
 func Create(ctx context.Context, db Querier, c Campaign) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -188,9 +213,18 @@ func Create(ctx context.Context, db Querier, c Campaign) error {
 	if c.CouponValidDays > 0 {
 		days = &c.CouponValidDays
 	}
+	args := []any{c.ID, c.DiscountYen, c.BudgetYen, max(c.Stripes, 1), c.StartsAt, c.EndsAt, days, c.CouponsExpireAt, createReason}
+	sql := `SELECT change_id FROM campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	if len(c.Releases) > 0 || c.AudienceOnly {
+		at, coupons := make([]time.Time, len(c.Releases)), make([]int32, len(c.Releases))
+		for i, r := range c.Releases {
+			at[i], coupons[i] = r.At, int32(r.Coupons)
+		}
+		args = append(args, at, coupons, c.AudienceOnly)
+		sql = `SELECT change_id FROM campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	}
 	var changeID int64
-	err := db.QueryRow(ctx, `SELECT change_id FROM campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		c.ID, c.DiscountYen, c.BudgetYen, max(c.Stripes, 1), c.StartsAt, c.EndsAt, days, c.CouponsExpireAt, createReason).Scan(&changeID)
+	err := db.QueryRow(ctx, sql, args...).Scan(&changeID)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlStateExists {
 		return fmt.Errorf("%w: %s", ErrExists, c.ID)
@@ -208,46 +242,54 @@ const (
 	sqlStateExists = "CI409"
 )
 
-// statusColumns are a [Status] read from campaign_budgets grouped by campaign_id: the
-// definition, written alike on every stripe, and the stripes' sums.
+// statusColumns are a [Status] read from campaign_budgets b grouped by campaign_id: the
+// definition, written alike on every stripe, the stripes' sums, and the audience's size.
 const statusColumns = `campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at),
-coalesce(min(coupon_valid_days), 0), min(coupons_expire_at)`
+coalesce(min(coupon_valid_days), 0), min(coupons_expire_at), bool_or(audience_only),
+(SELECT count(*) FROM campaign_audience a WHERE a.campaign_id = b.campaign_id)::integer`
 
-// Show reads campaign id. Errors: [ErrNotFound], or the database's.
-func Show(ctx context.Context, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, id string) (Status, error) {
-	var s Status
-	err := db.QueryRow(ctx, `
-SELECT `+statusColumns+` FROM campaign_budgets WHERE campaign_id = $1 GROUP BY campaign_id`, id).
-		Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
-			&s.CouponValidDays, &s.CouponsExpireAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
+// reader runs queries: a pool, a connection or a transaction.
+type reader interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+// Show reads campaign id, its releases and the size of its audience. Errors: [ErrNotFound], or
+// the database's.
+func Show(ctx context.Context, db reader, id string) (Status, error) {
+	list, err := read(ctx, db, `WHERE campaign_id = $1`, id)
 	if err != nil {
-		return s, fmt.Errorf("campaign: show %s: %w", id, err)
+		return Status{}, fmt.Errorf("campaign: show %s: %w", id, err)
 	}
-	return s, nil
+	if len(list) == 0 {
+		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return list[0], nil
 }
 
 // List reads every campaign in id order, as [Show] reads one: a campaign whose budget is spread
 // over budget stripes is one Status with the stripes' sums. Errors: the database's.
-func List(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]Status, error) {
-	rows, err := db.Query(ctx, `
-SELECT `+statusColumns+` FROM campaign_budgets GROUP BY campaign_id ORDER BY campaign_id`)
-	if err != nil {
-		return nil, fmt.Errorf("campaign: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
-		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
-			&s.CouponValidDays, &s.CouponsExpireAt)
-		return s, err
-	})
+func List(ctx context.Context, db reader) ([]Status, error) {
+	list, err := read(ctx, db, ``)
 	if err != nil {
 		return nil, fmt.Errorf("campaign: list: %w", err)
 	}
 	return list, nil
+}
+
+// read reads the campaigns that where (a WHERE clause of campaign_budgets b, or "") picks, in id
+// order, with their releases.
+func read(ctx context.Context, db reader, where string, args ...any) ([]Status, error) {
+	rows, err := db.Query(ctx, `SELECT `+statusColumns+` FROM campaign_budgets b `+where+` GROUP BY campaign_id ORDER BY campaign_id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
+		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
+			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize)
+		return s, err
+	})
+	if err != nil || len(list) == 0 {
+		return list, err
+	}
+	return list, readReleases(ctx, db, list)
 }

@@ -46,12 +46,17 @@ type Changes struct {
 	ValidDays   int
 	ExpireAt    *time.Time
 	SetValidity bool
-	Reason      string
+	// Releases are added to the campaign's releases, after the budget change: each in the
+	// future by the database's clock, before the end, at an instant not used, within the
+	// budget, on a campaign created with releases (else [ErrRefused]).
+	Releases []Release
+	Reason   string
 }
 
 // Empty reports whether c changes nothing.
 func (c Changes) Empty() bool {
-	return c.BudgetYen == nil && c.AddBudgetYen == nil && c.Stripes == nil && !c.SetStarts && !c.SetEnds && !c.SetValidity
+	return c.BudgetYen == nil && c.AddBudgetYen == nil && c.Stripes == nil && !c.SetStarts && !c.SetEnds && !c.SetValidity &&
+		len(c.Releases) == 0
 }
 
 // Change is one row of a campaign's history (campaign_changes, 00010_live_campaigns.sql).
@@ -62,7 +67,8 @@ type Change struct {
 	At time.Time
 	// By is the database login that made it (on Cloud SQL, the operator's IAM user).
 	By string
-	// What is budget, stripes, period, pause, resume, end or validity.
+	// What is create, budget, stripes, period, pause, resume, end, validity, or what
+	// 00025_campaign_kinds.sql's functions write for a release and an audience change.
 	What string
 	// Before and After are the figures the change read and wrote: budget_yen, issued_yen and
 	// stripes for a budget or stripes change; starts_at, ends_at and paused_at otherwise.
@@ -111,6 +117,9 @@ func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, er
 		}
 		b.Queue(sqlChangeValid, id, days, c.ExpireAt, c.Reason)
 	}
+	for _, r := range c.Releases {
+		b.Queue(sqlReleaseAdd, id, r.At, r.Coupons, c.Reason)
+	}
 	return run(ctx, db, id, b)
 }
 
@@ -144,8 +153,8 @@ func stateChange(ctx context.Context, db Querier, id, what, reason string) (*Cha
 	return &got[0], nil
 }
 
-// run sends the change calls of b in one pipeline, after [ChangeLockTimeout] (local to its
-// implicit transaction), and collects the history rows they return.
+// run sends the change calls of b as [sendChange] does and collects the history rows they
+// return.
 func run(ctx context.Context, db Querier, id string, b *pgx.Batch) ([]Change, error) {
 	var out []Change
 	for _, q := range b.QueuedQueries {
@@ -155,13 +164,22 @@ func run(ctx context.Context, db Querier, id string, b *pgx.Batch) ([]Change, er
 			return err
 		})
 	}
+	if err := sendChange(ctx, db, id, b); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// sendChange sends the change calls of b on campaign id in one pipeline, after
+// [ChangeLockTimeout] (local to its implicit transaction), and explains their errors.
+func sendChange(ctx context.Context, db Querier, id string, b *pgx.Batch) error {
 	timeouts := &pgx.QueuedQuery{SQL: sqlChangeLockTimeout,
 		Arguments: []any{ChangeLockTimeout.String()}}
 	b.QueuedQueries = append([]*pgx.QueuedQuery{timeouts}, b.QueuedQueries...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, explain(id, err)
+		return explain(id, err)
 	}
-	return out, nil
+	return nil
 }
 
 // History returns every change of campaign id, oldest first. Errors: [ErrNotFound], or the
