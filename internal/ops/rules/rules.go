@@ -36,8 +36,8 @@ type Settings struct {
 	// console of more than this over the budget in force waits for a second approver
 	// (console_budget, migration 00026). 100,000 until changed.
 	ApprovalAboveYen int64
-	ChangedAt     time.Time // when they were last set
-	ChangedBy     string    // the database login that set them
+	ChangedAt        time.Time // when they were last set
+	ChangedBy        string    // the database login that set them
 }
 
 // Change is one row of the settings' history (coupon_rules_changes), oldest first by ID.
