@@ -46,7 +46,7 @@ default (2,000 yen; 100,000 yen).`,
 }
 
 func writeRules(w io.Writer, set rules.Settings, list []rules.Change) {
-	fmt.Fprintf(w, "monthly_cap_yen %d\napproval_above_yen %d\n(last set %s by %s)\n\n", set.MonthlyCapYen, set.ApprovalAboveYen,
+	fmt.Fprintf(w, "monthly_cap_yen %d\napproval_above_yen %d\n(set %s by %s)\n\n", set.MonthlyCapYen, set.ApprovalAboveYen,
 		inTokyo(set.ChangedAt), set.ChangedBy)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "change\twhen (Asia/Tokyo)\twho\tbefore\tafter\treason")
@@ -131,7 +131,7 @@ reason, before the database is touched.`, issuance.MaxMonthlyCapYen, rules.MaxAp
 			if err != nil {
 				return err
 			}
-			writeRulesSet(cmd.OutOrStdout(), ch, changed)
+			writeRulesSet(cmd.OutOrStdout(), ch, changed, capArg, lineArg)
 			return nil
 		},
 	}
@@ -142,18 +142,31 @@ reason, before the database is touched.`, issuance.MaxMonthlyCapYen, rules.MaxAp
 	return c
 }
 
-// writeRulesSet reports what `rules set` changed.
-func writeRulesSet(w io.Writer, ch rules.Change, changed bool) {
+// writeRulesSet reports what `rules set` changed, given the settings asked for (nil: not given).
+func writeRulesSet(w io.Writer, ch rules.Change, changed bool, capYen *int, approvalYen *int64) {
 	if !changed {
-		fmt.Fprintln(w, "the settings are already so: nothing changed")
+		var asked []string
+		if capYen != nil {
+			asked = append(asked, fmt.Sprintf("monthly_cap_yen is already %d", *capYen))
+		}
+		if approvalYen != nil {
+			asked = append(asked, fmt.Sprintf("approval_above_yen is already %d", *approvalYen))
+		}
+		fmt.Fprintf(w, "%s: nothing changed\n", strings.Join(asked, ", "))
 		return
 	}
-	fmt.Fprintf(w, "rules changed (change %d at %s by %s)\n  before  %s\n  after   %s\n",
+	var keys []string
+	for _, k := range []string{"monthly_cap_yen", "approval_above_yen"} {
+		if _, ok := ch.After[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	fmt.Fprintf(w, "%s changed (change %d at %s by %s)\n  before  %s\n  after   %s\n", strings.Join(keys, " and "),
 		ch.ID, ch.At.In(issuance.Tokyo).Format("2006-01-02T15:04:05.000Z07:00"), ch.By, settings(ch.Before), settings(ch.After))
 	if v, ok := ch.After["monthly_cap_yen"]; ok {
 		fmt.Fprintf(w, "coupons issued from now on are capped at %v yen per member and month; those issued before stay\n", v)
 	}
 	if v, ok := ch.After["approval_above_yen"]; ok {
-		fmt.Fprintf(w, "console budget raises of more than %v yen now wait for a second approver\n", v)
+		fmt.Fprintf(w, "budget raises through the console of more than %v yen now wait for a second approver\n", v)
 	}
 }
