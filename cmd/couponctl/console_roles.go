@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/ops/consolerole"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // consoleGrantCmd and consoleRolesCmd are `couponctl console`'s sub-verbs: who may do what in
@@ -54,7 +55,8 @@ touched.`,
 				fmt.Fprintf(w, "%s is already %s: nothing changed\n", strings.ToLower(strings.TrimSpace(email)), r)
 				return nil
 			}
-			fmt.Fprintf(w, "%s: %s -> %s (change %d at %s by %s)\n", ch.Email, ch.Before, ch.After, ch.ID, inTokyo(ch.At), ch.By)
+			fmt.Fprintf(w, "%s: %s -> %s (change %d at %s by %s)\n", ch.Email, ch.Before, ch.After, ch.ID,
+				ch.At.In(issuance.Tokyo).Format("2006-01-02T15:04:05.000Z07:00"), ch.By)
 			return nil
 		},
 	}
