@@ -103,24 +103,9 @@ nothing and write no history. Exit 2 for a setting out of range, neither setting
 reason, before the database is touched.`, issuance.MaxMonthlyCapYen, rules.MaxApprovalAboveYen),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			capSet, line := cmd.Flags().Changed("monthly-cap-yen"), cmd.Flags().Changed("approval-above-yen")
-			var capArg *int
-			var lineArg *int64
-			switch {
-			case !capSet && !line:
-				return flagError("%s needs --monthly-cap-yen N, --approval-above-yen N or both", cmd.CommandPath())
-			case capSet && (capYen < 1 || capYen > issuance.MaxMonthlyCapYen):
-				return flagError("--monthly-cap-yen %d: want 1 to %d yen", capYen, issuance.MaxMonthlyCapYen)
-			case line && (approvalYen < 0 || approvalYen > rules.MaxApprovalAboveYen):
-				return flagError("--approval-above-yen %d: want 0 to %d yen", approvalYen, rules.MaxApprovalAboveYen)
-			case strings.TrimSpace(reason) == "":
-				return flagError("%s needs --reason TEXT: why, for the rules' history", cmd.CommandPath())
-			}
-			if capSet {
-				capArg = &capYen
-			}
-			if line {
-				lineArg = &approvalYen
+			capArg, lineArg, err := rulesSetFlags(cmd, capYen, approvalYen, reason)
+			if err != nil {
+				return err
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -140,6 +125,30 @@ reason, before the database is touched.`, issuance.MaxMonthlyCapYen, rules.MaxAp
 	c.Flags().StringVar(&reason, "reason", "", "why, for the rules' history (required)")
 	_ = c.MarkFlagRequired("reason")
 	return c
+}
+
+// rulesSetFlags returns the settings `rules set` was given (nil: not given), or a usage error
+// naming the flag for a value out of range, no setting, or no reason.
+func rulesSetFlags(cmd *cobra.Command, capYen int, approvalYen int64, reason string) (*int, *int64, error) {
+	var capArg *int
+	var lineArg *int64
+	if cmd.Flags().Changed("monthly-cap-yen") {
+		capArg = &capYen
+	}
+	if cmd.Flags().Changed("approval-above-yen") {
+		lineArg = &approvalYen
+	}
+	switch {
+	case capArg == nil && lineArg == nil:
+		return nil, nil, flagError("%s needs --monthly-cap-yen N, --approval-above-yen N or both", cmd.CommandPath())
+	case capArg != nil && rules.Check(capArg, nil) != nil:
+		return nil, nil, flagError("--monthly-cap-yen %d: want 1 to %d yen", capYen, issuance.MaxMonthlyCapYen)
+	case lineArg != nil && rules.Check(nil, lineArg) != nil:
+		return nil, nil, flagError("--approval-above-yen %d: want 0 to %d yen", approvalYen, rules.MaxApprovalAboveYen)
+	case strings.TrimSpace(reason) == "":
+		return nil, nil, flagError("%s needs --reason TEXT: why, for the rules' history", cmd.CommandPath())
+	}
+	return capArg, lineArg, nil
 }
 
 // writeRulesSet reports what `rules set` changed, given the settings asked for (nil: not given).

@@ -107,13 +107,8 @@ func SetMonthlyCap(ctx context.Context, q db.Querier, capYen int, reason string)
 // line out of range or nothing to set.
 func Set(ctx context.Context, q db.Querier, capYen *int, approvalAboveYen *int64, reason string) (Change, bool, error) {
 	var c Change
-	switch {
-	case capYen == nil && approvalAboveYen == nil:
-		return c, false, fmt.Errorf("%w: nothing to set: give a monthly cap, an approval line or both", ErrRefused)
-	case capYen != nil && (*capYen < 1 || *capYen > issuance.MaxMonthlyCapYen):
-		return c, false, fmt.Errorf("%w: a monthly cap of %d yen: want 1 to %d", ErrRefused, *capYen, issuance.MaxMonthlyCapYen)
-	case approvalAboveYen != nil && (*approvalAboveYen < 0 || *approvalAboveYen > MaxApprovalAboveYen):
-		return c, false, fmt.Errorf("%w: an approval line of %d yen: want 0 to %d", ErrRefused, *approvalAboveYen, MaxApprovalAboveYen)
+	if err := Check(capYen, approvalAboveYen); err != nil {
+		return c, false, err
 	}
 	var before, after []byte
 	err := q.QueryRow(ctx, `SELECT `+changeColumns+` FROM coupon_rules_set($1::integer, $2::bigint, $3)`, capYen, approvalAboveYen, reason).
@@ -121,18 +116,39 @@ func Set(ctx context.Context, q db.Querier, capYen *int, approvalAboveYen *int64
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
+	if err != nil {
+		return c, false, explain(err)
+	}
+	return c, true, unmarshal(before, after, &c)
+}
+
+// Check refuses, with [ErrRefused] wrapped, the settings [Set] refuses before it sends them:
+// neither given, a cap outside 1..[issuance.MaxMonthlyCapYen], a line outside
+// 0..[MaxApprovalAboveYen].
+func Check(capYen *int, approvalAboveYen *int64) error {
+	switch {
+	case capYen == nil && approvalAboveYen == nil:
+		return fmt.Errorf("%w: nothing to set: give a monthly cap, an approval line or both", ErrRefused)
+	case capYen != nil && (*capYen < 1 || *capYen > issuance.MaxMonthlyCapYen):
+		return fmt.Errorf("%w: a monthly cap of %d yen: want 1 to %d", ErrRefused, *capYen, issuance.MaxMonthlyCapYen)
+	case approvalAboveYen != nil && (*approvalAboveYen < 0 || *approvalAboveYen > MaxApprovalAboveYen):
+		return fmt.Errorf("%w: an approval line of %d yen: want 0 to %d", ErrRefused, *approvalAboveYen, MaxApprovalAboveYen)
+	}
+	return nil
+}
+
+// explain turns coupon_rules_set's refusals into [ErrRefused] and a lock wait past its
+// lock_timeout into [ErrBusy].
+func explain(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
-		return c, false, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+		return fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
-		return c, false, fmt.Errorf("%w: coupon_rules stayed locked past coupon_rules_set's 1 s lock_timeout "+
+		return fmt.Errorf("%w: coupon_rules stayed locked past coupon_rules_set's 1 s lock_timeout "+
 			"(an issuance or a reader held it; pg_stat_activity shows the holder); nothing changed, run it again", ErrBusy)
 	}
-	if err != nil {
-		return c, false, fmt.Errorf("rules: set: %w", err)
-	}
-	return c, true, unmarshal(before, after, &c)
+	return fmt.Errorf("rules: set: %w", err)
 }
 
 // sqlStateRefused is what coupon_rules_set raises for a setting it refuses.
