@@ -414,3 +414,37 @@ func TestConsoleHistoryNamesThePerson(t *testing.T) {
 		return problems
 	})
 }
+
+// TestConsoleChangeGivesUpBehindAHolder: a console pause behind a session that holds the
+// campaign's stripes gives up with 55P03 (operator_lock_timeout: 1 s, the issuance's own wait,
+// when the session sets none) and changes nothing, rather than hold the stripes before it while
+// the campaign's issuances queue behind it. The test's statement_timeout (20 s) only bounds the
+// broken variant, operator_lock_timeout setting nothing, which waits until that cancels it
+// (57014).
+func TestConsoleChangeGivesUpBehindAHolder(t *testing.T) {
+	variants(t, func(t *testing.T, d consoleDB) {
+		pgtest.BreakFunction(t, d.owner, "operator_lock_timeout", [2]string{"PERFORM set_config('lock_timeout',", "PERFORM set_config('application_name',"})
+	}, func(t *testing.T, d consoleDB) []string {
+		ctx := context.Background()
+		hold := pgtest.HoldCampaign(t, d.url, "C", 2)
+		conn, err := d.console.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, `SET statement_timeout = '20s'`); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, `SELECT * FROM console_pause('C', true, $1, 'stop')`, op)
+		hold.Release()
+		var problems []string
+		if got := sqlStateOf(err); got != pgerrcode.LockNotAvailable {
+			problems = append(problems, fmt.Sprintf("a pause behind a held stripe: %v, want 55P03", err))
+		}
+		if n := d.int64(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'C' AND paused_at IS NOT NULL`) +
+			d.int64(t, `SELECT count(*) FROM campaign_changes WHERE what = 'pause'`); n != 0 {
+			problems = append(problems, fmt.Sprintf("%d paused stripes and pause rows after the refusal, want 0", n))
+		}
+		return problems
+	})
+}
