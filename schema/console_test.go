@@ -38,7 +38,7 @@ const (
 	consoleBudget        = 100_000
 )
 
-func newConsoleDB(t *testing.T) consoleDB {
+func newConsoleDB(t testing.TB) consoleDB {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
