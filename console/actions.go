@@ -46,9 +46,9 @@ func (a *actions) call(ctx context.Context, sql string, args []any, scan ...any)
 	return a.pool.QueryRow(ctx, sql, args...).Scan(scan...)
 }
 
-// applyBudget is the budget change a budget form makes: a variable, so that a test can swap in
-// the broken variant that skips the approval (browser_test.go).
-var applyBudget = func(ctx context.Context, a *actions, id string, setYen, addYen *int64, stripes *int, person, reason string) (outcome, error) {
+// budget changes campaign id's budget (set or add) and stripes as person: a raise above the rule
+// setting approval_above_yen becomes a pending request instead (console_budget decides).
+func (a *actions) budget(ctx context.Context, id string, setYen, addYen *int64, stripes *int, person, reason string) (outcome, error) {
 	var applied bool
 	var request *int64
 	if err := a.call(ctx, sqlBudget, []any{id, setYen, addYen, stripes, person, reason}, &applied, &request); err != nil {

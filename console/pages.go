@@ -285,7 +285,7 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, http.StatusBadRequest, id, ferr, back)
 			return
 		}
-		out, err = applyBudget(ctx, s.actions, id, set, add, stripes, who, reason)
+		out, err = s.actions.budget(ctx, id, set, add, stripes, who, reason)
 	default:
 		http.NotFound(w, r)
 		return

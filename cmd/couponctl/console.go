@@ -125,4 +125,3 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, stderr
 	}
 	return err
 }
-
