@@ -205,7 +205,7 @@ func TestForgedArgumentsRefused(t *testing.T) {
 			}
 		}
 	}
-	if got := d.tables(t); got != start || !strings.HasPrefix(got, "coupons 1, usage rows 1 (1000 yen), outbox rows 1, issued 1000 yen, rule changes 1, cap 2000") {
+	if got := d.tables(t); got != start || !strings.HasPrefix(got, "coupons 1, usage rows 1 (1000 yen), outbox rows 1, issued 1000 yen, rule changes 2, cap 2000") {
 		t.Errorf("after the forgeries: %s, want sink's coupon alone, as at the start", got)
 	}
 }
