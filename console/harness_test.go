@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -34,7 +35,12 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the tests on a throwaway PostgreSQL, with the log (IssueCoupon's line per
+// request under the load) discarded.
+func TestMain(m *testing.M) {
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	pgtest.Main(m)
+}
 
 // testAudience is the audience the test console expects, as IAP_AUDIENCE is deployed.
 const testAudience = "/projects/1234567890/global/backendServices/987654321"
@@ -292,8 +298,16 @@ func chromiumPath(t *testing.T) string {
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	// chromium's singleton socket lives in its TMPDIR, and a Unix socket's path is at most 107
+	// bytes: a short directory of its own (t.TempDir's names are long), removed at the end.
+	tmp, err := os.MkdirTemp("", "cr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 1000), chromedp.Flag("lang", "ja-JP"))
+		chromedp.WindowSize(1280, 1000), chromedp.Flag("lang", "ja-JP"),
+		chromedp.UserDataDir(filepath.Join(tmp, "profile")), chromedp.Env("TMPDIR="+tmp))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
