@@ -329,7 +329,7 @@ func unsigned(t *testing.T, email string) string {
 func TestMissingOrForgedAssertionIs401(t *testing.T) {
 	checkAndBreak(t, func(t *testing.T, v *verdict) { assertionRefused(t, v, verifiedIAP) },
 		brokenVariant{"trusts the email header", func(t *testing.T, v *verdict) {
-			assertionRefused(t, v, func(*testing.T, *idp) Identifier { return trustsEmailHeader{} })
+			assertionRefused(t, v, func(testing.TB, *idp) Identifier { return trustsEmailHeader{} })
 		}})
 }
 

@@ -56,22 +56,28 @@ type Config struct {
 // nothing done otherwise), every POST checked for its CSRF token (403 otherwise), every answer
 // with a Content Security Policy that allows no script.
 func New(c Config) (http.Handler, error) {
+	_, h, err := newServer(c)
+	return h, err
+}
+
+// newServer is [New], with the server behind the handler (tests reach its cache).
+func newServer(c Config) (*server, http.Handler, error) {
 	if c.Pool == nil || c.Identity == nil {
-		return nil, errors.New("console: a pool and an identity are required")
+		return nil, nil, errors.New("console: a pool and an identity are required")
 	}
 	key := c.CSRFKey
 	if key == nil {
 		key = make([]byte, csrfKeyLen)
 		if _, err := rand.Read(key); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(key) != csrfKeyLen {
-		return nil, fmt.Errorf("console: the CSRF key is %d bytes, want %d", len(key), csrfKeyLen)
+		return nil, nil, fmt.Errorf("console: the CSRF key is %d bytes, want %d", len(key), csrfKeyLen)
 	}
 	tmpl, err := template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/*.html")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log := c.Log
 	if log == nil {
@@ -85,7 +91,7 @@ func New(c Config) (http.Handler, error) {
 	if c.Plaintext {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { protect.ServeHTTP(w, csrf.PlaintextHTTPRequest(r)) })
 	}
-	return securityHeaders(identify(c.Identity, log, h)), nil
+	return s, securityHeaders(identify(c.Identity, log, h)), nil
 }
 
 // securityHeaders sets, on every answer, a Content Security Policy with no script at all (the

@@ -61,7 +61,7 @@ type idp struct {
 	file string
 }
 
-func newIDP(t *testing.T) *idp {
+func newIDP(t testing.TB) *idp {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -73,7 +73,7 @@ func newIDP(t *testing.T) *idp {
 }
 
 // writeJWKSet writes pub as a JWK set (RFC 7517), the form Google serves IAP's keys in.
-func writeJWKSet(t *testing.T, file, kid string, pub *ecdsa.PublicKey) {
+func writeJWKSet(t testing.TB, file, kid string, pub *ecdsa.PublicKey) {
 	t.Helper()
 	b64 := func(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 	raw, err := pub.Bytes() // uncompressed point: 0x04 || X || Y
@@ -93,7 +93,7 @@ func writeJWKSet(t *testing.T, file, kid string, pub *ecdsa.PublicKey) {
 
 // assertion is an IAP assertion for email, as IAP signs one: ES256, the audience, the issuer,
 // issued now, valid 10 minutes. edit changes the claims before signing (a forged one).
-func (p *idp) assertion(t *testing.T, email string, edit ...func(jwt.MapClaims)) string {
+func (p *idp) assertion(t testing.TB, email string, edit ...func(jwt.MapClaims)) string {
 	t.Helper()
 	now := time.Now()
 	claims := jwt.MapClaims{"iss": IAPIssuer, "aud": testAudience, "sub": "accounts.google.com:" + email,
@@ -115,15 +115,16 @@ func (p *idp) assertion(t *testing.T, email string, edit ...func(jwt.MapClaims))
 type env struct {
 	owner   *pgxpool.Pool // the database's owner: setup and the counts by SQL
 	idp     *idp
+	srv     *server // the console behind e.console
 	console *httptest.Server
 	issue   *httptest.Server
 }
 
 // identityOf builds the identifier the console trusts: a variable, so that a check can run
 // against the broken variant that trusts an unsigned header (trustsEmailHeader).
-type identityOf func(t *testing.T, p *idp) Identifier
+type identityOf func(t testing.TB, p *idp) Identifier
 
-func verifiedIAP(t *testing.T, p *idp) Identifier {
+func verifiedIAP(t testing.TB, p *idp) Identifier {
 	t.Helper()
 	v, err := NewIAPFromFile(p.file, testAudience)
 	if err != nil {
@@ -132,7 +133,7 @@ func verifiedIAP(t *testing.T, p *idp) Identifier {
 	return v
 }
 
-func setup(t *testing.T, identity identityOf) *env {
+func setup(t testing.TB, identity identityOf) *env {
 	t.Helper()
 	ctx := context.Background()
 	ownerURL := pgtest.URL(t)
@@ -159,7 +160,8 @@ func setup(t *testing.T, identity identityOf) *env {
 	t.Cleanup(issuePool.Close)
 
 	e := &env{owner: owner, idp: newIDP(t)}
-	h, err := New(Config{Pool: consolePool, Identity: identity(t, e.idp), Plaintext: true})
+	srv, h, err := newServer(Config{Pool: consolePool, Identity: identity(t, e.idp), Plaintext: true})
+	e.srv = srv
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func setup(t *testing.T, identity identityOf) *env {
 	return e
 }
 
-func (e *env) createCampaign(t *testing.T, c campaign.Campaign) {
+func (e *env) createCampaign(t testing.TB, c campaign.Campaign) {
 	t.Helper()
 	if err := campaign.Create(context.Background(), e.owner, c); err != nil {
 		t.Fatal(err)
@@ -182,7 +184,7 @@ func (e *env) createCampaign(t *testing.T, c campaign.Campaign) {
 }
 
 // count runs a SELECT count(*)-like query on the owner's pool.
-func (e *env) count(t *testing.T, sql string, args ...any) int64 {
+func (e *env) count(t testing.TB, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	if err := e.owner.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
@@ -193,7 +195,7 @@ func (e *env) count(t *testing.T, sql string, args ...any) int64 {
 
 // issueCoupon asks IssueCoupon for member's coupon of campaignID and returns the answer's
 // result and coupon_id.
-func (e *env) issueCoupon(t *testing.T, member, campaignID string) (result, couponID string) {
+func (e *env) issueCoupon(t testing.TB, member, campaignID string) (result, couponID string) {
 	t.Helper()
 	r, id, err := e.ask(member, campaignID)
 	if err != nil {
@@ -229,7 +231,7 @@ type load struct {
 	total   atomic.Int64
 }
 
-func (e *env) startLoad(t *testing.T, campaignID string, workers int) *load {
+func (e *env) startLoad(t testing.TB, campaignID string, workers int) *load {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	l := &load{stop: stop, answers: map[string]int{}}
@@ -260,7 +262,7 @@ func (e *env) startLoad(t *testing.T, campaignID string, workers int) *load {
 func (l *load) halt() { l.stop(); l.wg.Wait() }
 
 // waitAnswers waits until the load has had n more answers than it had at the call.
-func (l *load) waitAnswers(t *testing.T, n int64) {
+func (l *load) waitAnswers(t testing.TB, n int64) {
 	t.Helper()
 	from := l.total.Load()
 	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
@@ -282,7 +284,7 @@ type browser struct {
 
 // chromiumPath finds Debian's chromium. Absent, the test is skipped with a message, unless CI
 // is set (CI installs chromium): then it fails.
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -296,7 +298,7 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t testing.TB) *browser {
 	t.Helper()
 	// chromium's singleton socket lives in its TMPDIR, and a Unix socket's path is at most 107
 	// bytes: a short directory of its own (t.TempDir's names are long), removed at the end.
@@ -332,7 +334,7 @@ func newBrowser(t *testing.T) *browser {
 // every request ("" sends none). Every exception and console error of its pages is kept, and
 // fails the test at its end; the browser's own line for a page answered 4xx is not an error of
 // the page (some tests expect a refusal).
-func (b *browser) as(t *testing.T, assertion string) context.Context {
+func (b *browser) as(t testing.TB, assertion string) context.Context {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(b.ctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
@@ -365,7 +367,7 @@ func (b *browser) as(t *testing.T, assertion string) context.Context {
 var expectedRefusal = regexp.MustCompile(`status of 40[139]`)
 
 // do runs browser steps within a bound, failing the test on an error.
-func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+func do(t testing.TB, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -375,7 +377,7 @@ func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Voi
 }
 
 // get runs a browser action with a value within a bound, failing the test on an error.
-func get[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
+func get[T any](t testing.TB, ctx context.Context, a chromedp.Action[T]) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -387,14 +389,14 @@ func get[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 }
 
 // open navigates to the console's path and waits for the page's footer (every page has one).
-func (e *env) open(t *testing.T, ctx context.Context, path string) {
+func (e *env) open(t testing.TB, ctx context.Context, path string) {
 	t.Helper()
 	do(t, ctx, chromedp.Navigate(e.console.URL+path))
 }
 
 // submit fills a form of the page (by its data-action, within scope) and presses its button,
 // waiting for the page it leads to. A field valued "on" is a checkbox to tick.
-func submit(t *testing.T, ctx context.Context, action, scope string, fields map[string]string) {
+func submit(t testing.TB, ctx context.Context, action, scope string, fields map[string]string) {
 	t.Helper()
 	form := strings.TrimSpace(fmt.Sprintf(`%s form[data-action=%q]`, scope, action))
 	var steps []chromedp.Action[chromedp.Void]
@@ -413,19 +415,19 @@ func submit(t *testing.T, ctx context.Context, action, scope string, fields map[
 }
 
 // formActions are the data-action values of the forms on the page.
-func formActions(t *testing.T, ctx context.Context) []string {
+func formActions(t testing.TB, ctx context.Context) []string {
 	t.Helper()
 	return get(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("form[data-action]")).map(f => f.dataset.action)`))
 }
 
 // pageText is the text of the page's body.
-func pageText(t *testing.T, ctx context.Context) string {
+func pageText(t testing.TB, ctx context.Context) string {
 	t.Helper()
 	return get(t, ctx, chromedp.Evaluate[string](`document.body.innerText`))
 }
 
 // screenshot saves the page as docs/console/name.png when CONSOLE_SCREENSHOTS is set.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+func screenshot(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
 	if os.Getenv("CONSOLE_SCREENSHOTS") == "" {
 		return
@@ -440,7 +442,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 
 // client is a plain HTTP client with a cookie jar, for the requests a browser would not send
 // (forged ones).
-func client(t *testing.T) *http.Client {
+func client(t testing.TB) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
@@ -451,7 +453,7 @@ func client(t *testing.T) *http.Client {
 
 // do sends method to the console's path with assertion (none when "") and form, and returns
 // the status and body.
-func (e *env) do(t *testing.T, c *http.Client, method, path, assertion string, form url.Values, headers ...string) (int, string) {
+func (e *env) do(t testing.TB, c *http.Client, method, path, assertion string, form url.Values, headers ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.console.URL+path, strings.NewReader(form.Encode()))
 	if err != nil {
@@ -479,7 +481,7 @@ func (e *env) do(t *testing.T, c *http.Client, method, path, assertion string, f
 var csrfInput = regexp.MustCompile(`name="` + CSRFField + `" value="([^"]+)"`)
 
 // csrfToken is the CSRF token of the first form of body.
-func csrfToken(t *testing.T, body string) string {
+func csrfToken(t testing.TB, body string) string {
 	t.Helper()
 	m := csrfInput.FindStringSubmatch(body)
 	if m == nil {
