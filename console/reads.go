@@ -16,11 +16,16 @@ import (
 // waits for an issuance holding a budget stripe and no issuance waits for a read. The figures a
 // rule enforces (budget, issued yen) are the R1 counters of campaign_budgets, as campaign show
 // reads them; the aggregates over issued_coupons (the burn-down, the last 5 minutes' rate) scan a
-// campaign's coupons and are cached for [aggregateTTL] per instance, so that however many people
-// refresh a page, each instance scans at most once per TTL.
+// campaign's coupons (no index orders them by time) and are cached per instance, so that however
+// many people refresh a page, each instance scans at most once per [aggregateTTL], and a scan
+// that took d is reused for [scanShare] times d at least: the scans of one aggregate take at most
+// 1/scanShare of a core, whatever the campaign's size.
 
-// aggregateTTL is how long an instance reuses an aggregate over issued_coupons.
+// aggregateTTL is the shortest time an instance reuses an aggregate over issued_coupons.
 const aggregateTTL = 5 * time.Second
+
+// scanShare bounds the share of a core one aggregate's scans take: one in 20 (5 %).
+const scanShare = 20
 
 // rateWindow is the window of [Row.RecentCount]: the rate over the last 5 minutes (issue 32).
 const rateWindow = 5 * time.Minute
@@ -84,18 +89,20 @@ type reads struct {
 }
 
 type cached struct {
-	at  time.Time
-	val any
+	until time.Time
+	val   any
 }
 
-// memo returns what load returns for key, reused for [aggregateTTL].
+// memo returns what load returns for key, reused for [aggregateTTL], or [scanShare] times the
+// load's time when that is longer.
 func (r *reads) memo(ctx context.Context, key string, load func(context.Context) (any, error)) (any, error) {
 	r.mu.Lock()
 	c, ok := r.cache[key]
 	r.mu.Unlock()
-	if ok && time.Since(c.at) < aggregateTTL {
+	if ok && time.Now().Before(c.until) {
 		return c.val, nil
 	}
+	start := time.Now()
 	v, err := load(ctx)
 	if err != nil {
 		return nil, err
@@ -104,7 +111,7 @@ func (r *reads) memo(ctx context.Context, key string, load func(context.Context)
 	if r.cache == nil {
 		r.cache = map[string]cached{}
 	}
-	r.cache[key] = cached{at: time.Now(), val: v}
+	r.cache[key] = cached{until: time.Now().Add(max(aggregateTTL, scanShare*time.Since(start))), val: v}
 	r.mu.Unlock()
 	return v, nil
 }
