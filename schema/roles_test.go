@@ -219,8 +219,10 @@ var issueOutsideTheFunction = []forbidden{
 
 // TestRolesTestSeesWrongGrants is the roles tests' own check, red by construction: on a
 // database where coupon_issue was granted too much (a budget's UPDATE), the forbidden-write
-// check reports the budget write; where it was granted too little (no EXECUTE of
-// issue_coupons_batch, which IssueCoupon calls), its real work fails.
+// check reports the budget write, and where coupon_console was granted the CLI's pause
+// (campaign_change_state, a change that names no person), the console's check reports that
+// call; where it was granted too little (no EXECUTE of issue_coupons_batch, which IssueCoupon
+// calls), its real work fails.
 func TestRolesTestSeesWrongGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -232,6 +234,14 @@ func TestRolesTestSeesWrongGrants(t *testing.T) {
 	}
 	if wrong := refusals(ctx, tooMuch.as, issueForbidden); len(wrong) != 1 {
 		t.Errorf("granted UPDATE (budget_yen): the check reports %q, want the budget write alone", wrong)
+	}
+
+	consoleTooMuch := newRoleDB(t, "coupon_console")
+	if _, err := consoleTooMuch.owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION campaign_change_state TO coupon_console`); err != nil {
+		t.Fatal(err)
+	}
+	if wrong := refusals(ctx, consoleTooMuch.as, consoleForbidden); len(wrong) != 1 || !strings.Contains(wrong[0], "a pause through the CLI's function") {
+		t.Errorf("granted the console EXECUTE of campaign_change_state (a change without the person): the check reports %q, want that call alone", wrong)
 	}
 
 	tooLittle := newRoleDB(t, "coupon_issue")
@@ -485,6 +495,12 @@ func TestAdminRole(t *testing.T) {
 		{"a history row changed", `UPDATE campaign_changes SET reason = 'x'`},
 		{"a history row deleted", `DELETE FROM campaign_changes`},
 		{"the lock helper", `SELECT * FROM campaign_lock('ADMIN')`},
+		{"a pause as the console (console_* are its login's alone)", `SELECT * FROM console_pause('ADMIN', true, 'x@example.com', 'x')`},
+		{"a decision as the console", `SELECT * FROM console_decide(1, true, 'x@example.com', 'x')`},
+		{"a void as the console", `SELECT * FROM console_void(gen_random_uuid(), false, 'x@example.com', 'x')`},
+		{"a request row outside the console's functions", `INSERT INTO campaign_change_request_rows (campaign_id, kind, args, requested_by, request_reason, requested_at) VALUES ('ADMIN', 'budget', '{}', 'x@example.com', 'x', now())`},
+		{"a console role outside console_role_set", `INSERT INTO console_roles (email, role, changed_at, changed_by) VALUES ('x@example.com', 'approver', now(), 'x')`},
+		{"a console role history row deleted", `DELETE FROM console_role_changes`},
 		{"an issuance as IssueCoupon", `SELECT * FROM issue_coupon(gen_random_uuid(), 'ADMIN', 'm9', now(), 2000, NULL)`},
 		{"an issuance of a batch as IssueCoupon", `SELECT * FROM issue_coupons_batch('ADMIN', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
 		{"a coupon voided outside coupon_void", `UPDATE issued_coupons SET voided_by = 'x'`},
@@ -509,4 +525,116 @@ func TestAdminRole(t *testing.T) {
 		{"the legacy overshoot", `DELETE FROM legacy_overshoot`},
 		{"the schema version", `DELETE FROM goose_db_version`},
 	})
+}
+
+// consoleForbidden: the console changes nothing but through the console_* functions, and reads
+// only what its pages show.
+var consoleForbidden = []forbidden{
+	{"a budget", `UPDATE campaign_budgets SET budget_yen = budget_yen + 1000`},
+	{"a pause outside the functions", `UPDATE campaign_budgets SET paused_at = now()`},
+	{"a budget counter", `UPDATE campaign_budgets SET issued_yen = 0`},
+	{"a budget stripe", `INSERT INTO campaign_budgets (campaign_id, stripe, discount_yen, budget_yen) VALUES ('CON', 9, 1000, 1000)`},
+	{"delete a budget", `DELETE FROM campaign_budgets`},
+	{"a campaign", `UPDATE campaigns SET budget_yen = 1`},
+	{"a history row", `INSERT INTO campaign_changes (campaign_id, changed_at, changed_by, what, before, after, reason) VALUES ('CON', now(), 'x', 'pause', '{}', '{}', 'x')`},
+	{"a history row's person", `UPDATE campaign_changes SET operator_email = 'x@example.com'`},
+	{"a history row deleted", `DELETE FROM campaign_changes`},
+	{"a request", `INSERT INTO campaign_change_requests (campaign_id, kind, args, requested_by, request_reason, requested_at) VALUES ('CON', 'budget', '{}', 'x@example.com', 'x', now())`},
+	{"a request approved by hand", `UPDATE campaign_change_requests SET decided_by = 'x@example.com'`},
+	{"a request's row", `UPDATE campaign_change_request_rows SET decision = 'approved'`},
+	{"a request deleted", `DELETE FROM campaign_change_requests`},
+	{"a coupon voided by hand", `UPDATE issued_coupons SET voided_at = now(), voided_by_email = 'x@example.com'`},
+	{"a coupon", `INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen) VALUES ('CON', 'm9', '2026-11', 1000)`},
+	{"delete a coupon", `DELETE FROM issued_coupons`},
+	{"an outbox row marked sent", `UPDATE notification_outbox SET sent_at = now()`},
+	{"delete an outbox row", `DELETE FROM notification_outbox`},
+	{"the rules", `UPDATE coupon_rules SET approval_above_yen = 0`},
+	{"the rules through their function", `SELECT * FROM coupon_rules_set(NULL, 0, 'x')`},
+	{"a role", `INSERT INTO console_roles (email, role, changed_at, changed_by) VALUES ('x@example.com', 'approver', now(), 'x')`},
+	{"a role through its function", `SELECT * FROM console_role_set('x@example.com', 'approver', 'x')`},
+	{"the roles read", `SELECT role FROM console_roles`},
+	{"the roles' history read", `SELECT after FROM console_role_changes`},
+	{"a usage read", `SELECT used_yen FROM member_monthly_usage`},
+	{"a usage row", `UPDATE member_monthly_usage SET used_yen = 0`},
+	{"a LINE account read", `SELECT line_user_id FROM member_line_accounts`},
+	{"a pause through the CLI's function", `SELECT * FROM campaign_change_state('CON', 'pause', NULL, NULL, false, false, 'x')`},
+	{"a budget through the CLI's function", `SELECT * FROM campaign_change_budget('CON', 1000000, NULL, NULL, 'x')`},
+	{"a void through the CLI's function", `SELECT * FROM coupon_void(gen_random_uuid(), 'x', false)`},
+	{"the role check alone", `SELECT operator_require('x@example.com', 'viewer', 'x')`},
+	{"the history marker alone", `SELECT * FROM operator_changes_mark(ARRAY[1::bigint], 'x@example.com', NULL)`},
+	{"an issuance", `SELECT * FROM issue_coupons_batch('CON', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
+	{"a grant", `SELECT * FROM grant_coupons_batch('CON', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[now()], 2000, ARRAY[NULL])`},
+	{"a campaign created", `SELECT * FROM campaign_create('NEW', 1000, 1000, 1, NULL, NULL, NULL, NULL, 'x')`},
+	{"a repair", `SELECT * FROM counters_repair('x')`},
+	{"truncate", `TRUNCATE campaign_changes`},
+	{"the schema", `ALTER TABLE campaign_budgets ADD COLUMN x integer`},
+}
+
+// TestConsoleRole: a user in coupon_console (the console's login) passes the start-up check,
+// reads what the console's pages read (the stripes, the history, the requests, the coupons and
+// their outbox rows, the rules), and changes, asks, decides and voids through the console_*
+// functions for the people console_role_set made operator and approvers; every other write,
+// and every read of what the pages do not show, is refused with 42501.
+func TestConsoleRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newRoleDB(t, "coupon_console")
+	admin := openPool(t, pgtest.LoginAs(t, db.owner.Config().ConnString(), "coupon_admin"))
+	if err := schema.Check(ctx, db.as); err != nil {
+		t.Fatal(err)
+	}
+	if err := campaign.Create(ctx, db.owner, campaign.Campaign{ID: "CON", DiscountYen: 1000, BudgetYen: 10_000, Stripes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := issuance.New(db.owner, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := svc.Issue(ctx, "m1", "CON")
+	if err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("issue: %+v, %v", out, err)
+	}
+	for email, role := range map[string]string{"op@example.com": "operator", "ap@example.com": "approver"} {
+		if _, err := admin.Exec(ctx, `SELECT * FROM console_role_set($1, $2, 'the team')`, email, role); err != nil {
+			t.Fatalf("console_role_set as coupon_admin: %v", err)
+		}
+	}
+	var role string
+	if err := db.as.QueryRow(ctx, `SELECT console_role_of('AP@example.com')`).Scan(&role); err != nil || role != "approver" {
+		t.Fatalf("console_role_of: %q, %v; want approver", role, err)
+	}
+	var requestID int64
+	for _, step := range []struct{ sql, why string }{
+		{`SELECT count(*) FROM campaign_budgets`, "the list"},
+		{`SELECT count(*) FROM campaign_changes`, "the history"},
+		{`SELECT count(*) FROM campaign_change_requests`, "the requests"},
+		{`SELECT count(*) FROM issued_coupons`, "the coupons"},
+		{`SELECT count(*) FROM notification_outbox`, "the push state"},
+		{`SELECT approval_above_yen FROM coupon_rules`, "the approval line"},
+		{`SELECT count(*) FROM console_pause('CON', true, 'op@example.com', 'check')`, "a pause"},
+		{`SELECT count(*) FROM console_pause('CON', false, 'op@example.com', 'checked')`, "a resume"},
+		{`SELECT count(*) FROM console_budget('CON', NULL, 1000, NULL, 'op@example.com', 'a little more')`, "a small raise"},
+		{`SELECT request_id FROM console_period('CON', NULL, now() + interval '7 days', 'op@example.com', 'a week')`, "a period request"},
+	} {
+		if err := db.as.QueryRow(ctx, step.sql).Scan(&requestID); err != nil {
+			t.Fatalf("%s as coupon_console (%s): %v", step.why, step.sql, err)
+		}
+	}
+	if _, err := db.as.Exec(ctx, `SELECT * FROM console_decide($1, true, 'ap@example.com', 'fine')`, requestID); err != nil {
+		t.Fatalf("console_decide: %v", err)
+	}
+	if _, err := db.as.Exec(ctx, `SELECT * FROM console_void($1, false, 'op@example.com', 'wrong member')`, out.CouponID); err != nil {
+		t.Fatalf("console_void: %v", err)
+	}
+	if _, err := db.as.Exec(ctx, `SELECT * FROM console_end('CON', 'ap@example.com', 'done')`); err != nil {
+		t.Fatalf("console_end: %v", err)
+	}
+	var people string
+	if err := db.owner.QueryRow(ctx, `SELECT string_agg(what || ':' || coalesce(operator_email, '-'), ' ' ORDER BY change_id) FROM campaign_changes`).Scan(&people); err != nil {
+		t.Fatal(err)
+	}
+	if want := "create:- pause:op@example.com resume:op@example.com budget:op@example.com period:ap@example.com end:ap@example.com"; people != want {
+		t.Errorf("history: %s, want %s", people, want)
+	}
+	checkRefused(t, db.as, consoleForbidden)
 }

@@ -153,7 +153,8 @@ local PostgreSQL when it is unset.`,
 		PersistentPreRunE: func(*cobra.Command, []string) error { return issuance.RefuseMonthlyCapEnv() },
 	}
 	root.AddCommand(demoCmd(), opsverbs.Migrate(), campaignCmd(), serveCmd(), opsverbs.Reconcile(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
-		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd(), rulesCmd(), schemaCmd(), consoleCmd())
+		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd(), rulesCmd(), schemaCmd(),
+		consoleCmd(consoleGrantCmd(), consoleRolesCmd()))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	wrapVerbs(root)
 	return root

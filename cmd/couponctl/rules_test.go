@@ -116,6 +116,9 @@ func TestRulesSetRefusesBadFlags(t *testing.T) {
 		{"rules", "set", "--monthly-cap-yen", "1000000001", "--reason", "r"},
 		{"rules", "set", "--monthly-cap-yen", "1000", "--reason", "  "},
 		{"rules", "set", "--monthly-cap-yen", "1000"},
+		{"rules", "set", "--approval-above-yen", "-1", "--reason", "r"},
+		{"rules", "set", "--approval-above-yen", "2147483648", "--reason", "r"},
+		{"rules", "set", "--reason", "r"},
 	} {
 		if code, _, errOut := cli(args...); code != exitUsage || !strings.Contains(errOut, "Usage:") {
 			t.Errorf("%q: exit %d, want 2 with the usage\n%s", args, code, errOut)
@@ -187,5 +190,58 @@ func TestGroupWithoutAVerbExitsTwo(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, "needs a verb") || !strings.Contains(errOut, "Available Commands:") {
 			t.Errorf("couponctl %s: exit %d, want 2 with the usage listing its verbs\n%s", group, code, errOut)
 		}
+	}
+}
+
+// TestRulesSetApprovalLine: `rules set --approval-above-yen`, as a user in coupon_admin, moves the
+// console's four-eyes line with its own history row while a session holds coupon_rules as an
+// issuance in flight does (the line alone takes only the row's lock, so no issuance waits for
+// it, where a cap change behind the same session gives up); `rules show` shows it, and a
+// console raise above the new line becomes a request while one at it is applied.
+func TestRulesSetApprovalLine(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	t.Setenv("DATABASE_URL", pgtest.LoginAs(t, url, "coupon_admin"))
+	holder, err := owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `LOCK TABLE coupon_rules IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli("rules", "set", "--approval-above-yen", "50000", "--reason", "finance asks for a lower line")
+	if code != 0 || !strings.Contains(out, "before  approval_above_yen=100000\n  after   approval_above_yen=50000\n") ||
+		!strings.Contains(out, "more than 50000 yen now wait for a second approver") || strings.Contains(out, "capped") {
+		t.Errorf("rules set --approval-above-yen beside an issuance in flight: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := cli("rules", "set", "--monthly-cap-yen", "1500", "--reason", "busy"); code != 1 {
+		t.Errorf("rules set --monthly-cap-yen beside the same session: exit %d, want 1 (it waits for the issuance)\n%s", code, errOut)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = cli("rules", "show")
+	if code != 0 || !strings.Contains(out, "approval_above_yen 50000\n") || !strings.Contains(out, "approval_above_yen=100000  approval_above_yen=50000   finance asks for a lower line") {
+		t.Errorf("rules show: exit %d\n%s%s", code, out, errOut)
+	}
+	if err := campaign.Create(ctx, owner, campaign.Campaign{ID: "LINE", DiscountYen: 1000, BudgetYen: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, `SELECT * FROM console_role_set('op@example.com', 'operator', 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	var answers string
+	if err := owner.QueryRow(ctx, `SELECT (SELECT applied FROM console_budget('LINE', NULL, 50001, NULL, 'op@example.com', 'above')) || ' ' ||
+	    (SELECT applied FROM console_budget('LINE', NULL, 50000, NULL, 'op@example.com', 'at the line'))`).Scan(&answers); err != nil {
+		t.Fatal(err)
+	}
+	if answers != "false true" {
+		t.Errorf("console raises of 50,001 and 50,000 yen: applied %s, want false true", answers)
 	}
 }

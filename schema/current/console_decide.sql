@@ -28,8 +28,9 @@ BEGIN
       MESSAGE = format('request %s was %s by %s at %s; nothing changed', p_request_id, v_r.decision, v_r.decided_by, v_r.decided_at);
   ELSIF v_at >= v_r.requested_at + change_request_lifetime() THEN
     RAISE EXCEPTION USING ERRCODE = 'CI409',
-      MESSAGE = format('request %s lapsed at %s, %s after it was made; nothing changed: ask for it again',
-                       p_request_id, v_r.requested_at + change_request_lifetime(), change_request_lifetime());
+      MESSAGE = format('request %s lapsed at %s, %s h after it was made; nothing changed: ask for it again',
+                       p_request_id, v_r.requested_at + change_request_lifetime(),
+                       (extract(epoch FROM change_request_lifetime()) / 3600)::integer);
   ELSIF v_r.requested_by = v_email THEN
     RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
       MESSAGE = format('request %s was made by %s: a different approver decides it (four eyes); nothing changed', p_request_id, v_email);

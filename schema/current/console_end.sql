@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION public.console_end(p_campaign_id text, p_operator tex
  SET search_path TO 'public', 'pg_temp'
 AS $function$
 DECLARE
-  v_email text := operator_require(p_operator, 'operator', format('end campaign %s', p_campaign_id));
+  v_email text := operator_require(p_operator, 'operator', format('ending campaign %s', p_campaign_id));
   v_ids   bigint[];
 BEGIN
   PERFORM operator_lock_timeout();

@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION public.console_pause(p_campaign_id text, p_pause bool
 AS $function$
 DECLARE
   v_what  text := CASE WHEN p_pause THEN 'pause' ELSE 'resume' END;
-  v_email text := operator_require(p_operator, 'operator', format('%s campaign %s', v_what, p_campaign_id));
+  v_email text := operator_require(p_operator, 'operator', format('%s campaign %s', CASE WHEN p_pause THEN 'pausing' ELSE 'resuming' END, p_campaign_id));
   v_ids   bigint[];
 BEGIN
   PERFORM operator_lock_timeout();

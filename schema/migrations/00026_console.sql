@@ -325,7 +325,7 @@ SET search_path = public, pg_temp
 AS $$
 DECLARE
   v_what  text := CASE WHEN p_pause THEN 'pause' ELSE 'resume' END;
-  v_email text := operator_require(p_operator, 'operator', format('%s campaign %s', v_what, p_campaign_id));
+  v_email text := operator_require(p_operator, 'operator', format('%s campaign %s', CASE WHEN p_pause THEN 'pausing' ELSE 'resuming' END, p_campaign_id));
   v_ids   bigint[];
 BEGIN
   PERFORM operator_lock_timeout();
@@ -346,7 +346,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = public, pg_temp
 AS $$
 DECLARE
-  v_email text := operator_require(p_operator, 'operator', format('end campaign %s', p_campaign_id));
+  v_email text := operator_require(p_operator, 'operator', format('ending campaign %s', p_campaign_id));
   v_ids   bigint[];
 BEGIN
   PERFORM operator_lock_timeout();
@@ -475,8 +475,9 @@ BEGIN
       MESSAGE = format('request %s was %s by %s at %s; nothing changed', p_request_id, v_r.decision, v_r.decided_by, v_r.decided_at);
   ELSIF v_at >= v_r.requested_at + change_request_lifetime() THEN
     RAISE EXCEPTION USING ERRCODE = 'CI409',
-      MESSAGE = format('request %s lapsed at %s, %s after it was made; nothing changed: ask for it again',
-                       p_request_id, v_r.requested_at + change_request_lifetime(), change_request_lifetime());
+      MESSAGE = format('request %s lapsed at %s, %s h after it was made; nothing changed: ask for it again',
+                       p_request_id, v_r.requested_at + change_request_lifetime(),
+                       (extract(epoch FROM change_request_lifetime()) / 3600)::integer);
   ELSIF v_r.requested_by = v_email THEN
     RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
       MESSAGE = format('request %s was made by %s: a different approver decides it (four eyes); nothing changed', p_request_id, v_email);
