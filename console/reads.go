@@ -151,7 +151,8 @@ const maxPoints = 120
 // burndown is campaign s's issued yen over time, from its first coupon to now: live coupons
 // summed per minute in one scan of the campaign's coupons (cached), merged into at most
 // [maxPoints] buckets, each point cumulative, with the budget in force then (from the
-// campaign's budget changes). The last point is now, at the R1 counter.
+// campaign's budget changes). The first point is the first coupon's minute at 0 yen, the last
+// is now, at the R1 counter.
 func (r *reads) burndown(ctx context.Context, s campaign.Status, now time.Time) ([]Point, error) {
 	v, err := r.memo(ctx, "burndown "+s.ID, func(ctx context.Context) (any, error) {
 		rows, err := r.pool.Query(ctx, `
@@ -177,6 +178,9 @@ SELECT date_trunc('minute', issued_at) AS m, sum(amount_yen)
 		step = (len(minutes) + maxPoints - 2) / (maxPoints - 1)
 	}
 	var out []Point
+	if len(minutes) > 0 { // the line starts at nothing issued, the first coupon's minute
+		out = append(out, Point{T: minutes[0].T, BudgetYen: budgetAt(budgets, int64(s.BudgetYen), minutes[0].T)})
+	}
 	var sum int64
 	for i, m := range minutes {
 		sum += m.IssuedYen

@@ -46,7 +46,9 @@ func TestConsoleServesAsTheOperator(t *testing.T) {
 	defer cancel()
 	var stderr syncbuf.Buffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"console", "--operator", "Ops@Example.jp", "--listen", "127.0.0.1:" + port}, io.Discard, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"console", "--operator", "Ops@Example.jp", "--listen", "127.0.0.1:" + port}, io.Discard, &stderr)
+	}()
 	base := "http://127.0.0.1:" + port + "/"
 	var page string
 	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
