@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/console"
@@ -124,4 +125,29 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, stderr
 		fmt.Fprintln(stderr, "couponctl console: stopped")
 	}
 	return err
+}
+
+// demoOperator is who `couponctl demo --console` serves the console as: an approver.
+const demoOperator = "demo-operator@example.com"
+
+// serveDemoConsole serves the console on pool, the demo's database, on loopback as
+// demoOperator (made an approver), until ctx ends: at defaultConsoleListen, or another free
+// port of loopback when that one is taken.
+func serveDemoConsole(ctx context.Context, stderr io.Writer, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `SELECT count(*) FROM console_role_set($1, 'approver', 'couponctl demo --console')`, demoOperator); err != nil {
+		return fmt.Errorf("console: make %s an approver: %w", demoOperator, err)
+	}
+	h, err := console.New(console.Config{Pool: pool, Identity: console.Operator(demoOperator), Plaintext: true,
+		Log: slog.New(slog.NewTextHandler(stderr, nil))})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", defaultConsoleListen)
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "\nconsole: http://%s/ as %s, on the demo's data (Ctrl-C stops it and ends the demo)\n", ln.Addr(), demoOperator)
+	return serveUntilDone(ctx, ln, h, stderr)
 }
