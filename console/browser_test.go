@@ -61,11 +61,12 @@ func TestListShowsTheCampaigns(t *testing.T) {
 	screenshot(t, ctx, "list")
 }
 
-// TestPauseByItsButtonStopsIssuance: an operator pauses a campaign under load with the pause
+// pauseStops is the pause check: an operator pauses a campaign under load with the pause
 // button; once the page says it is paused, no coupon of the campaign commits while the load goes
 // on (counted by SQL), and the history names the operator. Resume lets it issue again.
-func TestPauseByItsButtonStopsIssuance(t *testing.T) {
+func pauseStops(t *testing.T, v *verdict, breakIt func(*env)) {
 	e := setup(t, verifiedIAP)
+	breakIt(e)
 	e.createCampaign(t, campaign.Campaign{ID: "HOT", DiscountYen: 100, BudgetYen: 100_000_000, Stripes: 4})
 	l := e.startLoad(t, "HOT", 4)
 	l.waitAnswers(t, 30)
@@ -80,14 +81,17 @@ func TestPauseByItsButtonStopsIssuance(t *testing.T) {
 	paused := e.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'HOT'`)
 	l.waitAnswers(t, 40)
 	if after := e.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'HOT'`); after != paused {
-		t.Errorf("coupons of HOT: %d when the pause returned, %d after 40 more requests: issuance did not stop", paused, after)
+		v.Errorf("coupons of HOT: %d when the pause returned, %d after 40 more requests: issuance did not stop", paused, after)
 	}
 	if n := e.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'HOT' AND what = 'pause' AND operator_email = $1`, operatorEmail); n != 1 {
-		t.Errorf("pause rows naming %s in campaign_changes: %d, want 1", operatorEmail, n)
+		v.Errorf("pause rows naming %s in campaign_changes: %d, want 1", operatorEmail, n)
 	}
-	who := get(t, ctx, chromedp.Evaluate[string](`document.querySelector('tr[data-what="pause"]').dataset.person`))
+	who := get(t, ctx, chromedp.Evaluate[string](`(document.querySelector('tr[data-what="pause"]') || {dataset: {}}).dataset.person || ""`))
 	if who != operatorEmail {
-		t.Errorf("the history's pause row names %q, want %s", who, operatorEmail)
+		v.Errorf("the history's pause row names %q, want %s", who, operatorEmail)
+	}
+	if v.problems != nil {
+		return
 	}
 
 	submit(t, ctx, "resume", "", map[string]string{"reason": "確認が済んだため再開"})
@@ -98,6 +102,23 @@ func TestPauseByItsButtonStopsIssuance(t *testing.T) {
 		return nil
 	})
 	l.halt()
+}
+
+func TestPauseByItsButtonStopsIssuance(t *testing.T) {
+	checkAndBreak(t, func(t *testing.T, v *verdict) { pauseStops(t, v, func(*env) {}) },
+		brokenVariant{"pause that does not pause", func(t *testing.T, v *verdict) {
+			pauseStops(t, v, func(e *env) {
+				pgtest.BreakFunction(t, e.owner, "console_pause",
+					[2]string{"v_what  text := CASE WHEN p_pause THEN 'pause' ELSE 'resume' END;", "v_what  text := 'resume';"})
+			})
+		}},
+		brokenVariant{"pause without the person", func(t *testing.T, v *verdict) {
+			pauseStops(t, v, func(e *env) {
+				pgtest.BreakFunction(t, e.owner, "console_pause",
+					[2]string{"RETURN QUERY SELECT * FROM operator_changes_mark(v_ids, v_email, NULL);",
+						"RETURN QUERY SELECT * FROM campaign_changes c WHERE c.change_id = ANY (v_ids);"})
+			})
+		}})
 }
 
 // raiseAboveTheLine is the four-eyes check: approver A's raise above approval_above_yen (100,000
@@ -171,11 +192,12 @@ func TestRaiseAboveTheLineWaitsForASecondApprover(t *testing.T) {
 		}})
 }
 
-// TestVoidWithReissueFreesThePair: an operator voids a member's coupon with reissue allowed;
-// the coupon is voided with the operator's email beside the database login, and IssueCoupon then
+// voidFrees is the void check: an operator voids a member's coupon with reissue allowed; the
+// coupon is voided with the operator's email beside the database login, and IssueCoupon then
 // issues the member a new coupon of the campaign.
-func TestVoidWithReissueFreesThePair(t *testing.T) {
+func voidFrees(t *testing.T, v *verdict, breakIt func(*env)) {
 	e := setup(t, verifiedIAP)
+	breakIt(e)
 	e.createCampaign(t, campaign.Campaign{ID: "VOID", DiscountYen: 1000, BudgetYen: 100_000_000})
 	l := e.startLoad(t, "VOID", 2)
 	defer l.halt()
@@ -192,15 +214,25 @@ func TestVoidWithReissueFreesThePair(t *testing.T) {
 	}
 	if n := e.count(t, `SELECT count(*) FROM issued_coupons WHERE coupon_id = $1 AND voided_at IS NOT NULL AND reissue_allowed AND voided_by_email = $2`,
 		first, operatorEmail); n != 1 {
-		t.Errorf("coupon %s voided with reissue by %s: %d rows, want 1", first, operatorEmail, n)
+		v.Errorf("coupon %s voided with reissue by %s: %d rows, want 1", first, operatorEmail, n)
 	}
 	r, second := e.issueCoupon(t, "m-void", "VOID")
 	if r != "ISSUED" || second == first {
-		t.Errorf("IssueCoupon after the void with reissue: %s %s, want ISSUED with a new coupon", r, second)
+		v.Errorf("IssueCoupon after the void with reissue: %s %s, want ISSUED with a new coupon", r, second)
 	}
 	if n := e.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'VOID' AND member_id = 'm-void' AND voided_at IS NULL`); n != 1 {
-		t.Errorf("live coupons of the pair: %d, want 1", n)
+		v.Errorf("live coupons of the pair: %d, want 1", n)
 	}
+}
+
+func TestVoidWithReissueFreesThePair(t *testing.T) {
+	checkAndBreak(t, func(t *testing.T, v *verdict) { voidFrees(t, v, func(*env) {}) },
+		brokenVariant{"void that ignores the reissue", func(t *testing.T, v *verdict) {
+			voidFrees(t, v, func(e *env) {
+				pgtest.BreakFunction(t, e.owner, "console_void",
+					[2]string{"coupon_void(p_coupon_id, p_reason, p_allow_reissue)", "coupon_void(p_coupon_id, p_reason, false)"})
+			})
+		}})
 }
 
 // TestViewerHasNoButtonsAndItsPostIsRefused: a viewer's pages have no action form, and a POST
