@@ -32,6 +32,7 @@ import (
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
+	"github.com/mops/coupon-api/internal/testkit/proctest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -39,7 +40,7 @@ import (
 // request under the load) discarded.
 func TestMain(m *testing.M) {
 	slog.SetDefault(slog.New(slog.DiscardHandler))
-	pgtest.Main(m)
+	pgtest.Main(m, proctest.RemoveBuilds)
 }
 
 // testAudience is the audience the test console expects, as IAP_AUDIENCE is deployed.
