@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
+func openPool(t testing.TB, databaseURL string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), databaseURL)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -38,7 +39,7 @@ const (
 	consoleBudget        = 100_000
 )
 
-func newConsoleDB(t *testing.T) consoleDB {
+func newConsoleDB(t testing.TB) consoleDB {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
@@ -410,6 +411,115 @@ func TestConsoleHistoryNamesThePerson(t *testing.T) {
 		}
 		if want := op + " true"; coupon != want {
 			problems = append(problems, fmt.Sprintf("the voided coupon: %q, want %q", coupon, want))
+		}
+		return problems
+	})
+}
+
+// TestConsoleChangeGivesUpBehindAHolder: a console pause behind a session that holds the
+// campaign's stripes gives up with 55P03 (operator_lock_timeout: 1 s, the issuance's own wait,
+// when the session sets none) and changes nothing, rather than hold the stripes before it while
+// the campaign's issuances queue behind it. The test's statement_timeout (20 s) only bounds the
+// broken variant, operator_lock_timeout setting nothing, which waits until that cancels it
+// (57014).
+func TestConsoleChangeGivesUpBehindAHolder(t *testing.T) {
+	variants(t, func(t *testing.T, d consoleDB) {
+		pgtest.BreakFunction(t, d.owner, "operator_lock_timeout", [2]string{"PERFORM set_config('lock_timeout',", "PERFORM set_config('application_name',"})
+	}, func(t *testing.T, d consoleDB) []string {
+		ctx := context.Background()
+		hold := pgtest.HoldCampaign(t, d.url, "C", 2)
+		conn, err := d.console.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, `SET statement_timeout = '20s'`); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, `SELECT * FROM console_pause('C', true, $1, 'stop')`, op)
+		hold.Release()
+		var problems []string
+		if got := sqlStateOf(err); got != pgerrcode.LockNotAvailable {
+			problems = append(problems, fmt.Sprintf("a pause behind a held stripe: %v, want 55P03", err))
+		}
+		if n := d.int64(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'C' AND paused_at IS NOT NULL`) +
+			d.int64(t, `SELECT count(*) FROM campaign_changes WHERE what = 'pause'`); n != 0 {
+			problems = append(problems, fmt.Sprintf("%d paused stripes and pause rows after the refusal, want 0", n))
+		}
+		return problems
+	})
+}
+
+// TestConsoleBudgetReadsTheLineFirst: console_budget reads the approval line (coupon_rules,
+// ACCESS SHARE) before it locks the campaign's stripes, as an issuance reads the cap, so that it
+// never waits for coupon_rules while it holds a stripe (and the issuances queued on it). The wait
+// is made to happen: session X holds coupon_rules as an issuance in flight does, session R queues
+// for it ACCESS EXCLUSIVE as a cap change does, and the console's raise starts and waits behind R
+// (pg_blocking_pids). X then locks the stripes NOWAIT, as an issuance's write would find them: in
+// order, the raise holds none of them and X takes them; then X commits, R and the raise go
+// through. The broken variant, the line read after the stripes, waits holding them: X's NOWAIT
+// is refused (55P03). (PostgreSQL's deadlock check would free that cycle after deadlock_timeout
+// by letting the raise's ACCESS SHARE pass R: a stall, not a deadlock.)
+func TestConsoleBudgetReadsTheLineFirst(t *testing.T) {
+	variants(t, func(t *testing.T, d consoleDB) {
+		const line, lock = "  SELECT r.approval_above_yen INTO STRICT v_line FROM coupon_rules r;\n",
+			"  SELECT sum(l.budget_yen) INTO v_budget FROM campaign_lock(p_campaign_id) l;\n"
+		pgtest.BreakFunction(t, d.owner, "console_budget", [2]string{line + lock, lock + line})
+	}, func(t *testing.T, d consoleDB) []string {
+		ctx := context.Background()
+		begin := func(name string) (pgx.Tx, int) {
+			tx, err := d.owner.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tx.Rollback(ctx) })
+			var pid int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM set_config('lock_timeout', '60s', true)`).Scan(&pid); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return tx, pid
+		}
+		x, xPID := begin("X")
+		if _, err := x.Exec(ctx, `SELECT monthly_cap_yen FROM coupon_rules`); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := begin("R")
+		rDone := make(chan error, 1)
+		go func() {
+			_, err := r.Exec(ctx, `LOCK TABLE coupon_rules IN ACCESS EXCLUSIVE MODE`)
+			rDone <- err
+		}()
+		pgtest.WaitBlockedBy(t, d.owner, xPID, 1)
+		conn, err := d.console.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, `SET lock_timeout = '60s'`); err != nil {
+			t.Fatal(err)
+		}
+		raised := make(chan error, 1)
+		go func() {
+			_, err := conn.Exec(ctx, `SELECT * FROM console_budget('C', NULL, 1000, NULL, $1, 'a little more')`, op)
+			raised <- err
+		}()
+		pgtest.WaitBlockedBy(t, d.owner, xPID, 2) // R, and the raise behind it
+		var problems []string
+		_, xErr := x.Exec(ctx, `SELECT 1 FROM campaign_budgets WHERE campaign_id = 'C' FOR UPDATE NOWAIT`)
+		if xErr == nil {
+			xErr = x.Commit(ctx)
+		} else {
+			_ = x.Rollback(ctx)
+		}
+		rErr := <-rDone
+		_ = r.Rollback(ctx)
+		for name, err := range map[string]error{"X's stripes": xErr, "R's lock": rErr, "the raise": <-raised} {
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+			}
+		}
+		if b := d.budget(t); len(problems) == 0 && b != consoleBudget+1000 {
+			problems = append(problems, fmt.Sprintf("budget after the raise: %d, want %d", b, consoleBudget+1000))
 		}
 		return problems
 	})

@@ -312,7 +312,12 @@ func campaignHistoryCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "history ID",
 		Short: "Every change of a campaign, oldest first: when, who, what, before, after, why",
-		Args:  oneCampaign,
+		Long: `Every change of a campaign, oldest first: when (Asia/Tokyo), who, what, the figures before
+and after, why. Who is the database login; for a change made through the console, the person's
+email first, then the login (the console's). A change that applied a console request names it
+after its reason: its requester and both reasons are in campaign_change_requests
+(docs/roles.md, "The console").`,
+		Args: oneCampaign,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -338,8 +343,15 @@ func writeHistory(w io.Writer, id string, list []campaign.Change) {
 	fmt.Fprintln(tw, "change\twhen (Asia/Tokyo)\twho\twhat\tbefore\tafter\treason")
 	for _, c := range list {
 		before, after := describe(c)
+		who, reason := c.By, c.Reason
+		if c.Person != "" {
+			who = fmt.Sprintf("%s (%s)", c.Person, c.By)
+		}
+		if c.RequestID != 0 {
+			reason = fmt.Sprintf("%s (request %d)", reason, c.RequestID)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.At.In(issuance.Tokyo).Format("2006-01-02 15:04:05.000"),
-			c.By, c.What, before, after, c.Reason)
+			who, c.What, before, after, reason)
 	}
 	_ = tw.Flush()
 }

@@ -63,3 +63,56 @@ func TestConsoleGrantAndRoles(t *testing.T) {
 		}
 	}
 }
+
+// TestCampaignHistoryNamesThePerson: `campaign history` shows a change made through the console
+// as the person's email beside the database login, and a change that applied a request with the
+// request's number; a change made with couponctl shows the login alone.
+func TestCampaignHistoryNamesThePerson(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	console, err := pgxpool.New(ctx, pgtest.LoginAs(t, url, "coupon_console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer console.Close()
+	t.Setenv("DATABASE_URL", pgtest.LoginAs(t, url, "coupon_admin"))
+	if code, _, errOut := cli("campaign", "create", "--id", "HIST", "--discount-yen", "1000", "--budget-yen", "100000"); code != 0 {
+		t.Fatalf("campaign create: exit %d\n%s", code, errOut)
+	}
+	for _, g := range [][]string{{"op@example.com", "operator"}, {"ap@example.com", "approver"}} {
+		if code, _, errOut := cli("console", "grant", "--email", g[0], "--role", g[1], "--reason", "team"); code != 0 {
+			t.Fatalf("console grant: exit %d\n%s", code, errOut)
+		}
+	}
+	var request int64
+	for _, sql := range []string{
+		`SELECT count(*) FROM console_pause('HIST', true, 'op@example.com', 'stock check')`,
+		`SELECT request_id FROM console_budget('HIST', NULL, 200000, NULL, 'op@example.com', 'Silver Week demand')`,
+	} {
+		if err := console.QueryRow(ctx, sql).Scan(&request); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if _, err := console.Exec(ctx, `SELECT * FROM console_decide($1, true, 'ap@example.com', 'within the budget plan')`, request); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := cli("campaign", "resume", "HIST", "--reason", "from the terminal"); code != 0 {
+		t.Fatalf("campaign resume: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut := cli("campaign", "history", "HIST")
+	if code != 0 {
+		t.Fatalf("campaign history: exit %d\n%s", code, errOut)
+	}
+	consoleUser := console.Config().ConnConfig.User
+	for _, want := range []string{"op@example.com (" + consoleUser + ")  pause", "ap@example.com (" + consoleUser + ")  budget",
+		"Silver Week demand (request 1)", "  coupon_admin_"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("campaign history lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -116,12 +116,18 @@ $$;
 -- +goose StatementEnd
 
 -- console_role_of is p_email's console role: viewer, operator or approver; viewer for an email
--- console_roles does not hold. CI422 for a malformed email.
+-- console_roles does not hold. CI422 for a malformed email. PL/pgSQL, as the helpers below, so
+-- that each session plans its statements once (a SQL function with SET or SECURITY DEFINER is
+-- planned again on every call).
 -- +goose StatementBegin
 CREATE FUNCTION console_role_of(p_email text) RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = public, pg_temp
-RETURN coalesce((SELECT r.role FROM console_roles r WHERE r.email = operator_email(p_email)), 'viewer');
+AS $$
+BEGIN
+  RETURN coalesce((SELECT r.role FROM console_roles r WHERE r.email = operator_email(p_email)), 'viewer');
+END
+$$;
 -- +goose StatementEnd
 
 -- operator_require returns p_email normalized (operator_email) when its console role is at
@@ -302,12 +308,14 @@ REVOKE ALL ON FUNCTION operator_lock_timeout() FROM PUBLIC;
 -- +goose StatementBegin
 CREATE FUNCTION operator_changes_mark(p_change_ids bigint[], p_email text, p_request_id bigint)
 RETURNS SETOF campaign_changes
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = public, pg_temp
 AS $$
-  UPDATE campaign_changes c SET operator_email = p_email, request_id = p_request_id
+BEGIN
+  RETURN QUERY UPDATE campaign_changes c SET operator_email = p_email, request_id = p_request_id
    WHERE c.change_id = ANY (p_change_ids)
-  RETURNING c.*
+  RETURNING c.*;
+END
 $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION operator_changes_mark(bigint[], text, bigint) FROM PUBLIC;

@@ -60,8 +60,15 @@ type Change struct {
 	CampaignID string
 	// At is when the change took effect: once it held the campaign's stripes, before its commit.
 	At time.Time
-	// By is the database login that made it (on Cloud SQL, the operator's IAM user).
+	// By is the database login that made it (on Cloud SQL, the operator's IAM user, or the
+	// console's service account).
 	By string
+	// Person is the email of the person who made it through the console (for an approved
+	// request, the approver), empty for a change made with couponctl (migration 00026).
+	Person string
+	// RequestID is the console's change request this change applied
+	// (campaign_change_requests: its requester and both reasons), 0 for none.
+	RequestID int64
 	// What is budget, stripes, period, pause, resume, end or validity.
 	What string
 	// Before and After are the figures the change read and wrote: budget_yen, issued_yen and
@@ -77,7 +84,8 @@ type Querier interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }
 
-const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, before, after, reason`
+const changeColumns = `change_id, campaign_id, changed_at, changed_by, what, before, after, reason,
+	coalesce(operator_email, ''), coalesce(request_id, 0)`
 
 const (
 	sqlChangeLockTimeout = `SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN $1 ELSE current_setting('lock_timeout') END, true)`
@@ -184,7 +192,7 @@ func History(ctx context.Context, db Querier, id string) ([]Change, error) {
 func collect(rows pgx.Rows) ([]Change, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (c Change, err error) {
 		var before, after []byte
-		if err := row.Scan(&c.ID, &c.CampaignID, &c.At, &c.By, &c.What, &before, &after, &c.Reason); err != nil {
+		if err := row.Scan(&c.ID, &c.CampaignID, &c.At, &c.By, &c.What, &before, &after, &c.Reason, &c.Person, &c.RequestID); err != nil {
 			return c, err
 		}
 		if err := json.Unmarshal(before, &c.Before); err != nil {
