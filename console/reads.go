@@ -70,14 +70,10 @@ type Request struct {
 	DecidedAt                  *time.Time
 }
 
-// HistoryRow is one row of campaign_changes with the person who made it through the console.
+// HistoryRow is one row of campaign_changes (the person who made it through the console in
+// Person) with the request it applied, if any: its requester and reason.
 type HistoryRow struct {
 	campaign.Change
-	// Operator is the console user's email, "" for a change made with couponctl; for an
-	// approved request, the approver.
-	Operator string
-	// RequestID, RequestedBy and RequestReason are the request the change applied, if any.
-	RequestID                  *int64
 	RequestedBy, RequestReason string
 }
 
@@ -243,7 +239,7 @@ func (r *reads) requests(ctx context.Context, id string) ([]Request, error) {
 func (r *reads) history(ctx context.Context, id string) ([]HistoryRow, error) {
 	rows, err := r.pool.Query(ctx, `
 SELECT c.change_id, c.campaign_id, c.changed_at, c.changed_by, c.what, c.before, c.after, c.reason,
-       coalesce(c.operator_email, ''), c.request_id, coalesce(q.requested_by, ''), coalesce(q.request_reason, '')
+       coalesce(c.operator_email, ''), coalesce(c.request_id, 0), coalesce(q.requested_by, ''), coalesce(q.request_reason, '')
   FROM campaign_changes c LEFT JOIN campaign_change_requests q USING (request_id)
  WHERE c.campaign_id = $1 ORDER BY c.change_id DESC`, id)
 	if err != nil {
@@ -251,8 +247,8 @@ SELECT c.change_id, c.campaign_id, c.changed_at, c.changed_by, c.what, c.before,
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (h HistoryRow, err error) {
 		c := &h.Change
-		err = row.Scan(&c.ID, &c.CampaignID, &c.At, &c.By, &c.What, &c.Before, &c.After, &c.Reason, &h.Operator,
-			&h.RequestID, &h.RequestedBy, &h.RequestReason)
+		err = row.Scan(&c.ID, &c.CampaignID, &c.At, &c.By, &c.What, &c.Before, &c.After, &c.Reason, &c.Person,
+			&c.RequestID, &h.RequestedBy, &h.RequestReason)
 		return h, err
 	})
 }
