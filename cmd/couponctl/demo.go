@@ -38,6 +38,7 @@ type demoOptions struct {
 	yes     bool // write into the database DATABASE_URL names
 	// telemetry is show, export or off (see demoTelemetryModes).
 	telemetry string
+	console   bool // keep the console open on the demo's data after the run
 }
 
 func demoCmd() *cobra.Command {
@@ -71,6 +72,9 @@ holding two, SW-A issuing exactly 100,000 yen.
 The functions' own log lines (JSON, and the framework's) go to a file named at the end, so
 that the report reads top to bottom, with its lines counted by level.
 
+With --console the demo then keeps the console (docs/console.md) open on its data, on
+loopback, as the demo's operator (an approver), prints its URL and waits for Ctrl-C.
+
 Ctrl-C stops the demo at any step: it says "interrupted", stops and removes the throwaway
 server and the log file, and exits 130. With DATABASE_URL set the demo writes its campaigns,
 coupons and outbox rows into that database, so it asks for --yes first.`,
@@ -85,6 +89,7 @@ coupons and outbox rows into that database, so it asks for --yes first.`,
 	f.BoolVar(&o.yes, "yes", false, "with DATABASE_URL set: migrate that database and write the demo's campaigns, coupons and outbox rows into it")
 	f.StringVar(&o.telemetry, "telemetry", telemetryShow, "show: record traces and metrics in memory and print them after the report, and export them as OTEL_* says; "+
 		"export: only export as OTEL_* says, as deployed; off: no telemetry (to measure its overhead)")
+	f.BoolVar(&o.console, "console", false, "after the run, keep the console open on the demo's data (loopback, as "+demoOperator+") until Ctrl-C")
 	return c
 }
 
@@ -149,7 +154,11 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	if !relayed {
 		failures = append(failures, "relay: not every linked member's coupon was pushed to LINE exactly once, an app-only one was not skipped, or rows were lost or parked")
 	}
-	return d.report(ctx, failures)
+	err = d.report(ctx, failures)
+	if o.console && ctx.Err() == nil {
+		return errors.Join(err, serveDemoConsole(ctx, d.errOut, d.pool))
+	}
+	return err
 }
 
 // setUp checks the functions' settings, then starts or opens the database, migrates it,

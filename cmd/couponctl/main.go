@@ -154,7 +154,7 @@ local PostgreSQL when it is unset.`,
 	}
 	root.AddCommand(demoCmd(), opsverbs.Migrate(), campaignCmd(), serveCmd(), opsverbs.Reconcile(), simCmd(), benchCmd(), latencyProxyCmd(), loadCmd(), auditCmd(), drillCmd(),
 		outboxCmd(), lineCmd(), legacyCmd(), couponCmd(), grantCmd(), rulesCmd(), schemaCmd(),
-		groupCmd("console", "The promotion team's console: who may do what in it", consoleGrantCmd(), consoleRolesCmd()))
+		consoleCmd(consoleGrantCmd(), consoleRolesCmd()))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	wrapVerbs(root)
 	return root

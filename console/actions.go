@@ -1,0 +1,169 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/coupon"
+	"github.com/mops/coupon-api/internal/ops/refusal"
+)
+
+// The console's changes go through the console_* functions of migration 00026 (schema/current),
+// which check the person's role in the database, record the email beside the database login and
+// call the same change functions as couponctl: the console decides nothing itself.
+const (
+	sqlPause  = `SELECT count(*) FROM console_pause($1, $2, $3, $4)`
+	sqlEnd    = `SELECT count(*) FROM console_end($1, $2, $3)`
+	sqlBudget = `SELECT applied, request_id FROM console_budget($1, $2, $3, $4, $5, $6)`
+	sqlDecide = `SELECT count(*) FROM console_decide($1, $2, $3, $4)`
+	sqlVoid   = `SELECT result FROM console_void($1, $2, $3, $4)`
+)
+
+// outcome is what a change did, for the message after the redirect.
+type outcome struct {
+	done      string // a key of doneMessages
+	requestID int64  // the pending request a budget change became
+}
+
+// actions runs the changes as the person who asked.
+type actions struct {
+	pool *pgxpool.Pool
+}
+
+// call runs sql with args and scans its one row. The console_* functions set their own
+// lock_timeout (1 s, as couponctl's changes): a change gives up on a held budget stripe rather
+// than stall the campaign behind it.
+func (a *actions) call(ctx context.Context, sql string, args []any, scan ...any) error {
+	return a.pool.QueryRow(ctx, sql, args...).Scan(scan...)
+}
+
+// budget changes campaign id's budget (set or add) and stripes as person: a raise above the rule
+// setting approval_above_yen becomes a pending request instead (console_budget decides).
+func (a *actions) budget(ctx context.Context, id string, setYen, addYen *int64, stripes *int, person, reason string) (outcome, error) {
+	var applied bool
+	var request *int64
+	if err := a.call(ctx, sqlBudget, []any{id, setYen, addYen, stripes, person, reason}, &applied, &request); err != nil {
+		return outcome{}, err
+	}
+	if !applied && request != nil {
+		return outcome{done: "requested", requestID: *request}, nil
+	}
+	return outcome{done: "budget"}, nil
+}
+
+// refusalOf turns a change's error into the status and message the page shows: the database's
+// refusal as couponctl prints it (times at +09:00), or, for anything unexpected, a generic
+// message (the detail goes to the log).
+func refusalOf(subject string, err error) (status int, msg string, unexpected bool) {
+	var own errRefusedGo
+	if errors.As(err, &own) {
+		return http.StatusConflict, "拒否されました: " + string(own), false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case pgerrcode.InsufficientPrivilege:
+			return http.StatusForbidden, "権限がありません: " + refusal.TokyoTimes(pgErr.Message), false
+		case "CI404":
+			return http.StatusNotFound, refusal.TokyoTimes(pgErr.Message), false
+		case "CI422", "CI409":
+			return http.StatusConflict, "拒否されました: " + refusal.TokyoTimes(pgErr.Message) + "（何も変更していません）", false
+		case pgerrcode.LockNotAvailable:
+			return http.StatusServiceUnavailable, fmt.Sprintf("%s: 予算ストライプが 1 秒以上ロックされたままでした。何も変更していません。もう一度実行してください。",
+				subject), false
+		}
+	}
+	return http.StatusInternalServerError, "予期しないエラーです。何も変更されていない可能性があります。ログを確認してください。", true
+}
+
+// form is a POSTed action's fields.
+type form struct{ r *http.Request }
+
+func (f form) reason() (string, error) {
+	r := strings.TrimSpace(f.r.PostFormValue("reason"))
+	if r == "" {
+		return "", errors.New("理由を入力してください")
+	}
+	return r, nil
+}
+
+// int64Field is field as an integer in yen, nil when empty.
+func (f form) int64Field(field string) (*int64, error) {
+	v := strings.TrimSpace(strings.ReplaceAll(f.r.PostFormValue(field), ",", ""))
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%s: 整数（円）を入力してください: %q", field, v)
+	}
+	return &n, nil
+}
+
+func (f form) stripes() (*int, error) {
+	v := strings.TrimSpace(f.r.PostFormValue("stripes"))
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > campaign.MaxStripes {
+		return nil, fmt.Errorf("stripes: 1 から %d の整数を入力してください: %q", campaign.MaxStripes, v)
+	}
+	return &n, nil
+}
+
+// budgetArgs reads the budget form: budget_yen (set) or add_budget_yen (add; negative cuts), at
+// most one, and stripes.
+func (f form) budgetArgs() (set, add *int64, stripes *int, err error) {
+	if set, err = f.int64Field("budget_yen"); err != nil {
+		return
+	}
+	if add, err = f.int64Field("add_budget_yen"); err != nil {
+		return
+	}
+	if stripes, err = f.stripes(); err != nil {
+		return
+	}
+	switch {
+	case set != nil && add != nil:
+		err = errors.New("budget_yen と add_budget_yen はどちらか一方だけを入力してください")
+	case set == nil && add == nil && stripes == nil:
+		err = errors.New("budget_yen、add_budget_yen、stripes のいずれかを入力してください")
+	}
+	return
+}
+
+// voidCoupon voids coupon id as person. A coupon voided already or redeemed is refused as
+// couponctl coupon void refuses it.
+func (a *actions) voidCoupon(ctx context.Context, id string, allowReissue bool, person, reason string) error {
+	if err := coupon.CheckID(id); err != nil {
+		return err
+	}
+	var result string
+	if err := a.call(ctx, sqlVoid, []any{id, allowReissue, person, reason}, &result); err != nil {
+		return err
+	}
+	switch result {
+	case "VOIDED":
+		return nil
+	case "ALREADY_VOIDED":
+		return errRefusedGo("このクーポンは既に無効化されています（何も変更していません）")
+	case "REDEEMED":
+		return errRefusedGo("このクーポンは利用済みです（注文に紐づく旧クーポン。何も変更していません）")
+	}
+	return fmt.Errorf("console: console_void answered %q", result)
+}
+
+// errRefusedGo is a refusal the console words from a function's answer (not an exception).
+type errRefusedGo string
+
+func (e errRefusedGo) Error() string { return string(e) }

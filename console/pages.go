@@ -1,0 +1,386 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/csrf"
+
+	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/coupon"
+	"github.com/mops/coupon-api/shared/issuance"
+)
+
+var tokyo = issuance.Tokyo
+
+// The console roles (console_roles, kept in the database; `couponctl console grant`).
+const (
+	roleOperator = "operator"
+	roleApprover = "approver"
+)
+
+type server struct {
+	reads   *reads
+	actions *actions
+	tmpl    *template.Template
+	log     *slog.Logger
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.listPage)
+	mux.HandleFunc("GET /campaigns/{id}", s.campaignPage)
+	mux.HandleFunc("GET /campaigns/{id}/burndown.json", s.burndownJSON)
+	mux.HandleFunc("GET /coupons/{id}", s.couponPage)
+	mux.HandleFunc("GET /members/{id}", s.memberPage)
+	mux.HandleFunc("GET /find", s.find)
+	mux.Handle("GET /static/", static())
+	mux.HandleFunc("POST /campaigns/{id}/{action}", s.campaignAction)
+	mux.HandleFunc("POST /requests/{rid}/{action}", s.decide)
+	mux.HandleFunc("POST /coupons/{id}/void", s.void)
+	return mux
+}
+
+// page is what every template gets.
+type page struct {
+	Title     string
+	Person    string
+	Role      string
+	CSRF      template.HTML
+	Done      string
+	Error     string
+	Now       time.Time
+	CanChange bool // operator or approver: pause, resume, end, budget, void
+	CanDecide bool // approver: approve, reject
+	Data      any
+}
+
+// newPage fills what every page shows: who is looking, with which role (from the database),
+// the CSRF field for its forms, and the message of the change that redirected here.
+func (s *server) newPage(r *http.Request, title string) (page, error) {
+	p := page{Title: title, Person: person(r), CSRF: csrf.TemplateField(r), Now: time.Now()}
+	role, err := s.reads.roleOf(r.Context(), p.Person)
+	if err != nil {
+		return p, err
+	}
+	p.Role = role
+	p.CanChange = role == roleOperator || role == roleApprover
+	p.CanDecide = role == roleApprover
+	p.Done = doneMessage(r.URL.Query())
+	return p, nil
+}
+
+func (s *server) render(w http.ResponseWriter, status int, name string, p page) {
+	var buf bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&buf, name, p); err != nil {
+		s.log.Error("console: render "+name, "err", err.Error())
+		http.Error(w, "内部エラー", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+// fail renders err on the error page: a refusal by the database as couponctl shows it, a
+// form's mistake as 400, anything else as a generic 500 (the detail in the log).
+func (s *server) fail(w http.ResponseWriter, r *http.Request, status int, subject string, err error, back string) {
+	p, perr := s.newPage(r, "エラー")
+	msg := err.Error()
+	if status == 0 {
+		var unexpected bool
+		status, msg, unexpected = refusalOf(subject, err)
+		if unexpected {
+			s.log.Error("console: "+subject, "path", r.URL.Path, "person", person(r), "err", err.Error())
+		}
+	}
+	if perr != nil {
+		s.log.Error("console: role", "err", perr.Error())
+	}
+	p.Error = msg
+	p.Data = back
+	s.render(w, status, "error.html", p)
+}
+
+func (s *server) listPage(w http.ResponseWriter, r *http.Request) {
+	p, err := s.newPage(r, "キャンペーン一覧")
+	if err == nil {
+		p.Data, err = s.reads.list(r.Context())
+	}
+	if err != nil {
+		s.fail(w, r, 0, "list", err, "/")
+		return
+	}
+	s.render(w, http.StatusOK, "list.html", p)
+}
+
+// campaignView is the campaign page's data.
+type campaignView struct {
+	campaign.Status
+	State    string
+	Points   []Point
+	Chart    template.HTML
+	Requests []Request
+	History  []HistoryRow
+}
+
+func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	p, err := s.newPage(r, "キャンペーン "+id)
+	if err != nil {
+		s.fail(w, r, 0, id, err, "/")
+		return
+	}
+	ctx := r.Context()
+	st, err := campaign.Show(ctx, s.reads.pool, id)
+	if errors.Is(err, campaign.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("キャンペーン %s はありません", id), "/")
+		return
+	}
+	v := campaignView{Status: st, State: st.State(p.Now)}
+	if err == nil {
+		v.Points, err = s.reads.burndown(ctx, st, p.Now)
+	}
+	if err == nil {
+		v.Requests, err = s.reads.requests(ctx, id)
+	}
+	if err == nil {
+		v.History, err = s.reads.history(ctx, id)
+	}
+	if err != nil {
+		s.fail(w, r, 0, id, err, "/")
+		return
+	}
+	v.Chart = chartSVG(v.Points)
+	p.Data = v
+	s.render(w, http.StatusOK, "campaign.html", p)
+}
+
+func (s *server) burndownJSON(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	st, err := campaign.Show(r.Context(), s.reads.pool, id)
+	var points []Point
+	if err == nil {
+		points, err = s.reads.burndown(r.Context(), st, time.Now())
+	}
+	switch {
+	case errors.Is(err, campaign.ErrNotFound):
+		http.Error(w, "unknown campaign "+id, http.StatusNotFound)
+		return
+	case err != nil:
+		s.log.Error("console: burndown", "campaign", id, "err", err.Error())
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	for i := range points {
+		points[i].T = points[i].T.In(tokyo)
+	}
+	body, _ := json.Marshal(points)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// couponsView is a coupon page's, or a member's, data.
+type couponsView struct {
+	Member  string
+	Coupons []coupon.Coupon
+	// VoidedBy is the person who voided a coupon through the console, by coupon id.
+	VoidedBy map[string]string
+}
+
+func (s *server) couponPage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	p, err := s.newPage(r, "クーポン "+id)
+	var c coupon.Coupon
+	if err == nil {
+		c, err = coupon.Show(r.Context(), s.reads.pool, id)
+	}
+	if errors.Is(err, coupon.ErrNotFound) || coupon.CheckID(id) != nil {
+		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("クーポン %s はありません", id), "/")
+		return
+	}
+	if err != nil {
+		s.fail(w, r, 0, id, err, "/")
+		return
+	}
+	v := couponsView{Member: c.MemberID, Coupons: []coupon.Coupon{c}}
+	if v.VoidedBy, err = s.reads.voidedByEmail(r.Context(), []string{c.ID}); err != nil {
+		s.fail(w, r, 0, id, err, "/")
+		return
+	}
+	p.Data = v
+	s.render(w, http.StatusOK, "coupons.html", p)
+}
+
+func (s *server) memberPage(w http.ResponseWriter, r *http.Request) {
+	member := r.PathValue("id")
+	p, err := s.newPage(r, "会員 "+member+" のクーポン")
+	var list []coupon.Coupon
+	if err == nil {
+		list, err = coupon.ForMember(r.Context(), s.reads.pool, member, "")
+	}
+	v := couponsView{Member: member, Coupons: list}
+	if err == nil {
+		ids := make([]string, len(list))
+		for i, c := range list {
+			ids[i] = c.ID
+		}
+		v.VoidedBy, err = s.reads.voidedByEmail(r.Context(), ids)
+	}
+	if err != nil {
+		s.fail(w, r, 0, member, err, "/")
+		return
+	}
+	p.Data = v
+	s.render(w, http.StatusOK, "coupons.html", p)
+}
+
+// find goes to a coupon (a UUID) or a member's coupons (anything else).
+func (s *server) find(w http.ResponseWriter, r *http.Request) {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	switch {
+	case q == "":
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	case uuid.Validate(q) == nil:
+		http.Redirect(w, r, "/coupons/"+url.PathEscape(q), http.StatusSeeOther)
+	default:
+		http.Redirect(w, r, "/members/"+url.PathEscape(q), http.StatusSeeOther)
+	}
+}
+
+// campaignAction runs pause, resume, end or budget on a campaign as the person who asked, then
+// goes back to the campaign's page.
+func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
+	id, action := r.PathValue("id"), r.PathValue("action")
+	back := "/campaigns/" + url.PathEscape(id)
+	f := form{r}
+	reason, err := f.reason()
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, id, err, back)
+		return
+	}
+	ctx, who := r.Context(), person(r)
+	var out outcome
+	var n int
+	switch action {
+	case "pause", "resume":
+		err = s.actions.call(ctx, sqlPause, []any{id, action == "pause", who, reason}, &n)
+		out.done = action
+	case "end":
+		err = s.actions.call(ctx, sqlEnd, []any{id, who, reason}, &n)
+		out.done = action
+	case "budget":
+		set, add, stripes, ferr := f.budgetArgs()
+		if ferr != nil {
+			s.fail(w, r, http.StatusBadRequest, id, ferr, back)
+			return
+		}
+		out, err = s.actions.budget(ctx, id, set, add, stripes, who, reason)
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, 0, "campaign "+id, err, back)
+		return
+	}
+	s.log.Info("console: "+action, "campaign", id, "person", who)
+	http.Redirect(w, r, back+"?"+out.query(), http.StatusSeeOther)
+}
+
+// decide approves or rejects a pending change request as the person who asked.
+func (s *server) decide(w http.ResponseWriter, r *http.Request) {
+	action := r.PathValue("action")
+	rid, err := strconv.ParseInt(r.PathValue("rid"), 10, 64)
+	if err != nil || (action != "approve" && action != "reject") {
+		http.NotFound(w, r)
+		return
+	}
+	back := "/campaigns/" + url.PathEscape(r.PostFormValue("campaign_id"))
+	reason, err := form{r}.reason()
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "", err, back)
+		return
+	}
+	var n int
+	if err := s.actions.call(r.Context(), sqlDecide, []any{rid, action == "approve", person(r), reason}, &n); err != nil {
+		s.fail(w, r, 0, fmt.Sprintf("request %d", rid), err, back)
+		return
+	}
+	s.log.Info("console: "+action, "request", rid, "person", person(r))
+	http.Redirect(w, r, back+"?"+outcome{done: action, requestID: rid}.query(), http.StatusSeeOther)
+}
+
+// void voids a coupon as the person who asked, with or without reissue.
+func (s *server) void(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	back := "/coupons/" + url.PathEscape(id)
+	reason, err := form{r}.reason()
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, id, err, back)
+		return
+	}
+	reissue := r.PostFormValue("allow_reissue") != ""
+	if err := s.actions.voidCoupon(r.Context(), id, reissue, person(r), reason); err != nil {
+		s.fail(w, r, 0, "coupon "+id, err, back)
+		return
+	}
+	done := "void"
+	if reissue {
+		done = "void_reissue"
+	}
+	s.log.Info("console: void", "coupon", id, "reissue", reissue, "person", person(r))
+	http.Redirect(w, r, back+"?"+outcome{done: done}.query(), http.StatusSeeOther)
+}
+
+// csrfRefused answers a POST without a valid CSRF token: 403, nothing done.
+func (s *server) csrfRefused(w http.ResponseWriter, r *http.Request) {
+	s.log.Info("console: CSRF refused", "path", r.URL.Path, "reason", csrf.FailureReason(r).Error())
+	http.Error(w, "403 Forbidden: フォームの CSRF トークンがないか、正しくありません。ページを読み込み直してからやり直してください。", http.StatusForbidden)
+}
+
+func (o outcome) query() string {
+	q := url.Values{"done": {o.done}}
+	if o.requestID != 0 {
+		q.Set("request", strconv.FormatInt(o.requestID, 10))
+	}
+	return q.Encode()
+}
+
+// doneMessages are the messages after a change, by the redirect's done.
+var doneMessages = map[string]string{
+	"pause":        "一時停止しました。これ以降、このキャンペーンのクーポンは発行されません。",
+	"resume":       "再開しました。",
+	"end":          "終了しました。",
+	"budget":       "予算を変更しました。",
+	"requested":    "予算の増額が承認基準を超えるため、承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
+	"approve":      "申請 #%s を承認し、反映しました。",
+	"reject":       "申請 #%s を却下しました。",
+	"void":         "クーポンを無効化しました（再発行なし）。",
+	"void_reissue": "クーポンを無効化しました。この会員は再発行を受けられます。",
+}
+
+func doneMessage(q url.Values) string {
+	m, ok := doneMessages[q.Get("done")]
+	if !ok {
+		return ""
+	}
+	if strings.Contains(m, "%s") {
+		rid, err := strconv.ParseInt(q.Get("request"), 10, 64)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprintf(m, strconv.FormatInt(rid, 10))
+	}
+	return m
+}

@@ -1,0 +1,152 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mops/coupon-api/internal/ops/campaign"
+)
+
+// funcs are the templates' helpers.
+var funcs = template.FuncMap{
+	"yen":    yen,
+	"jst":    func(t time.Time) string { return tokyoTime(t) },
+	"jstp":   jstPtr,
+	"state":  stateJa,
+	"what":   whatJa,
+	"json":   jsonText,
+	"perMin": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"push":   pushJa,
+	"kind":   func(k string) string { return map[string]string{"budget": "予算", "period": "期間"}[k] },
+	"reqState": func(s string) string {
+		return map[string]string{"pending": "承認待ち", "approved": "承認済み", "rejected": "却下", "lapsed": "失効（24 時間）"}[s]
+	},
+}
+
+// yen writes n with thousands separators and the unit: 1,000,000 円.
+func yen(n any) string {
+	var v int64
+	switch x := n.(type) {
+	case int:
+		v = int64(x)
+	case int64:
+		v = x
+	}
+	s := strconv.FormatInt(v, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String() + " 円"
+	}
+	return b.String() + " 円"
+}
+
+func jstPtr(t *time.Time) string {
+	if t == nil {
+		return "なし"
+	}
+	return tokyoTime(*t)
+}
+
+func stateJa(s string) string {
+	return map[string]string{campaign.StateActive: "発行中", campaign.StatePaused: "一時停止中",
+		campaign.StateEnded: "終了", campaign.StateNotStarted: "開始前"}[s]
+}
+
+func whatJa(s string) string {
+	if ja, ok := map[string]string{"budget": "予算", "stripes": "ストライプ", "period": "期間", "pause": "一時停止",
+		"resume": "再開", "end": "終了", "validity": "有効期限"}[s]; ok {
+		return ja
+	}
+	return s
+}
+
+func pushJa(s string) string {
+	if ja, ok := map[string]string{"sent": "送信済み", "skipped": "送信対象外", "parked": "送信保留（エラー）", "open": "未送信",
+		"in flight": "送信中", "not sent": "送信しない", "pruned": "送信済み（整理済み）", "none": "通知なし"}[s]; ok {
+		return ja
+	}
+	return s
+}
+
+// jsonText writes a history row's before or after as key=value pairs, times at +09:00.
+func jsonText(m map[string]any) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v := m[k]
+		if s, ok := v.(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				v = tokyoTime(t)
+			}
+		}
+		if v == nil {
+			v = "なし"
+		}
+		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+	}
+	return strings.Join(parts, " ")
+}
+
+// The chart's drawing area, in SVG user units.
+const (
+	chartW, chartH = 720, 260
+	padL, padR     = 90, 20
+	padT, padB     = 20, 40
+)
+
+// chartSVG draws the burn-down on the server: the budget as a stepped line, the issued yen as a
+// line with one circle (class "pt", data-issued-yen) per point, so that the page needs no
+// script.
+func chartSVG(points []Point) template.HTML {
+	if len(points) == 0 {
+		return ""
+	}
+	t0, t1 := points[0].T, points[len(points)-1].T
+	if !t1.After(t0) {
+		t0 = t1.Add(-time.Minute)
+	}
+	var top int64 = 1
+	for _, p := range points {
+		top = max(top, p.BudgetYen, p.IssuedYen)
+	}
+	x := func(t time.Time) float64 {
+		return padL + float64(t.Sub(t0))/float64(t1.Sub(t0))*float64(chartW-padL-padR)
+	}
+	y := func(v int64) float64 { return padT + (1-float64(v)/float64(top))*float64(chartH-padT-padB) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="burndown" role="img" aria-label="発行額と予算の推移" viewBox="0 0 %d %d" xmlns="http://www.w3.org/2000/svg">`, chartW, chartH)
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, padL, chartH-padB, chartW-padR, chartH-padB)
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, padL, padT, padL, chartH-padB)
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%.1f" text-anchor="end">%s</text>`, padL-6, y(top)+4, template.HTMLEscapeString(yen(top)))
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">0 円</text>`, padL-6, chartH-padB+4)
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">%s</text>`, padL, chartH-12, t0.In(tokyo).Format("01/02 15:04"))
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">%s</text>`, chartW-padR, chartH-12, t1.In(tokyo).Format("01/02 15:04"))
+	var budget, issued strings.Builder
+	for i, p := range points {
+		if i > 0 {
+			fmt.Fprintf(&budget, " %.1f,%.1f", x(p.T), y(points[i-1].BudgetYen))
+		}
+		fmt.Fprintf(&budget, " %.1f,%.1f", x(p.T), y(p.BudgetYen))
+		fmt.Fprintf(&issued, " %.1f,%.1f", x(p.T), y(p.IssuedYen))
+	}
+	fmt.Fprintf(&b, `<polyline class="budget" points="%s"/>`, budget.String())
+	fmt.Fprintf(&b, `<polyline class="issued" points="%s"/>`, issued.String())
+	for _, p := range points {
+		fmt.Fprintf(&b, `<circle class="pt" cx="%.1f" cy="%.1f" r="2.5" data-issued-yen="%d"><title>%s %s</title></circle>`,
+			x(p.T), y(p.IssuedYen), p.IssuedYen, tokyoTime(p.T), template.HTMLEscapeString(yen(p.IssuedYen)))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) // built from numbers and escaped text only
+}
