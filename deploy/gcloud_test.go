@@ -550,30 +550,39 @@ func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
 	}
 }
 
-// TestRealGcloudRefusesWhatItRefusedBefore passes the command lines the deploy ran at 2cf95fc
-// and the real gcloud refused (testdata/refused-at-2cf95fc.json) to it again: each is still
-// refused, with the error recorded, so a check that took everything would fail here.
+// TestRealGcloudRefusesWhatItRefusedBefore passes command lines the real gcloud refused to
+// it again, each still refused with the error recorded, so a check that took everything would
+// fail here: testdata/refused-at-2cf95fc.json, what the deploy ran at 2cf95fc; and
+// testdata/refused-iap-ga.json, the GA forms of the console's IAP commands, which SDK 528 has
+// in beta only (gcloud run deploy --iap, run services update --iap, iap web
+// --resource-type=cloud-run), and iap web enable, which takes no Cloud Run service in any track.
 func TestRealGcloudRefusesWhatItRefusedBefore(t *testing.T) {
 	real := realGcloud(t)
-	b, err := os.ReadFile("testdata/refused-at-2cf95fc.json")
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob("testdata/refused-*.json")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("testdata/refused-*.json: %v, %q", err, files)
 	}
-	var before []struct {
-		Script string   `json:"script"`
-		Args   []string `json:"args"`
-		Error  string   `json:"error"`
-	}
-	if err := json.Unmarshal(b, &before); err != nil || len(before) == 0 {
-		t.Fatalf("testdata/refused-at-2cf95fc.json: %v", err)
-	}
-	for _, c := range before {
-		call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
-			t.Errorf("%s: gcloud %s: exit %d, want 2 and %q\n%s", c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
+		var before []struct {
+			Script string   `json:"script"`
+			Args   []string `json:"args"`
+			Error  string   `json:"error"`
+		}
+		if err := json.Unmarshal(b, &before); err != nil || len(before) == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, c := range before {
+			call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
+				t.Errorf("%s, %s: gcloud %s: exit %d, want 2 and %q\n%s", f, c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
+			}
 		}
 	}
 }
