@@ -558,8 +558,8 @@ const operatorConns = 2 * 4
 // reserved superuser connections, its own agents, and a rolling deploy's old revision.
 const headroom = 0.75
 
-// TestConnectionBudget: instances x pool of both functions, plus the migration and the
-// operators, stays under the Cloud SQL instance's max_connections with headroom.
+// TestConnectionBudget: instances x pool of both functions and the console, plus the migration
+// and the operators, stays under the Cloud SQL instance's max_connections with headroom.
 func TestConnectionBudget(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
