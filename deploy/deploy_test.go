@@ -289,6 +289,7 @@ func TestIAMBindings(t *testing.T) {
 		{"secrets", "line-channel-access-token", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
 		{"secrets", "telemetry-member-key", sa("coupon-issue"), "roles/secretmanager.secretAccessor"},
 		{"secrets", "telemetry-member-key", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
+		{"secrets", "console-csrf-key", sa("coupon-console"), "roles/secretmanager.secretAccessor"},
 		{"projects", p, sa("coupon-deploy"), "roles/run.sourceDeveloper"},
 		{"projects", p, sa("coupon-deploy"), "roles/serviceusage.serviceUsageConsumer"},
 		{"projects", p, sa("coupon-deploy"), "roles/logging.logWriter"},

@@ -22,6 +22,7 @@ readonly PRUNE_JOB=coupon-prune
 readonly DATABASE=coupons
 readonly LINE_SECRET=line-channel-access-token
 readonly MEMBER_KEY_SECRET=telemetry-member-key # TELEMETRY_MEMBER_KEY: member hashes in logs
+readonly CSRF_KEY_SECRET=console-csrf-key       # CONSOLE_CSRF_KEY: the console's form tokens
 # One service account per function and one for the console, one for each caller, one for the
 # deploy build (whose identity is also the migrations' database user), one for the source builds
 # of Cloud Run, one for the operators' couponctl (docs/roles.md).
