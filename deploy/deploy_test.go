@@ -846,3 +846,48 @@ func TestTelemetryIsExported(t *testing.T) {
 		}
 	}
 }
+
+// TestRollbackBeforeTheConsole: in the release that first deployed the console, it has one
+// revision: rollback.sh rolls both functions back and leaves the console on it, saying so; a
+// function with one revision still stops the script before any traffic moves.
+func TestRollbackBeforeTheConsole(t *testing.T) {
+	for _, c := range []struct {
+		single  string // the service with one revision
+		wantErr bool
+	}{{"coupon-console", false}, {"relay-outbox", true}} {
+		bin := t.TempDir()
+		log := filepath.Join(bin, "calls")
+		// A gcloud that lists two revisions of each service but c.single, and records each call.
+		fake := fmt.Sprintf(`#!/bin/sh
+echo "gcloud $*" >> %s
+case "$*" in
+  "run revisions list --service=%s "*) echo %s-00001 ;;
+  "run revisions list --service="*) svc=${4#--service=}; printf '%%s-00002\n%%s-00001\n' "$svc" "$svc" ;;
+esac
+`, log, c.single, c.single)
+		if err := os.WriteFile(filepath.Join(bin, "gcloud"), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "rollback.sh", "--project", testProject)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		calls, _ := os.ReadFile(log)
+		moved := regexp.MustCompile(`(?m)^gcloud run services update-traffic (\S+) .*--to-revisions=(\S+)$`).FindAllStringSubmatch(string(calls), -1)
+		if c.wantErr {
+			if err == nil || len(moved) > 0 || !strings.Contains(string(out), c.single+" has no earlier revision to roll back to") {
+				t.Errorf("%s with one revision: %v, traffic moved %q, want exit 2 before any move\n%s", c.single, err, moved, out)
+			}
+			continue
+		}
+		want := [][]string{
+			{"", "issue-coupon", "issue-coupon-00001=100"},
+			{"", "relay-outbox", "relay-outbox-00001=100"},
+		}
+		for i := range moved {
+			moved[i][0] = ""
+		}
+		if err != nil || !slices.EqualFunc(moved, want, slices.Equal) || !strings.Contains(string(out), "coupon-console has no earlier revision: left on its newest revision") {
+			t.Errorf("console with one revision: %v, traffic moved %q, want both functions to their previous revision and the console left\n%s", err, moved, out)
+		}
+	}
+}
