@@ -660,7 +660,8 @@ func TestShellcheck(t *testing.T) {
 }
 
 // TestUsage: every script answers --help and refuses a missing project, an unknown flag, a
-// flag without its value (in either form) and a value given to --dry-run.
+// flag without its value (in either form) and a value given to --dry-run; env.sh and
+// access.sh also refuse their other required flags missing or malformed.
 func TestUsage(t *testing.T) {
 	scripts, _ := filepath.Glob("*.sh")
 	for _, s := range scripts {
@@ -691,6 +692,21 @@ func TestUsage(t *testing.T) {
 			if out, err := script(t, s, c.args...); err == nil || !strings.Contains(out, c.want) {
 				t.Errorf("%s %v: %v, want exit 2 and %q\n%s", s, c.args, err, c.want, out)
 			}
+		}
+	}
+	for _, c := range []struct {
+		script string
+		args   []string
+		want   string
+	}{
+		{"env.sh", []string{"--out", t.TempDir()}, "--project-number is required"},
+		{"env.sh", []string{"--out", t.TempDir(), "--project-number", testProject}, "not a project number"},
+		{"access.sh", nil, "--console-group is required"},
+		{"access.sh", []string{"--console-group", "promotion-team"}, "not a group's email"},
+	} {
+		args := append([]string{"--project", testProject, "--dry-run"}, c.args...)
+		if out, err := script(t, c.script, args...); err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("%s %v: %v, want exit 2 and %q\n%s", c.script, args, err, c.want, out)
 		}
 	}
 }
