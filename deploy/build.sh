@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Step 3 of docs/deploy.md: run cloudbuild.yaml (test, migrate, deploy both functions) from
-# this checkout; the build runs as coupon-deploy (cloudbuild.yaml's serviceAccount), so the
-# account running this script needs roles/iam.serviceAccountUser on it (an owner has it).
+# Step 3 of docs/deploy.md: run cloudbuild.yaml (test, migrate, deploy both functions and the
+# console) from this checkout; the build runs as coupon-deploy (cloudbuild.yaml's
+# serviceAccount), so the account running this script needs roles/iam.serviceAccountUser on it
+# (an owner has it).
 # Rolling back is deploy/rollback.sh. After a build that succeeded it writes the released commit
 # to deploy/previous-release (PREVIOUS_RELEASE_FILE in the deploy tests), the release the next
 # one runs beside (docs/deploy.md, "Releases"): commit that file.

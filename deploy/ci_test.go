@@ -16,6 +16,12 @@ import (
 // the step installs, vets and tests is not this test's business, only that it runs there.
 func ciStep(t *testing.T, ws string, goTestFails bool) (string, string, error) {
 	t.Helper()
+	return ciStepWithPath(t, ws, goTestFails, os.Getenv("PATH"))
+}
+
+// ciStepWithPath is [ciStep] with the stand-ins put first on path instead of this PATH.
+func ciStepWithPath(t *testing.T, ws string, goTestFails bool, path string) (string, string, error) {
+	t.Helper()
 	cb := loadCloudBuild(t)
 	i := slices.IndexFunc(cb.GetSteps(), func(s *cloudbuildpb.BuildStep) bool { return s.GetId() == "test" })
 	if i < 0 {
@@ -44,10 +50,70 @@ func ciStep(t *testing.T, ws string, goTestFails bool) (string, string, error) {
 	}
 	cmd := exec.Command(s.GetEntrypoint(), args...)
 	cmd.Dir = ws
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+path)
 	out, err := cmd.CombinedOutput()
 	ran, _ := os.ReadFile(log)
 	return string(out), string(ran), err
+}
+
+// TestCIInstallsWhatIsMissing: on a machine without shellcheck and Debian's chromium (the
+// console's browser tests drive it), the test step installs both with apt-get, in one install
+// after one update, before it vets and tests; what is there already is not installed again.
+func TestCIInstallsWhatIsMissing(t *testing.T) {
+	real := realGcloud(t)
+	ws := uploadedTree(t, real)
+	path := pathWithout(t, "chromium", "shellcheck")
+	out, ran, err := ciStepWithPath(t, ws, false, path)
+	if err != nil {
+		t.Fatalf("the test step without chromium and shellcheck: %v\n%s", err, out)
+	}
+	var installs, updates []string
+	for _, line := range strings.Split(ran, "\n") {
+		switch {
+		case strings.HasPrefix(line, "apt-get install "):
+			installs = append(installs, line)
+		case strings.HasPrefix(line, "apt-get update"):
+			updates = append(updates, line)
+		}
+	}
+	if len(installs) != 1 || len(updates) != 1 {
+		t.Fatalf("want one apt-get update and one install, got:\n%s", ran)
+	}
+	words := strings.Fields(installs[0])
+	for _, pkg := range []string{"chromium", "shellcheck"} {
+		if !slices.Contains(words, pkg) {
+			t.Errorf("%s missing, but not installed: %s", pkg, installs[0])
+		}
+	}
+	if _, err := os.Stat("/usr/lib/postgresql/15/bin/initdb"); err == nil && slices.Contains(words, "postgresql-15") {
+		t.Errorf("postgresql-15 is installed here, and installed again: %s", installs[0])
+	}
+	if strings.Index(ran, "apt-get install") > strings.Index(ran, "go vet") {
+		t.Errorf("installed after vetting:\n%s", ran)
+	}
+}
+
+// pathWithout returns a PATH that finds every command this PATH finds except the names hidden:
+// a directory of links to the first of each name on PATH.
+func pathWithout(t *testing.T, hidden ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if slices.Contains(hidden, e.Name()) {
+				continue
+			}
+			// The first on PATH wins, as in a shell: a later one of the same name is not linked.
+			_ = os.Symlink(filepath.Join(d, e.Name()), filepath.Join(dir, e.Name()))
+		}
+	}
+	for _, name := range hidden {
+		if _, err := exec.LookPath(filepath.Join(dir, name)); err == nil {
+			t.Fatalf("%s still found", name)
+		}
+	}
+	return dir
 }
 
 // TestCIStepInUploadedTree: cloudbuild.yaml's test step (.ci/run) works in the tree that

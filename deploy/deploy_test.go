@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/build"
 	"os"
@@ -28,8 +29,25 @@ import (
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
-// testProject is the project id the scripts are run with in these tests.
-const testProject = "coupon-test-123"
+// The project the scripts are run for in these tests: its id and number, and the promotion
+// team's Google group that IAP admits to the console.
+const (
+	testProject       = "coupon-test-123"
+	testProjectNumber = "123456789012"
+	testConsoleGroup  = "promotion-team@coupon-test.jp"
+)
+
+// requiredFlags are the flags, beyond --project, without which deploy/NAME refuses to run.
+func requiredFlags(t *testing.T, name string) []string {
+	t.Helper()
+	switch name {
+	case "env.sh":
+		return []string{"--project-number", testProjectNumber, "--out", t.TempDir()}
+	case "access.sh":
+		return []string{"--console-group", testConsoleGroup}
+	}
+	return nil
+}
 
 // loadBuild reads a Cloud Build config file as the Build message that gcloud sends to the
 // Cloud Build API: YAML to JSON, then protojson with unknown fields refused. Config files use
@@ -175,7 +193,7 @@ func TestDailyJobsImage(t *testing.T) {
 // substitute replaces Cloud Build substitutions in s as a build in testProject would: $NAME
 // and ${NAME} by the value, $$ by $.
 func substitute(cb *cloudbuildpb.Build, s string) string {
-	vals := map[string]string{"PROJECT_ID": testProject}
+	vals := map[string]string{"PROJECT_ID": testProject, "PROJECT_NUMBER": testProjectNumber}
 	for k, v := range cb.GetSubstitutions() {
 		vals[k] = v
 	}
@@ -227,12 +245,16 @@ func bindings(t *testing.T, out string) []binding {
 			continue
 		}
 		b := binding{kind: strings.Join(words[1:i], " "), resource: words[i+1]}
-		for _, w := range words[i+2:] {
+		for _, w := range words[i+1:] {
 			if v, ok := strings.CutPrefix(w, "--member="); ok {
 				b.member = v
 			}
 			if v, ok := strings.CutPrefix(w, "--role="); ok {
 				b.role = v
+			}
+			// An IAP resource is named by flags: --resource-type=cloud-run --service=NAME.
+			if v, ok := strings.CutPrefix(w, "--service="); ok && strings.HasPrefix(b.resource, "--") {
+				b.resource = v
 			}
 		}
 		if b.member == "" || b.role == "" {
@@ -260,16 +282,21 @@ func TestIAMBindings(t *testing.T) {
 		{"projects", p, sa("coupon-admin"), "roles/cloudsql.client"},
 		{"projects", p, sa("coupon-admin"), "roles/cloudsql.instanceUser"},
 		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.client"},
+		// The console: connect and log in, nothing else (what it may do is coupon_console's).
+		{"projects", p, sa("coupon-console"), "roles/cloudsql.client"},
+		{"projects", p, sa("coupon-console"), "roles/cloudsql.instanceUser"},
 		{"projects", p, sa("coupon-deploy"), "roles/cloudsql.instanceUser"},
 		{"secrets", "line-channel-access-token", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
 		{"secrets", "telemetry-member-key", sa("coupon-issue"), "roles/secretmanager.secretAccessor"},
 		{"secrets", "telemetry-member-key", sa("coupon-relay"), "roles/secretmanager.secretAccessor"},
+		{"secrets", "console-csrf-key", sa("coupon-console"), "roles/secretmanager.secretAccessor"},
 		{"projects", p, sa("coupon-deploy"), "roles/run.sourceDeveloper"},
 		{"projects", p, sa("coupon-deploy"), "roles/serviceusage.serviceUsageConsumer"},
 		{"projects", p, sa("coupon-deploy"), "roles/logging.logWriter"},
 		{"storage buckets", "gs://" + p + "_cloudbuild", sa("coupon-deploy"), "roles/storage.objectViewer"},
 		{"iam service-accounts", "coupon-issue@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-relay@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
+		{"iam service-accounts", "coupon-console@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"iam service-accounts", "coupon-build@" + p + ".iam.gserviceaccount.com", sa("coupon-deploy"), "roles/iam.serviceAccountUser"},
 		{"projects", p, sa("coupon-build"), "roles/run.builder"},
 		// Telemetry through Google's Telemetry API (shared/telemetry.GoogleExporter): the functions
@@ -282,13 +309,17 @@ func TestIAMBindings(t *testing.T) {
 		// Who may call the functions: the gateway IssueCoupon, the scheduler RelayOutbox; nobody else.
 		{"run services", "issue-coupon", gateway, "roles/run.invoker"},
 		{"run services", "relay-outbox", sa("coupon-scheduler"), "roles/run.invoker"},
+		// The console: IAP's service agent invokes it (named by gcloud, a stand-in under
+		// --dry-run), once IAP has let one of the promotion team's group through.
+		{"run services", "coupon-console", `serviceAccount:\$IAP_SERVICE_AGENT`, "roles/run.invoker"},
+		{"beta iap web", "coupon-console", "group:" + testConsoleGroup, "roles/iap.httpsResourceAccessor"},
 		// The daily operator jobs: started by the scheduler only.
 		{"run jobs", "coupon-reconcile", sa("coupon-scheduler"), "roles/run.invoker"},
 		{"run jobs", "coupon-prune", sa("coupon-scheduler"), "roles/run.invoker"},
 	}
 	var got []binding
 	for _, name := range []string{"setup.sh", "access.sh", "daily.sh"} {
-		args := []string{"--project", p, "--dry-run"}
+		args := append([]string{"--project", p, "--dry-run"}, requiredFlags(t, name)...)
 		if takesFlag(t, name, "--gateway-sa") {
 			args = append(args, "--gateway-sa", strings.TrimPrefix(gateway, "serviceAccount:"))
 		}
@@ -311,7 +342,8 @@ func TestIAMBindings(t *testing.T) {
 }
 
 // TestNotPublic: no deployable file and no dry run opens a function to unauthenticated
-// callers, and each deploy step says --no-allow-unauthenticated.
+// callers, each deploy step says --no-allow-unauthenticated, and the console's puts IAP in
+// front (--iap).
 func TestNotPublic(t *testing.T) {
 	public := regexp.MustCompile(`allUsers|allAuthenticatedUsers|--allow-unauthenticated|--ingress[= ]all\b.*--allow`)
 	for _, f := range deployableFiles(t) {
@@ -324,7 +356,7 @@ func TestNotPublic(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"setup.sh", "access.sh", "daily.sh"} {
-		out, err := script(t, name, "--project", testProject, "--dry-run")
+		out, err := script(t, name, append([]string{"--project", testProject, "--dry-run"}, requiredFlags(t, name)...)...)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, out)
 		}
@@ -335,6 +367,9 @@ func TestNotPublic(t *testing.T) {
 	for _, s := range loadCloudBuild(t).Steps {
 		if slices.Contains(s.GetArgs(), "deploy") && !slices.Contains(s.GetArgs(), "--no-allow-unauthenticated") {
 			t.Errorf("step %s deploys without --no-allow-unauthenticated", s.GetId())
+		}
+		if slices.Contains(s.GetArgs(), "coupon-console") && !slices.Contains(s.GetArgs(), "--iap") {
+			t.Errorf("step %s deploys the console without IAP in front (--iap)", s.GetId())
 		}
 	}
 }
@@ -354,8 +389,8 @@ func deployableFiles(t *testing.T) []string {
 }
 
 // placeholder matches text that stands for a value someone was meant to fill in. In
-// cloudbuild.yaml, $PROJECT_ID and ${PROJECT_ID} are Cloud Build's substitution, not a
-// placeholder; they are removed before matching.
+// cloudbuild.yaml, $PROJECT_ID, $PROJECT_NUMBER and their ${...} forms are Cloud Build's
+// substitutions, not placeholders; they are removed before matching.
 var placeholder = regexp.MustCompile(`PROJECT_ID|PROJECT_NUMBER|YOUR[_-]|CHANGE[_-]?ME|REPLACE[_-]?ME|<[a-z][a-z _-]*>|example\.(com|org)|TODO|FIXME|XXX`)
 
 // TestNoPlaceholders fails on any placeholder left in a deployable file or in the environment
@@ -363,11 +398,13 @@ var placeholder = regexp.MustCompile(`PROJECT_ID|PROJECT_NUMBER|YOUR[_-]|CHANGE[
 func TestNoPlaceholders(t *testing.T) {
 	files := deployableFiles(t)
 	out := t.TempDir()
-	if o, err := script(t, "env.sh", "--project", testProject, "--out", out); err != nil {
+	if o, err := script(t, "env.sh", "--project", testProject, "--project-number", testProjectNumber, "--out", out); err != nil {
 		t.Fatalf("env.sh: %v\n%s", err, o)
 	}
-	files = append(files, filepath.Join(out, "issue.env.yaml"), filepath.Join(out, "relay.env.yaml"))
-	substitution := regexp.MustCompile(`\$\{?PROJECT_ID\}?`)
+	for _, name := range []string{"issue", "relay", "console"} {
+		files = append(files, filepath.Join(out, name+".env.yaml"))
+	}
+	substitution := regexp.MustCompile(`\$\{?PROJECT_(ID|NUMBER)\}?`)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -386,7 +423,8 @@ func TestNoPlaceholders(t *testing.T) {
 
 // TestDeployedServices: each deploy step builds a main package that exists and reads an
 // environment file, generated by deploy/env.sh, that the function's configuration loaders
-// accept, with the secrets it mounts.
+// accept, with the secrets it mounts; the console's names the audience IAP signs for on the
+// service it is deployed as, and exports no telemetry (its account may write none).
 func TestDeployedServices(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
@@ -433,16 +471,36 @@ func TestDeployedServices(t *testing.T) {
 			_, err = issuance.ConfigFromEnv()
 		case "./functions/relay/cmd":
 			_, err = outbox.ConfigFromEnv()
+		case "./console/cmd":
+			err = consoleEnv(cb, s, env)
 		default:
-			err = fmt.Errorf("step %s builds %s, neither function", s.GetId(), buildable)
+			err = fmt.Errorf("step %s builds %s, neither function nor the console", s.GetId(), buildable)
 		}
 		if err != nil {
 			t.Errorf("%s: %v", envFile, err)
 		}
 	}
-	if deployed != 2 {
-		t.Errorf("deploy steps: %d, want IssueCoupon and RelayOutbox", deployed)
+	if deployed != 3 {
+		t.Errorf("deploy steps: %d, want IssueCoupon, RelayOutbox and the console", deployed)
 	}
+}
+
+// consoleEnv checks the console's environment as deployed by step s: IAP_AUDIENCE is the
+// audience IAP on that Cloud Run service signs its assertions for, and nothing is exported to
+// the Telemetry API, which the console's account may not write to.
+func consoleEnv(cb *cloudbuildpb.Build, s *cloudbuildpb.BuildStep, env map[string]string) error {
+	var errs []error
+	service := s.GetArgs()[slices.Index(s.GetArgs(), "deploy")+1]
+	region := substitute(cb, argValue(s.GetArgs(), "--region="))
+	if want := "/projects/" + testProjectNumber + "/locations/" + region + "/services/" + service; env["IAP_AUDIENCE"] != want {
+		errs = append(errs, fmt.Errorf("IAP_AUDIENCE %q, want %q", env["IAP_AUDIENCE"], want))
+	}
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
+		if env[k] != "none" {
+			errs = append(errs, fmt.Errorf("%s=%q: want none (coupon-console holds no telemetry writer role)", k, env[k]))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // TestMigrationIdentity: the migrate step logs in as the IAM database user of the account the
@@ -472,8 +530,8 @@ func TestMigrationIdentity(t *testing.T) {
 	}
 }
 
-// TestGrantRoles: the database group roles go to the IAM users of the functions and of the
-// operators, as the migrations' own user.
+// TestGrantRoles: the database group roles go to the IAM users of the functions, of the
+// console and of the operators, as the migrations' own user.
 func TestGrantRoles(t *testing.T) {
 	out, err := script(t, "grant-roles.sh", "--project", testProject, "--dry-run")
 	if err != nil {
@@ -482,6 +540,7 @@ func TestGrantRoles(t *testing.T) {
 	for _, want := range []string{
 		`GRANT coupon_issue TO "coupon-issue@` + testProject + `.iam"`,
 		`GRANT coupon_relay TO "coupon-relay@` + testProject + `.iam"`,
+		`GRANT coupon_console TO "coupon-console@` + testProject + `.iam"`,
 		`GRANT coupon_admin TO "coupon-admin@` + testProject + `.iam"`,
 		"+ cloud-sql-proxy --auto-iam-authn",
 		"user=coupon-deploy@" + testProject + ".iam",
@@ -500,8 +559,8 @@ const operatorConns = 2 * 4
 // reserved superuser connections, its own agents, and a rolling deploy's old revision.
 const headroom = 0.75
 
-// TestConnectionBudget: instances x pool of both functions, plus the migration and the
-// operators, stays under the Cloud SQL instance's max_connections with headroom.
+// TestConnectionBudget: instances x pool of both functions and the console, plus the migration
+// and the operators, stays under the Cloud SQL instance's max_connections with headroom.
 func TestConnectionBudget(t *testing.T) {
 	cb := loadCloudBuild(t)
 	envDir := generatedEnv(t, cb)
@@ -601,7 +660,8 @@ func TestShellcheck(t *testing.T) {
 }
 
 // TestUsage: every script answers --help and refuses a missing project, an unknown flag, a
-// flag without its value (in either form) and a value given to --dry-run.
+// flag without its value (in either form) and a value given to --dry-run; env.sh and
+// access.sh also refuse their other required flags missing or malformed.
 func TestUsage(t *testing.T) {
 	scripts, _ := filepath.Glob("*.sh")
 	for _, s := range scripts {
@@ -611,11 +671,8 @@ func TestUsage(t *testing.T) {
 		if out, err := script(t, s, "--help"); err != nil || !strings.Contains(out, "Usage: deploy/"+s) {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
 		}
-		// Only the required flags: every optional one has its default (env.sh also needs --out).
-		args := []string{"--project", testProject, "--dry-run"}
-		if s == "env.sh" {
-			args = append(args, "--out", t.TempDir())
-		}
+		// Only the required flags: every optional one has its default.
+		args := append([]string{"--project", testProject, "--dry-run"}, requiredFlags(t, s)...)
 		if out, err := script(t, s, args...); err != nil {
 			t.Errorf("%s %v: %v\n%s", s, args, err, out)
 		}
@@ -637,22 +694,36 @@ func TestUsage(t *testing.T) {
 			}
 		}
 	}
+	for _, c := range []struct {
+		script string
+		args   []string
+		want   string
+	}{
+		{"env.sh", []string{"--out", t.TempDir()}, "--project-number is required"},
+		{"env.sh", []string{"--out", t.TempDir(), "--project-number", testProject}, "not a project number"},
+		{"access.sh", nil, "--console-group is required"},
+		{"access.sh", []string{"--console-group", "promotion-team"}, "not a group's email"},
+	} {
+		args := append([]string{"--project", testProject, "--dry-run"}, c.args...)
+		if out, err := script(t, c.script, args...); err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("%s %v: %v, want exit 2 and %q\n%s", c.script, args, err, c.want, out)
+		}
+	}
 }
 
 // TestFlagForms: every script takes --flag VALUE and --flag=VALUE alike, as gcloud does: a dry
 // run prints the same commands either way.
 func TestFlagForms(t *testing.T) {
 	extra := map[string][]string{
-		"env.sh":        {"--out", t.TempDir()},
 		"monitoring.sh": {"--notification-channel", testChannel},
-		"rollback.sh":   {"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003"},
+		"rollback.sh":   {"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003", "--console-revision", "coupon-console-00002"},
 	}
 	scripts, _ := filepath.Glob("*.sh")
 	for _, s := range scripts {
 		if s == "lib.sh" {
 			continue
 		}
-		spaced := append([]string{"--project", testProject}, extra[s]...)
+		spaced := append(append([]string{"--project", testProject}, requiredFlags(t, s)...), extra[s]...)
 		for _, f := range [][2]string{{"--region", "asia-northeast2"}, {"--instance", "db2"}} {
 			if takesFlag(t, s, f[0]) {
 				spaced = append(spaced, f[0], f[1])
@@ -788,6 +859,51 @@ func TestTelemetryIsExported(t *testing.T) {
 	for _, api := range []string{"telemetry.googleapis.com", "cloudtrace.googleapis.com", "monitoring.googleapis.com"} {
 		if !strings.Contains(enable, api) {
 			t.Errorf("setup.sh does not enable %s: %s", api, enable)
+		}
+	}
+}
+
+// TestRollbackBeforeTheConsole: in the release that first deployed the console, it has one
+// revision: rollback.sh rolls both functions back and leaves the console on it, saying so; a
+// function with one revision still stops the script before any traffic moves.
+func TestRollbackBeforeTheConsole(t *testing.T) {
+	for _, c := range []struct {
+		single  string // the service with one revision
+		wantErr bool
+	}{{"coupon-console", false}, {"relay-outbox", true}} {
+		bin := t.TempDir()
+		log := filepath.Join(bin, "calls")
+		// A gcloud that lists two revisions of each service but c.single, and records each call.
+		fake := fmt.Sprintf(`#!/bin/sh
+echo "gcloud $*" >> %s
+case "$*" in
+  "run revisions list --service=%s "*) echo %s-00001 ;;
+  "run revisions list --service="*) svc=${4#--service=}; printf '%%s-00002\n%%s-00001\n' "$svc" "$svc" ;;
+esac
+`, log, c.single, c.single)
+		if err := os.WriteFile(filepath.Join(bin, "gcloud"), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "rollback.sh", "--project", testProject)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		calls, _ := os.ReadFile(log)
+		moved := regexp.MustCompile(`(?m)^gcloud run services update-traffic (\S+) .*--to-revisions=(\S+)$`).FindAllStringSubmatch(string(calls), -1)
+		if c.wantErr {
+			if err == nil || len(moved) > 0 || !strings.Contains(string(out), c.single+" has no earlier revision to roll back to") {
+				t.Errorf("%s with one revision: %v, traffic moved %q, want exit 2 before any move\n%s", c.single, err, moved, out)
+			}
+			continue
+		}
+		want := [][]string{
+			{"", "issue-coupon", "issue-coupon-00001=100"},
+			{"", "relay-outbox", "relay-outbox-00001=100"},
+		}
+		for i := range moved {
+			moved[i][0] = ""
+		}
+		if err != nil || !slices.EqualFunc(moved, want, slices.Equal) || !strings.Contains(string(out), "coupon-console has no earlier revision: left on its newest revision") {
+			t.Errorf("console with one revision: %v, traffic moved %q, want both functions to their previous revision and the console left\n%s", err, moved, out)
 		}
 	}
 }

@@ -269,6 +269,8 @@ func projectAnswer(state string, args []string) (string, int) {
 		return "projects/" + testProject + "/alertPolicies/" + strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(name), "-"), "-") + "\n", 0
 	case cmd == "alpha monitoring policies create":
 		return "projects/" + testProject + "/alertPolicies/new\n", 0
+	case cmd == "beta services identity create":
+		return "service-" + testProjectNumber + "@gcp-sa-iap.iam.gserviceaccount.com\n", 0
 	case cmd == "run revisions list":
 		return flagValue(args, "--service") + "-00002\n" + flagValue(args, "--service") + "-00001\n", 0
 	}
@@ -408,8 +410,12 @@ var scriptRuns = []scriptRun{
 		want: []string{"sql instances create", "sql databases create", "sql users create", "secrets create", "iam service-accounts create", "artifacts repositories create", "add-iam-policy-binding"}},
 	{script: "setup.sh", state: stateDeployed, want: []string{"add-iam-policy-binding"}, not: []string{" create "}},
 	{script: "build.sh", state: stateEmpty, want: []string{"builds submit"}},
-	{script: "access.sh", state: stateEmpty, want: []string{"scheduler jobs create http"}, not: []string{"scheduler jobs update"}},
-	{script: "access.sh", state: stateDeployed, want: []string{"scheduler jobs update http"}, not: []string{"scheduler jobs create"}},
+	{script: "access.sh", args: []string{"--console-group", testConsoleGroup}, state: stateEmpty,
+		want: []string{"scheduler jobs create http", "beta iap web add-iam-policy-binding --resource-type=cloud-run --service=coupon-console",
+			"run services add-iam-policy-binding coupon-console --project=" + testProject + " --member=serviceAccount:service-" + testProjectNumber + "@gcp-sa-iap"},
+		not: []string{"scheduler jobs update"}},
+	{script: "access.sh", args: []string{"--console-group", testConsoleGroup}, state: stateDeployed,
+		want: []string{"scheduler jobs update http", "beta iap web get-iam-policy"}, not: []string{"scheduler jobs create"}},
 	{script: "daily.sh", state: stateEmpty, want: []string{"run jobs deploy", "scheduler jobs create http"}, not: []string{"scheduler jobs update"}},
 	{script: "daily.sh", state: stateDeployed, want: []string{"run jobs deploy", "scheduler jobs update http"}, not: []string{"scheduler jobs create"}},
 	{script: "monitoring.sh", args: []string{"--notification-channel", testChannel}, state: stateEmpty,
@@ -419,8 +425,8 @@ var scriptRuns = []scriptRun{
 	// Without a channel, a policy in place keeps the operator's (projectAnswer's 77).
 	{script: "monitoring.sh", state: stateDeployed,
 		want: []string{"--no-enabled --set-notification-channels=projects/" + testProject + "/notificationChannels/77 "}, not: []string{" create "}},
-	{script: "rollback.sh", state: stateDeployed, want: []string{"run revisions list", "run services update-traffic"}},
-	{script: "rollback.sh", args: []string{"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003"}, state: stateDeployed,
+	{script: "rollback.sh", state: stateDeployed, want: []string{"run revisions list", "run services update-traffic coupon-console"}},
+	{script: "rollback.sh", args: []string{"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003", "--console-revision", "coupon-console-00002"}, state: stateDeployed,
 		want: []string{"run services update-traffic"}, not: []string{"revisions list"}},
 }
 
@@ -539,35 +545,44 @@ func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
 		}
 		checked++
 	}
-	if checked < 3 {
-		t.Errorf("checked %d Cloud SDK steps of cloudbuild.yaml, want the env files and both deploys", checked)
+	if checked < 4 {
+		t.Errorf("checked %d Cloud SDK steps of cloudbuild.yaml, want the env files and the three deploys", checked)
 	}
 }
 
-// TestRealGcloudRefusesWhatItRefusedBefore passes the command lines the deploy ran at 2cf95fc
-// and the real gcloud refused (testdata/refused-at-2cf95fc.json) to it again: each is still
-// refused, with the error recorded, so a check that took everything would fail here.
+// TestRealGcloudRefusesWhatItRefusedBefore passes command lines the real gcloud refused to
+// it again, each still refused with the error recorded, so a check that took everything would
+// fail here: testdata/refused-at-2cf95fc.json, what the deploy ran at 2cf95fc; and
+// testdata/refused-iap-ga.json, the GA forms of the console's IAP commands, which SDK 528 has
+// in beta only (gcloud run deploy --iap, run services update --iap, iap web
+// --resource-type=cloud-run), and iap web enable, which takes no Cloud Run service in any track.
 func TestRealGcloudRefusesWhatItRefusedBefore(t *testing.T) {
 	real := realGcloud(t)
-	b, err := os.ReadFile("testdata/refused-at-2cf95fc.json")
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob("testdata/refused-*.json")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("testdata/refused-*.json: %v, %q", err, files)
 	}
-	var before []struct {
-		Script string   `json:"script"`
-		Args   []string `json:"args"`
-		Error  string   `json:"error"`
-	}
-	if err := json.Unmarshal(b, &before); err != nil || len(before) == 0 {
-		t.Fatalf("testdata/refused-at-2cf95fc.json: %v", err)
-	}
-	for _, c := range before {
-		call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
-			t.Errorf("%s: gcloud %s: exit %d, want 2 and %q\n%s", c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
+		var before []struct {
+			Script string   `json:"script"`
+			Args   []string `json:"args"`
+			Error  string   `json:"error"`
+		}
+		if err := json.Unmarshal(b, &before); err != nil || len(before) == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, c := range before {
+			call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
+				t.Errorf("%s, %s: gcloud %s: exit %d, want 2 and %q\n%s", f, c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
+			}
 		}
 	}
 }

@@ -15,15 +15,17 @@ shopt -s inherit_errexit
 # Names shared by the scripts and cloudbuild.yaml (change them in both).
 readonly ISSUE_SERVICE=issue-coupon
 readonly RELAY_SERVICE=relay-outbox
+readonly CONSOLE_SERVICE=coupon-console # the promotion team's console, behind IAP (docs/deploy.md, "The console")
 readonly SCHEDULER_JOB=relay-outbox
 readonly RECONCILE_JOB=coupon-reconcile # the daily operator jobs (deploy/daily.sh)
 readonly PRUNE_JOB=coupon-prune
 readonly DATABASE=coupons
 readonly LINE_SECRET=line-channel-access-token
 readonly MEMBER_KEY_SECRET=telemetry-member-key # TELEMETRY_MEMBER_KEY: member hashes in logs
-# One service account per function, one for each caller, one for the deploy build (whose
-# identity is also the migrations' database user), one for the source builds of Cloud Run, one
-# for the operators' couponctl (docs/roles.md).
+readonly CSRF_KEY_SECRET=console-csrf-key       # CONSOLE_CSRF_KEY: the console's form tokens
+# One service account per function and one for the console, one for each caller, one for the
+# deploy build (whose identity is also the migrations' database user), one for the source builds
+# of Cloud Run, one for the operators' couponctl (docs/roles.md).
 readonly SA_ISSUE=coupon-issue
 readonly SA_RELAY=coupon-relay
 readonly SA_SCHEDULER=coupon-scheduler
@@ -31,6 +33,7 @@ readonly SA_GATEWAY=coupon-gateway
 readonly SA_DEPLOY=coupon-deploy
 readonly SA_ADMIN=coupon-admin # operators' couponctl, as database role coupon_admin
 readonly SA_BUILD=coupon-build
+readonly SA_CONSOLE=coupon-console # the console's runtime, as database role coupon_console
 
 PROJECT=""
 REGION=asia-northeast1
@@ -153,14 +156,21 @@ exists() {
 
 # bind KIND RESOURCE MEMBER ROLE [EXTRA...]: add one IAM binding (idempotent: adding a binding
 # that exists changes nothing). KIND is projects, "run services", "run jobs", "iam
-# service-accounts", "storage buckets" or secrets. Every grant of every script goes through here, so that deploy_test.go sees them all.
+# service-accounts", "storage buckets", secrets, or "beta iap web", whose RESOURCE is the Cloud
+# Run service behind IAP (SDK 528 takes --resource-type=cloud-run in beta only). Every grant of
+# every script goes through here, so that deploy_test.go sees them all.
 bind() {
   local kind=$1 resource=$2 member=$3 role=$4
   shift 4
-  if [ "$kind" = projects ]; then
-    set -- --condition=None "$@"
-  fi
-  # shellcheck disable=SC2086 # KIND is two words on purpose ("run services")
-  run gcloud $kind add-iam-policy-binding "$resource" --project="$PROJECT" \
+  local target=("$resource")
+  case "$kind" in
+    projects) set -- --condition=None "$@" ;;
+    "beta iap web")
+      target=(--resource-type=cloud-run --service="$resource")
+      set -- --condition=None "$@"
+      ;;
+  esac
+  # shellcheck disable=SC2086 # KIND is several words on purpose ("run services")
+  run gcloud $kind add-iam-policy-binding "${target[@]}" --project="$PROJECT" \
     --member="$member" --role="$role" "$@" --format=none --quiet
 }

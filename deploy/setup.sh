@@ -5,11 +5,11 @@
 set -euo pipefail
 usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gateway-sa EMAIL] [--dry-run]
 
-Enables the APIs; creates the service accounts (one per function, the gateway's and the
-scheduler's callers, the deploy build's, the source builds'), the Cloud SQL instance with IAM
-database authentication, the database, one IAM database user per runtime identity, the LINE
-token's secret and the member-hash key's, the build bucket, and the IAM bindings
-(docs/deploy.md lists them and why)."
+Enables the APIs; creates the service accounts (one per function and the console's, the
+gateway's and the scheduler's callers, the deploy build's, the source builds'), the Cloud SQL
+instance with IAM database authentication, the database, one IAM database user per runtime
+identity, the secrets (the LINE token's, the member-hash key's, the console's CSRF key's), the
+build bucket, and the IAM bindings (docs/deploy.md lists them and why)."
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
@@ -23,10 +23,10 @@ readonly DB_MAX_CONNECTIONS=100
 run gcloud services enable --project="$PROJECT" \
   run.googleapis.com cloudbuild.googleapis.com artifactregistry.googleapis.com \
   sqladmin.googleapis.com secretmanager.googleapis.com cloudscheduler.googleapis.com \
-  iam.googleapis.com iamcredentials.googleapis.com \
+  iam.googleapis.com iamcredentials.googleapis.com iap.googleapis.com \
   telemetry.googleapis.com cloudtrace.googleapis.com monitoring.googleapis.com
 
-accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN")
+accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN" "$SA_CONSOLE")
 if [ "$GATEWAY_SA" = "$(sa_email "$SA_GATEWAY")" ]; then
   accounts+=("$SA_GATEWAY")
 fi
@@ -61,10 +61,10 @@ exists gcloud sql instances describe "$INSTANCE" --project="$PROJECT" ||
 exists gcloud sql databases describe "$DATABASE" --instance="$INSTANCE" --project="$PROJECT" ||
   run gcloud sql databases create "$DATABASE" --instance="$INSTANCE" --project="$PROJECT"
 
-# One IAM database user per identity that connects: each function's, the operators', and the
-# deploy build's, which runs the migrations (so the migration logs in as the identity it runs
-# with).
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN" "$SA_DEPLOY"; do
+# One IAM database user per identity that connects: each function's, the console's, the
+# operators', and the deploy build's, which runs the migrations (so the migration logs in as the
+# identity it runs with).
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_CONSOLE" "$SA_ADMIN" "$SA_DEPLOY"; do
   exists gcloud sql users describe "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" ||
     run gcloud sql users create "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" \
       --type=cloud_iam_service_account
@@ -75,28 +75,38 @@ done
 exists gcloud secrets describe "$LINE_SECRET" --project="$PROJECT" ||
   run gcloud secrets create "$LINE_SECRET" --project="$PROJECT" --replication-policy=automatic
 
-# The key that hashes member ids in logs and spans (TELEMETRY_MEMBER_KEY, docs/operations.md):
-# one random value for every instance of both functions, so that a member's lines join; made here
-# once, never printed.
-if ! exists gcloud secrets describe "$MEMBER_KEY_SECRET" --project="$PROJECT"; then
-  run gcloud secrets create "$MEMBER_KEY_SECRET" --project="$PROJECT" --replication-policy=automatic
-  echo "+ head -c 32 /dev/urandom | base64 | gcloud secrets versions add $MEMBER_KEY_SECRET --project=$PROJECT --data-file=-" >&2
+# random_secret SECRET MAKE: when SECRET is missing, create it with one version, what the
+# pipeline MAKE prints (a random key); made here once, never printed.
+random_secret() {
+  local secret=$1 make=$2
+  exists gcloud secrets describe "$secret" --project="$PROJECT" && return
+  run gcloud secrets create "$secret" --project="$PROJECT" --replication-policy=automatic
+  echo "+ $make | gcloud secrets versions add $secret --project=$PROJECT --data-file=-" >&2
   if [ "$DRY_RUN" = false ]; then
-    head -c 32 /dev/urandom | base64 | gcloud secrets versions add "$MEMBER_KEY_SECRET" --project="$PROJECT" --data-file=- --format=none
+    bash -c "$make" | gcloud secrets versions add "$secret" --project="$PROJECT" --data-file=- --format=none
   fi
-fi
+}
+# The key that hashes member ids in logs and spans (TELEMETRY_MEMBER_KEY, docs/operations.md):
+# one value for every instance of both functions, so that a member's lines join.
+random_secret "$MEMBER_KEY_SECRET" "head -c 32 /dev/urandom | base64"
+# The key of the console's CSRF tokens (CONSOLE_CSRF_KEY, 64 hex digits): one value for every
+# instance and revision, so that a form loaded from one is taken by the next.
+random_secret "$CSRF_KEY_SECRET" "od -An -v -tx1 -N32 /dev/urandom | tr -d ' \\n'"
 
 # Runtime identities: connect to Cloud SQL (client) and log in as their IAM user
-# (instanceUser); nothing else in the project.
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN" "$SA_DEPLOY"; do
+# (instanceUser); nothing else in the project. The console's account gets only these two and
+# its CSRF key below: what it may do in the database is coupon_console's (docs/roles.md).
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_CONSOLE" "$SA_ADMIN" "$SA_DEPLOY"; do
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.client
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.instanceUser
 done
-# Only the relay reads the LINE token; both functions read the member key.
+# Only the relay reads the LINE token; both functions read the member key; the console its CSRF
+# key.
 bind secrets "$LINE_SECRET" "serviceAccount:$(sa_email "$SA_RELAY")" roles/secretmanager.secretAccessor
 for sa in "$SA_ISSUE" "$SA_RELAY"; do
   bind secrets "$MEMBER_KEY_SECRET" "serviceAccount:$(sa_email "$sa")" roles/secretmanager.secretAccessor
 done
+bind secrets "$CSRF_KEY_SECRET" "serviceAccount:$(sa_email "$SA_CONSOLE")" roles/secretmanager.secretAccessor
 
 # Telemetry (shared/telemetry.GoogleExporter, docs/operations.md): both functions write spans
 # and metrics to the Telemetry API; the operators' jobs only metrics (reconcile's drift).
@@ -115,7 +125,7 @@ bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/run.sou
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/serviceusage.serviceUsageConsumer
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/logging.logWriter
 bind "storage buckets" "$build_bucket" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/storage.objectViewer
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_BUILD"; do
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_CONSOLE" "$SA_BUILD"; do
   bind "iam service-accounts" "$(sa_email "$sa")" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/iam.serviceAccountUser
 done
 # Every image build: the functions' (gcloud run deploy --source, --build-service-account) and
