@@ -611,6 +611,8 @@ func TestConsoleRole(t *testing.T) {
 		{`SELECT count(*) FROM issued_coupons`, "the coupons"},
 		{`SELECT count(*) FROM notification_outbox`, "the push state"},
 		{`SELECT approval_above_yen FROM coupon_rules`, "the approval line"},
+		{`SELECT count(*) FROM campaign_audience`, "the audience's size"},
+		{`SELECT count(release_next('CON', now(), NULL, NULL, NULL))`, "the next release"},
 		{`SELECT count(*) FROM console_pause('CON', true, 'op@example.com', 'check')`, "a pause"},
 		{`SELECT count(*) FROM console_pause('CON', false, 'op@example.com', 'checked')`, "a resume"},
 		{`SELECT count(*) FROM console_budget('CON', NULL, 1000, NULL, 'op@example.com', 'a little more')`, "a small raise"},

@@ -221,8 +221,8 @@ func releaseState(s campaign.Status, st string, now time.Time) string {
 		return " (first release at " + fmtTime(&s.Schedule[0].At) + ")"
 	case st != campaign.StateActive || s.AvailableCoupons() > 0:
 		return ""
-	case s.NextRelease() != nil:
-		return " (released coupons taken; next release at " + fmtTime(&s.NextRelease().At) + ")"
+	case s.NextReleaseAt != nil:
+		return " (released coupons taken; next release at " + fmtTime(s.NextReleaseAt) + ")"
 	}
 	return " (released coupons taken; no release to come)"
 }

@@ -219,8 +219,8 @@ func kinds(s campaign.Status) string {
 	if len(s.Schedule) > 0 {
 		open, _ := s.OpenReleases()
 		parts = append(parts, fmt.Sprintf("releases %d/%d open", open, len(s.Schedule)))
-		if next := s.NextRelease(); next != nil {
-			parts = append(parts, "next "+tokyoTime(&next.At))
+		if s.NextReleaseAt != nil {
+			parts = append(parts, "next "+tokyoTime(s.NextReleaseAt))
 		}
 	}
 	if s.AudienceOnly {

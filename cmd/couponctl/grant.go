@@ -356,8 +356,8 @@ func noRoom(s campaign.Status, rest int) error {
 	id := s.ID
 	if s.RemainingYen() >= s.DiscountYen {
 		next := "no release is to come: add one (couponctl campaign update " + id + " --release AT=N --reason TEXT)"
-		if r := s.NextRelease(); r != nil {
-			next = "run the grant after its next release, at " + tokyoTime(&r.At)
+		if s.NextReleaseAt != nil {
+			next = "run the grant after its next release, at " + tokyoTime(s.NextReleaseAt)
 		}
 		return fmt.Errorf("grant: campaign %s's released coupons are taken: the %d members without its coupon would answer "+
 			"BUDGET_EXCEEDED; %s; nothing was issued", id, rest, next)

@@ -452,3 +452,70 @@ func TestPreviousReleaseKnowsItsAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestNextReleaseIsWhenCouponsOpen: next_release_at names when more coupons open, never an
+// instant they cannot (00027's release_next): for a release before the campaign's start, the
+// start; for a release at or after the end (an end moved earlier), none. The issuance and the dry
+// run answer alike. The broken variant, 00025's rule (the first release after now, whatever the
+// period), is kept as a fixture and must be seen.
+func TestNextReleaseIsWhenCouponsOpen(t *testing.T) {
+	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("broken=", broken), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newKindsDB(t)
+			if broken {
+				pgtest.BreakFunction(t, d.owner, "release_next", [2]string{"GREATEST(r.at, release_next.p_starts)", "r.at"},
+					[2]string{"(o.at < LEAST(release_next.p_ends, release_next.p_until, 'infinity'::timestamp with time zone))", "true"})
+			}
+			now := scalar[time.Time](t, d.owner, `SELECT clock_timestamp()`)
+			starts, early, late := now.Add(2*time.Hour), now.Add(time.Hour), now.Add(3*time.Hour)
+			// EARLY: a release an hour before a start two hours away; its coupons open at the start.
+			d.create(t, "EARLY", 10, 2, map[time.Time]int32{early: 5}, false)
+			// GONE: one release open now, one in three hours; then its end is moved to two hours.
+			d.create(t, "GONE", 10, 2, map[time.Time]int32{now.Add(-time.Hour): 1, late: 5}, false)
+			for _, change := range []struct {
+				campaign            string
+				starts, ends        *time.Time
+				setStarts, setsEnds bool
+			}{{"EARLY", &starts, nil, true, false}, {"GONE", nil, &starts, false, true}} {
+				if _, err := d.owner.Exec(ctx, `SELECT count(*) FROM campaign_change_state($1, 'period', $2, $3, $4, $5, 'test')`,
+					change.campaign, change.starts, change.ends, change.setStarts, change.setsEnds); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r := (<-d.issueAsync("GONE", "first")); r.err != nil || r.result != "ISSUED" {
+				t.Fatalf("GONE's first coupon: %s %v", r.result, r.err)
+			}
+			var wrong []string
+			for _, c := range []struct {
+				campaign string
+				want     *time.Time
+			}{{"EARLY", &starts}, {"GONE", nil}} {
+				var issued *time.Time
+				if err := d.issue.QueryRow(ctx, `SELECT next_release_at FROM issue_coupons_batch_v2($1, ARRAY[gen_random_uuid()], ARRAY['m'],
+					ARRAY[now()], NULL, ARRAY[NULL::text])`, c.campaign).Scan(&issued); err != nil {
+					t.Fatal(err)
+				}
+				dry := d.dryRun(t, c.campaign, "m")
+				for _, got := range []struct {
+					by string
+					at *time.Time
+				}{{"issue_coupons_batch_v2", issued}, {"issue_dry_run", dry.next}} {
+					if (got.at == nil) != (c.want == nil) || (got.at != nil && !got.at.Equal(*c.want)) {
+						wrong = append(wrong, fmt.Sprintf("%s: %s answered next_release_at %v, want %v", c.campaign, got.by, got.at, c.want))
+					}
+				}
+			}
+			switch {
+			case broken && len(wrong) == 0:
+				t.Error("the broken variant named the right instants: the test would not see it")
+			case broken:
+				t.Logf("the broken variant: %v", wrong)
+			case len(wrong) > 0:
+				t.Error(wrong)
+			}
+		})
+	}
+}

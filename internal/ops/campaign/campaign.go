@@ -83,6 +83,11 @@ type Status struct {
 	// AudienceSize is how many members the campaign's audience holds (only an AudienceOnly
 	// campaign has one).
 	AudienceSize int
+	// NextReleaseAt is when the releases open more coupons next, the instant IssueCoupon names
+	// as next_release_at (release_next, schema/migrations/00027_next_release.sql: a release
+	// before the start opens at the start, one at or after the end never); nil when none is to
+	// come.
+	NextReleaseAt *time.Time
 }
 
 // The states of a campaign at an instant ([Status.State]).
@@ -243,10 +248,12 @@ const (
 )
 
 // statusColumns are a [Status] read from campaign_budgets b grouped by campaign_id: the
-// definition, written alike on every stripe, the stripes' sums, and the audience's size.
+// definition, written alike on every stripe, the stripes' sums, the audience's size and the next
+// release by the database's clock.
 const statusColumns = `campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at),
 coalesce(min(coupon_valid_days), 0), min(coupons_expire_at), bool_or(audience_only),
-(SELECT count(*) FROM campaign_audience a WHERE a.campaign_id = b.campaign_id)::integer`
+(SELECT count(*) FROM campaign_audience a WHERE a.campaign_id = b.campaign_id)::integer,
+release_next(campaign_id, clock_timestamp(), min(starts_at), min(ends_at), min(coupons_expire_at))`
 
 // reader runs queries: a pool, a connection or a transaction.
 type reader interface {
@@ -285,7 +292,7 @@ func read(ctx context.Context, db reader, where string, args ...any) ([]Status, 
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
 		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
-			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize)
+			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize, &s.NextReleaseAt)
 		return s, err
 	})
 	if err != nil || len(list) == 0 {

@@ -130,16 +130,6 @@ func (s Status) OpenReleases() (open, released int) {
 	return open, released
 }
 
-// NextRelease is the first of s's releases not open yet, nil when none is to come.
-func (s Status) NextRelease() *ReleaseStatus {
-	for i, r := range s.Schedule {
-		if !r.Open {
-			return &s.Schedule[i]
-		}
-	}
-	return nil
-}
-
 // OpensAt is when a campaign that has not started ([Status.State]) opens: its first release
 // when that is still to come after its start, else its start.
 func (s Status) OpensAt() *time.Time {
