@@ -176,8 +176,25 @@ func update(ctx context.Context, db campaign.Querier, w io.Writer, id string, ch
 		if warning, _ := expiryCheck(s.StartsAt, s.EndsAt, s.CouponsExpireAt); warning != "" {
 			fmt.Fprintln(w, "warning:", warning)
 		}
+		if never := neverOpen(s); never > 0 {
+			fmt.Fprintf(w, "warning: %d of campaign %s's releases to come are at or after its end or its coupons' expiry: they will never open\n", never, id)
+		}
 	}
 	return done, nil
+}
+
+// neverOpen counts s's releases still to come that its period or its coupons' fixed expiry now
+// shuts out: IssueCoupon never opens them nor names them as next_release_at (release_next,
+// 00027_next_release.sql).
+func neverOpen(s campaign.Status) int {
+	n := 0
+	for _, r := range s.Schedule {
+		shut := (s.EndsAt != nil && !r.At.Before(*s.EndsAt)) || (s.CouponsExpireAt != nil && !r.At.Before(*s.CouponsExpireAt))
+		if !r.Open && shut {
+			n++
+		}
+	}
+	return n
 }
 
 // expiryCheck is [campaign.CheckExpiry] as create and update call it: a variable, so that a test

@@ -117,6 +117,14 @@ func parseRelease(v string) (campaign.Release, error) {
 	if !ok || err != nil {
 		return campaign.Release{}, flagError("--release %q: want AT=N, AT in RFC 3339 such as 2026-12-05T10:00:00+09:00=100", v)
 	}
+	switch {
+	case t.Nanosecond() != 0:
+		// Every time couponctl prints is to the second (tokyoTime): two releases in one second
+		// would print alike.
+		return campaign.Release{}, flagError("--release %q: AT must be a whole second", v)
+	case t.Year() < 2000:
+		return campaign.Release{}, flagError("--release %q: AT before the year 2000 is a mistake", v)
+	}
 	coupons, err := releaseCoupons("--release", v, n)
 	return campaign.Release{At: t, Coupons: coupons}, err
 }

@@ -106,6 +106,8 @@ func TestCampaignCreateBadForms(t *testing.T) {
 		{[]string{"--release", "2099-01-01T10:00:00+09:00"}, 2, `--release "2099-01-01T10:00:00+09:00": want AT=N`},
 		{[]string{"--release", "2099-01-01T10:00:00+09:00=0"}, 2, `--release "2099-01-01T10:00:00+09:00=0": N must be a whole number of coupons`},
 		{[]string{"--release", "2099-01-01T10:00:00+09:00=x"}, 2, `--release "2099-01-01T10:00:00+09:00=x": N must be a whole number of coupons`},
+		{[]string{"--release", "2099-01-01T10:00:00.5+09:00=5"}, 2, `--release "2099-01-01T10:00:00.5+09:00=5": AT must be a whole second`},
+		{[]string{"--release", "0001-01-01T00:00:00Z=5"}, 2, `--release "0001-01-01T00:00:00Z=5": AT before the year 2000 is a mistake`},
 		{[]string{"--release", "2099-01-01T10:00:00+09:00=5", "--release", "2099-01-01T01:00:00Z=5"}, 2,
 			"--release/--daily-release: campaign BAD: two releases at 2099-01-01T10:00:00+09:00"},
 		{[]string{"--coupons", "10", "--release", "2099-01-01T10:00:00+09:00=11"}, 2,
@@ -242,6 +244,8 @@ func TestCampaignUpdateRelease(t *testing.T) {
 			[]string{`--release "2099-01-02T10:00:00+09:00": want AT=N`, "Usage:"}, 2, 1000},
 		{[]string{"PLAIN", "--release", "2099-01-02T10:00:00+09:00=1", "--reason", "x"}, 1,
 			[]string{"campaign PLAIN was created without releases"}, 2, 1000},
+		{[]string{"REL", "--ends", "2099-01-02T00:00:00+09:00", "--reason", "shorter"}, 0,
+			[]string{"warning: 1 of campaign REL's releases to come are at or after its end or its coupons' expiry: they will never open"}, 2, 1000},
 	} {
 		code, stdout, stderr := grantCLI(append([]string{"campaign", "update"}, step.args...)...)
 		if code != step.code {
@@ -262,8 +266,8 @@ func TestCampaignUpdateRelease(t *testing.T) {
 	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'REL' AND what = 'release' AND reason = 'day 2 (PROMO-77)'`); n != 1 {
 		t.Errorf("%d release rows in REL's history with the reason, want 1", n)
 	}
-	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE what <> 'create'`); n != 2 {
-		t.Errorf("%d changes in the history, want the raise and the release of the one command that passed", n)
+	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE what <> 'create'`); n != 3 {
+		t.Errorf("%d changes in the history, want the raise and the release of the one command that passed, and the end moved", n)
 	}
 }
 

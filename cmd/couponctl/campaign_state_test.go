@@ -24,6 +24,9 @@ func TestCampaignStateWithReleases(t *testing.T) {
 			released += 10
 			s.Releases = append(s.Releases, campaign.Release{At: at(i), Coupons: 10})
 			s.Schedule = append(s.Schedule, campaign.ReleaseStatus{Release: s.Releases[i], Released: released, Open: o})
+			if !o && s.NextReleaseAt == nil {
+				s.NextReleaseAt = &s.Releases[i].At // as release_next reads it for a campaign without a period
+			}
 		}
 		return s
 	}
