@@ -271,14 +271,9 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, who := r.Context(), person(r)
 	var out outcome
-	var n int
 	switch action {
-	case "pause", "resume":
-		err = s.actions.call(ctx, sqlPause, []any{id, action == "pause", who, reason}, &n)
-		out.done = action
-	case "end":
-		err = s.actions.call(ctx, sqlEnd, []any{id, who, reason}, &n)
-		out.done = action
+	case "pause", "resume", "end":
+		out, err = s.actions.state(ctx, id, action, who, reason)
 	case "budget":
 		set, add, stripes, ferr := f.budgetArgs()
 		if ferr != nil {
@@ -330,6 +325,10 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, id, err, back)
 		return
 	}
+	if coupon.CheckID(id) != nil {
+		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("クーポン %s はありません", id), "/")
+		return
+	}
 	reissue := r.PostFormValue("allow_reissue") != ""
 	if err := s.actions.voidCoupon(r.Context(), id, reissue, person(r), reason); err != nil {
 		s.fail(w, r, 0, "coupon "+id, err, back)
@@ -363,6 +362,7 @@ var doneMessages = map[string]string{
 	"resume":       "再開しました。",
 	"end":          "終了しました。",
 	"budget":       "予算を変更しました。",
+	"unchanged":    "既にその状態です。何も変更していません。",
 	"requested":    "予算の増額が承認基準を超えるため、承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
 	"approve":      "申請 #%s を承認し、反映しました。",
 	"reject":       "申請 #%s を却下しました。",
