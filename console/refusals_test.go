@@ -244,3 +244,24 @@ func (e *env) rebound(t *testing.T, c *http.Client, host string) string {
 	t.Fatalf("GET with Host %s: %d %.200s, want 200 or 421", host, resp.StatusCode, page)
 	return ""
 }
+
+// TestGrantErrorIsInternal: a privilege the console's database login lacks (42501 raised by
+// PostgreSQL, not by the role check) is an internal error, 500, not the person's refusal; a
+// viewer's pause, refused by the role check (operator_require), stays 403 権限がありません.
+func TestGrantErrorIsInternal(t *testing.T) {
+	e := setup(t, verifiedIAP)
+	e.createCampaign(t, campaign.Campaign{ID: "GRANT", DiscountYen: 1000, BudgetYen: 100_000})
+	viewer := e.poster(t, operatorEmail, "/campaigns/GRANT") // a viewer's page has no form: an operator's token
+	viewer.email = viewerEmail
+	status, _, body := viewer.post(t, "/campaigns/GRANT/pause", url.Values{"reason": {"閲覧者"}})
+	if status != http.StatusForbidden || !strings.Contains(body, "権限がありません") {
+		t.Errorf("a viewer's pause: %d %.300s, want 403 権限がありません", status, body)
+	}
+	if _, err := e.owner.Exec(context.Background(), `REVOKE SELECT ON campaign_change_requests FROM coupon_console`); err != nil {
+		t.Fatal(err)
+	}
+	status, body = e.do(t, client(t), http.MethodGet, "/campaigns/GRANT", e.idp.assertion(t, operatorEmail), nil)
+	if status != http.StatusInternalServerError || strings.Contains(body, "権限がありません") {
+		t.Errorf("the campaign page without SELECT on campaign_change_requests: %d %.300s, want 500, not 権限がありません", status, body)
+	}
+}
