@@ -134,10 +134,11 @@ func refusalOf(subject string, err error) (status int, msg string, unexpected bo
 	return http.StatusInternalServerError, "予期しないエラーです。何も変更されていない可能性があります。ログを確認してください。", true
 }
 
-// roleRefusal says err is the console role check's refusal (operator_require, migration 00026),
-// raised in its PL/pgSQL, and not a privilege the database login lacks.
+// roleRefusal says err was raised by the console's own functions (a RAISE in PL/pgSQL, routine
+// exec_stmt_raise: operator_require's role check, console_decide's "a different approver"), and
+// not by PostgreSQL for a privilege the database login lacks.
 func roleRefusal(err *pgconn.PgError) bool {
-	return strings.Contains(err.Where, "PL/pgSQL function operator_require(")
+	return err.Routine == "exec_stmt_raise"
 }
 
 // form is a POSTed action's fields.

@@ -197,13 +197,20 @@ func csrfKeyFromEnv() ([]byte, error) {
 	return key, nil
 }
 
-// static is the embedded stylesheet.
-func static() http.Handler {
+// static serves the embedded stylesheet and icon; a directory (/static/) is 404, not a listing.
+func (s *server) static() http.Handler {
 	sub, err := fs.Sub(staticFiles, "static")
 	if err != nil {
 		panic(err) // the embed above guarantees the directory
 	}
-	return http.StripPrefix("/static/", http.FileServerFS(sub))
+	files := http.StripPrefix("/static/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			s.notFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }
 
 // tokyoTime formats t at +09:00, RFC 3339, as couponctl prints times.

@@ -44,7 +44,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /coupons/{id}", s.couponPage)
 	mux.HandleFunc("GET /members/{id}", s.memberPage)
 	mux.HandleFunc("GET /find", s.find)
-	mux.Handle("GET /static/", static())
+	mux.Handle("GET /static/", s.static())
+	mux.HandleFunc("/", s.notFound)
 	mux.HandleFunc("POST /campaigns/{id}/{action}", s.campaignAction)
 	mux.HandleFunc("POST /requests/{rid}/{action}", s.decide)
 	mux.HandleFunc("POST /coupons/{id}/void", s.void)
@@ -282,7 +283,7 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 		}
 		out, err = s.actions.budget(ctx, id, set, add, stripes, who, reason)
 	default:
-		http.NotFound(w, r)
+		s.notFound(w, r)
 		return
 	}
 	if err != nil {
@@ -298,7 +299,7 @@ func (s *server) decide(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
 	rid, err := strconv.ParseInt(r.PathValue("rid"), 10, 64)
 	if err != nil || (action != "approve" && action != "reject") {
-		http.NotFound(w, r)
+		s.notFound(w, r)
 		return
 	}
 	back := "/campaigns/" + url.PathEscape(r.PostFormValue("campaign_id"))
@@ -340,6 +341,11 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: void", "coupon", id, "reissue", reissue, "person", person(r))
 	http.Redirect(w, r, back+"?"+outcome{done: done}.query(), http.StatusSeeOther)
+}
+
+// notFound answers a path the console does not serve: 404 on the error page.
+func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.fail(w, r, http.StatusNotFound, "", errors.New("このページはありません"), "/")
 }
 
 // csrfRefused answers a POST without a valid CSRF token: 403, nothing done.

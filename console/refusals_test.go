@@ -265,3 +265,38 @@ func TestGrantErrorIsInternal(t *testing.T) {
 		t.Errorf("the campaign page without SELECT on campaign_change_requests: %d %.300s, want 500, not 権限がありません", status, body)
 	}
 }
+
+// TestUnknownPathsAndTheRequesterAreAnsweredAsAPage: a path the console does not serve, and the
+// static directory, are 404 on the Japanese error page (no English plain text, no file
+// listing); the history names a campaign's creation 作成; the requester of a pending raise is
+// shown no approve or reject form (the database would refuse their decision), another approver
+// is.
+func TestUnknownPathsAndTheRequesterAreAnsweredAsAPage(t *testing.T) {
+	e := setup(t, verifiedIAP)
+	e.createCampaign(t, campaign.Campaign{ID: "PAGES", DiscountYen: 1000, BudgetYen: 100_000})
+	c := client(t)
+	for _, path := range []string{"/nothing", "/campaigns/PAGES/extra/path", "/static/"} {
+		status, body := e.do(t, c, http.MethodGet, path, e.idp.assertion(t, viewerEmail), nil)
+		if status != http.StatusNotFound || !strings.Contains(body, "このページはありません") || strings.Contains(body, `<a href="style.css">`) {
+			t.Errorf("GET %s: %d %.300s, want 404 on the error page, no listing", path, status, body)
+		}
+	}
+	if status, _ := e.do(t, c, http.MethodGet, "/static/style.css", e.idp.assertion(t, viewerEmail), nil); status != http.StatusOK {
+		t.Errorf("GET /static/style.css: %d, want 200", status)
+	}
+	_, body := e.do(t, c, http.MethodGet, "/campaigns/PAGES", e.idp.assertion(t, viewerEmail), nil)
+	if !strings.Contains(body, `data-what="create"`) || !strings.Contains(body, "<td>作成</td>") || strings.Contains(body, "<td>create</td>") {
+		t.Errorf("the history does not name the creation 作成")
+	}
+
+	requester := e.poster(t, approverEmail, "/campaigns/PAGES")
+	if status, loc, body := requester.post(t, "/campaigns/PAGES/budget", url.Values{"reason": {"増額"}, "add_budget_yen": {"500000"}}); status != http.StatusSeeOther || !strings.Contains(loc, "requested") {
+		t.Fatalf("raise of 500,000: %d %q %.300s, want a request", status, loc, body)
+	}
+	for email, want := range map[string]bool{approverEmail: false, approver2Email: true} {
+		_, body := e.do(t, client(t), http.MethodGet, "/campaigns/PAGES", e.idp.assertion(t, email), nil)
+		if got := strings.Contains(body, `data-action="approve"`) && strings.Contains(body, `data-action="reject"`); got != want {
+			t.Errorf("%s sees the approve and reject forms: %v, want %v", email, got, want)
+		}
+	}
+}

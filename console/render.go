@@ -68,7 +68,7 @@ func stateJa(s string) string {
 
 func whatJa(s string) string {
 	if ja, ok := map[string]string{"budget": "予算", "stripes": "ストライプ", "period": "期間", "pause": "一時停止",
-		"resume": "再開", "end": "終了", "validity": "有効期限"}[s]; ok {
+		"resume": "再開", "end": "終了", "validity": "有効期限", "create": "作成"}[s]; ok {
 		return ja
 	}
 	return s
