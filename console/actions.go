@@ -29,6 +29,7 @@ const (
 	sqlEnd    = `SELECT count(*) FROM console_end($1, $2, $3)`
 	sqlBudget = `SELECT applied, request_id FROM console_budget($1, $2, $3, $4, $5, $6)`
 	sqlDecide = `SELECT count(*) FROM console_decide($1, $2, $3, $4)`
+	sqlPeriod = `SELECT applied, request_id FROM console_period($1, $2, $3, $4, $5)`
 	sqlVoid   = `SELECT result FROM console_void($1, $2, $3, $4)`
 )
 
@@ -100,6 +101,20 @@ func (a *actions) budget(ctx context.Context, id string, setYen, addYen *int64, 
 		return outcome{done: "requested", requestID: *request}, nil
 	}
 	return outcome{done: "budget"}, nil
+}
+
+// period asks to move campaign id's start and end (nil: as it is) as person: always a pending
+// request, which a different approver decides (console_period).
+func (a *actions) period(ctx context.Context, id string, starts, ends *time.Time, person, reason string) (outcome, error) {
+	var applied bool
+	var request *int64
+	if err := a.call(ctx, sqlPeriod, []any{id, starts, ends, person, reason}, &applied, &request); err != nil {
+		return outcome{}, err
+	}
+	if request == nil {
+		return outcome{}, fmt.Errorf("console: console_period answered no request for %s", id)
+	}
+	return outcome{done: "requested_period", requestID: *request}, nil
 }
 
 // refusalOf turns a change's error into the status and message the page shows: the database's
@@ -231,6 +246,35 @@ func (f form) budgetArgs() (set, add *int64, stripes *int, err error) {
 		err = errors.New("budget_yen と add_budget_yen はどちらか一方だけを入力してください")
 	case set == nil && add == nil && stripes == nil:
 		err = errors.New("budget_yen、add_budget_yen、stripes のいずれかを入力してください")
+	}
+	return
+}
+
+// jstField is field, a datetime-local value (2026-12-01T10:00, seconds optional) read in
+// Asia/Tokyo, nil when empty.
+func (f form) jstField(field string) (*time.Time, error) {
+	v := strings.TrimSpace(f.r.PostFormValue(field))
+	if v == "" {
+		return nil, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05"} {
+		if t, err := time.ParseInLocation(layout, v, tokyo); err == nil {
+			return &t, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: 日本時間の日時（2026-12-01T10:00）を入力してください: %q", field, v)
+}
+
+// periodArgs reads the period form: starts and ends (either may be empty, not both).
+func (f form) periodArgs() (starts, ends *time.Time, err error) {
+	if starts, err = f.jstField("starts"); err != nil {
+		return
+	}
+	if ends, err = f.jstField("ends"); err != nil {
+		return
+	}
+	if starts == nil && ends == nil {
+		err = errors.New("starts、ends のいずれかを入力してください")
 	}
 	return
 }

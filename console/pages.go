@@ -259,7 +259,7 @@ func (s *server) find(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// campaignAction runs pause, resume, end or budget on a campaign as the person who asked, then
+// campaignAction runs pause, resume, end, budget or period on a campaign as the person who asked, then
 // goes back to the campaign's page.
 func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
@@ -282,6 +282,13 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out, err = s.actions.budget(ctx, id, set, add, stripes, who, reason)
+	case "period":
+		starts, ends, ferr := f.periodArgs()
+		if ferr != nil {
+			s.fail(w, r, http.StatusBadRequest, id, ferr, back)
+			return
+		}
+		out, err = s.actions.period(ctx, id, starts, ends, who, reason)
 	default:
 		s.notFound(w, r)
 		return
@@ -364,16 +371,17 @@ func (o outcome) query() string {
 
 // doneMessages are the messages after a change, by the redirect's done.
 var doneMessages = map[string]string{
-	"pause":        "一時停止しました。これ以降、このキャンペーンのクーポンは発行されません。",
-	"resume":       "再開しました。",
-	"end":          "終了しました。",
-	"budget":       "予算を変更しました。",
-	"unchanged":    "既にその状態です。何も変更していません。",
-	"requested":    "予算の増額が承認基準を超えるため、承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
-	"approve":      "申請 #%s を承認し、反映しました。",
-	"reject":       "申請 #%s を却下しました。",
-	"void":         "クーポンを無効化しました（再発行なし）。",
-	"void_reissue": "クーポンを無効化しました。この会員は再発行を受けられます。",
+	"pause":            "一時停止しました。これ以降、このキャンペーンのクーポンは発行されません。",
+	"resume":           "再開しました。",
+	"end":              "終了しました。",
+	"budget":           "予算を変更しました。",
+	"unchanged":        "既にその状態です。何も変更していません。",
+	"requested":        "予算の増額が承認基準を超えるため、承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
+	"requested_period": "期間の変更は承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
+	"approve":          "申請 #%s を承認し、反映しました。",
+	"reject":           "申請 #%s を却下しました。",
+	"void":             "クーポンを無効化しました（再発行なし）。",
+	"void_reissue":     "クーポンを無効化しました。この会員は再発行を受けられます。",
 }
 
 func doneMessage(q url.Values) string {

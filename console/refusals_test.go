@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,42 @@ func TestUnknownPathsAndTheRequesterAreAnsweredAsAPage(t *testing.T) {
 		if got := strings.Contains(body, `data-action="approve"`) && strings.Contains(body, `data-action="reject"`); got != want {
 			t.Errorf("%s sees the approve and reject forms: %v, want %v", email, got, want)
 		}
+	}
+}
+
+// TestPeriodMoveIsARequest: the period form (datetime-local, read in Asia/Tokyo) always makes a
+// pending request, the campaign's period unchanged; another approver's approval moves it to the
+// instants the form named at +09:00.
+func TestPeriodMoveIsARequest(t *testing.T) {
+	e := setup(t, verifiedIAP)
+	e.createCampaign(t, campaign.Campaign{ID: "PERIOD", DiscountYen: 1000, BudgetYen: 100_000})
+	op := e.poster(t, operatorEmail, "/campaigns/PERIOD")
+	_, page := e.do(t, op.c, http.MethodGet, "/campaigns/PERIOD", e.idp.assertion(t, operatorEmail), nil)
+	if !strings.Contains(page, `data-action="period"`) {
+		t.Fatal("the operator's campaign page has no period form")
+	}
+	if status, _, body := op.post(t, "/campaigns/PERIOD/period", url.Values{"reason": {"期間"}, "starts": {"2027-01-01"}}); status != http.StatusBadRequest {
+		t.Errorf("a date without a time: %d %.200s, want 400", status, body)
+	}
+	status, loc, body := op.post(t, "/campaigns/PERIOD/period", url.Values{"reason": {"会期延長（稟議 2027-1）"},
+		"starts": {"2027-01-01T10:00"}, "ends": {"2027-02-01T10:00:30"}})
+	if status != http.StatusSeeOther || !strings.Contains(loc, "done=requested_period") {
+		t.Fatalf("period: %d %q %.300s, want 303 to done=requested_period", status, loc, body)
+	}
+	rid := e.count(t, `SELECT request_id FROM campaign_change_requests WHERE campaign_id = 'PERIOD' AND kind = 'period' AND state = 'pending'
+ AND (args->>'starts_at')::timestamptz = '2027-01-01T01:00:00Z' AND (args->>'ends_at')::timestamptz = '2027-02-01T01:00:30Z'`)
+	if rid == 0 {
+		t.Fatal("no pending period request for 2027-01-01T10:00+09:00 to 2027-02-01T10:00:30+09:00")
+	}
+	if n := e.changes(t, "PERIOD"); n != 0 {
+		t.Errorf("changes of PERIOD before the approval: %d, want none", n)
+	}
+	ap := e.poster(t, approver2Email, "/campaigns/PERIOD")
+	if status, _, body := ap.post(t, "/requests/"+strconv.FormatInt(rid, 10)+"/approve", url.Values{"reason": {"確認"}, "campaign_id": {"PERIOD"}}); status != http.StatusSeeOther {
+		t.Fatalf("approve: %d %.300s", status, body)
+	}
+	if n := e.count(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'PERIOD'
+ AND starts_at = '2027-01-01T01:00:00Z' AND ends_at = '2027-02-01T01:00:30Z'`); n == 0 {
+		t.Errorf("after the approval the period of PERIOD is not 2027-01-01T10:00+09:00 to 2027-02-01T10:00:30+09:00")
 	}
 }
