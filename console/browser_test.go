@@ -76,7 +76,9 @@ func pauseStops(t *testing.T, v *verdict, breakIt func(*env)) {
 	e.open(t, ctx, "/campaigns/HOT")
 	submit(t, ctx, "pause", "", map[string]string{"reason": "在庫の確認のため一時停止"})
 	if text := pageText(t, ctx); !strings.Contains(text, "一時停止しました") {
-		t.Fatalf("after the pause button: %s", text)
+		// A pause that changed nothing says so (done=unchanged): a problem of the pause, not of the test.
+		v.Errorf("after the pause button the page does not say it paused: %.300s", text)
+		return
 	}
 	paused := e.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = 'HOT'`)
 	l.waitAnswers(t, 40)
