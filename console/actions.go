@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,6 +29,7 @@ const (
 	sqlEnd    = `SELECT count(*) FROM console_end($1, $2, $3)`
 	sqlBudget = `SELECT applied, request_id FROM console_budget($1, $2, $3, $4, $5, $6)`
 	sqlDecide = `SELECT count(*) FROM console_decide($1, $2, $3, $4)`
+	sqlPeriod = `SELECT applied, request_id FROM console_period($1, $2, $3, $4, $5)`
 	sqlVoid   = `SELECT result FROM console_void($1, $2, $3, $4)`
 )
 
@@ -46,9 +51,47 @@ func (a *actions) call(ctx context.Context, sql string, args []any, scan ...any)
 	return a.pool.QueryRow(ctx, sql, args...).Scan(scan...)
 }
 
+// state pauses, resumes or ends campaign id as person; a change that finds the campaign already
+// so is "unchanged". A resume of an ended campaign is refused, as couponctl campaign resume
+// refuses it: resuming clears the pause and leaves the end where it is.
+func (a *actions) state(ctx context.Context, id, action, person, reason string) (outcome, error) {
+	var n int
+	var err error
+	switch action {
+	case "end":
+		err = a.call(ctx, sqlEnd, []any{id, person, reason}, &n)
+	case "resume":
+		var st campaign.Status
+		st, err = campaign.Show(ctx, a.pool, id)
+		if errors.Is(err, campaign.ErrNotFound) {
+			return outcome{}, errNotFound(fmt.Sprintf("キャンペーン %s はありません", id))
+		}
+		if err == nil && st.State(time.Now()) == campaign.StateEnded {
+			return outcome{}, errRefusedGo(fmt.Sprintf("キャンペーン %s は %s に終了しています。再開では終了日時は動きません。"+
+				"couponctl campaign update %s --ends T --reason TEXT で終了日時を動かしてください（何も変更していません）",
+				id, jstPtr(st.EndsAt), id))
+		}
+		fallthrough
+	default:
+		if err == nil {
+			err = a.call(ctx, sqlPause, []any{id, action == "pause", person, reason}, &n)
+		}
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	if n == 0 {
+		return outcome{done: "unchanged"}, nil
+	}
+	return outcome{done: action}, nil
+}
+
 // budget changes campaign id's budget (set or add) and stripes as person: a raise above the rule
 // setting approval_above_yen becomes a pending request instead (console_budget decides).
 func (a *actions) budget(ctx context.Context, id string, setYen, addYen *int64, stripes *int, person, reason string) (outcome, error) {
+	if setYen == nil && stripes == nil && addYen != nil && *addYen == 0 {
+		return outcome{done: "unchanged"}, nil // adding 0 yen changes nothing
+	}
 	var applied bool
 	var request *int64
 	if err := a.call(ctx, sqlBudget, []any{id, setYen, addYen, stripes, person, reason}, &applied, &request); err != nil {
@@ -60,6 +103,20 @@ func (a *actions) budget(ctx context.Context, id string, setYen, addYen *int64, 
 	return outcome{done: "budget"}, nil
 }
 
+// period asks to move campaign id's start and end (nil: as it is) as person: always a pending
+// request, which a different approver decides (console_period).
+func (a *actions) period(ctx context.Context, id string, starts, ends *time.Time, person, reason string) (outcome, error) {
+	var applied bool
+	var request *int64
+	if err := a.call(ctx, sqlPeriod, []any{id, starts, ends, person, reason}, &applied, &request); err != nil {
+		return outcome{}, err
+	}
+	if request == nil {
+		return outcome{}, fmt.Errorf("console: console_period answered no request for %s", id)
+	}
+	return outcome{done: "requested_period", requestID: *request}, nil
+}
+
 // refusalOf turns a change's error into the status and message the page shows: the database's
 // refusal as couponctl prints it (times at +09:00), or, for anything unexpected, a generic
 // message (the detail goes to the log).
@@ -68,10 +125,17 @@ func refusalOf(subject string, err error) (status int, msg string, unexpected bo
 	if errors.As(err, &own) {
 		return http.StatusConflict, "拒否されました: " + string(own), false
 	}
+	var missing errNotFound
+	if errors.As(err, &missing) {
+		return http.StatusNotFound, string(missing), false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case pgerrcode.InsufficientPrivilege:
+			if !roleRefusal(pgErr) {
+				break // a grant the console's login lacks: the deployment's fault, not the person's
+			}
 			return http.StatusForbidden, "権限がありません: " + refusal.TokyoTimes(pgErr.Message), false
 		case "CI404":
 			return http.StatusNotFound, refusal.TokyoTimes(pgErr.Message), false
@@ -85,15 +149,59 @@ func refusalOf(subject string, err error) (status int, msg string, unexpected bo
 	return http.StatusInternalServerError, "予期しないエラーです。何も変更されていない可能性があります。ログを確認してください。", true
 }
 
+// roleRefusal says err was raised by the console's own functions (a RAISE in PL/pgSQL, routine
+// exec_stmt_raise: operator_require's role check, console_decide's "a different approver"), and
+// not by PostgreSQL for a privilege the database login lacks.
+func roleRefusal(err *pgconn.PgError) bool {
+	return err.Routine == "exec_stmt_raise"
+}
+
 // form is a POSTed action's fields.
 type form struct{ r *http.Request }
 
+// maxReasonRunes is the longest reason a change takes, in characters: a sentence or a paragraph
+// for the history, not a document.
+const maxReasonRunes = 1000
+
+// reason is the form's reason, trimmed: valid UTF-8, at most [maxReasonRunes] characters, with
+// at least one visible character (a zero-width space alone is no reason).
 func (f form) reason() (string, error) {
 	r := strings.TrimSpace(f.r.PostFormValue("reason"))
-	if r == "" {
+	switch {
+	case !utf8.ValidString(r):
+		return "", errors.New("理由に UTF-8 として読めない文字が含まれています")
+	case utf8.RuneCountInString(r) > maxReasonRunes:
+		return "", fmt.Errorf("理由は %d 文字以内で入力してください（%d 文字）", maxReasonRunes, utf8.RuneCountInString(r))
+	case !strings.ContainsFunc(r, visible):
 		return "", errors.New("理由を入力してください")
 	}
 	return r, nil
+}
+
+// visible says c shows as a mark: a letter, digit, punctuation or symbol, not a space, a
+// control or a format character such as U+200B ZERO WIDTH SPACE.
+func visible(c rune) bool {
+	return unicode.In(c, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S)
+}
+
+// The budget fields' ranges, as couponctl campaign update's --budget-yen and --add-budget-yen
+// take them: campaign amounts are PostgreSQL integers.
+const (
+	minBudgetYen = 1
+	maxBudgetYen = math.MaxInt32
+	maxAddYen    = math.MaxInt32
+)
+
+// yenField is field as an integer in yen within [lo, hi], nil when empty.
+func (f form) yenField(field string, lo, hi int64) (*int64, error) {
+	n, err := f.int64Field(field)
+	if err != nil || n == nil {
+		return n, err
+	}
+	if *n < lo || *n > hi {
+		return nil, fmt.Errorf("%s: %d 円から %d 円の整数を入力してください: %d", field, lo, hi, *n)
+	}
+	return n, nil
 }
 
 // int64Field is field as an integer in yen, nil when empty.
@@ -124,10 +232,10 @@ func (f form) stripes() (*int, error) {
 // budgetArgs reads the budget form: budget_yen (set) or add_budget_yen (add; negative cuts), at
 // most one, and stripes.
 func (f form) budgetArgs() (set, add *int64, stripes *int, err error) {
-	if set, err = f.int64Field("budget_yen"); err != nil {
+	if set, err = f.yenField("budget_yen", minBudgetYen, maxBudgetYen); err != nil {
 		return
 	}
-	if add, err = f.int64Field("add_budget_yen"); err != nil {
+	if add, err = f.yenField("add_budget_yen", -maxAddYen, maxAddYen); err != nil {
 		return
 	}
 	if stripes, err = f.stripes(); err != nil {
@@ -138,6 +246,35 @@ func (f form) budgetArgs() (set, add *int64, stripes *int, err error) {
 		err = errors.New("budget_yen と add_budget_yen はどちらか一方だけを入力してください")
 	case set == nil && add == nil && stripes == nil:
 		err = errors.New("budget_yen、add_budget_yen、stripes のいずれかを入力してください")
+	}
+	return
+}
+
+// jstField is field, a datetime-local value (2026-12-01T10:00, seconds optional) read in
+// Asia/Tokyo, nil when empty.
+func (f form) jstField(field string) (*time.Time, error) {
+	v := strings.TrimSpace(f.r.PostFormValue(field))
+	if v == "" {
+		return nil, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05"} {
+		if t, err := time.ParseInLocation(layout, v, tokyo); err == nil {
+			return &t, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: 日本時間の日時（2026-12-01T10:00）を入力してください: %q", field, v)
+}
+
+// periodArgs reads the period form: starts and ends (either may be empty, not both).
+func (f form) periodArgs() (starts, ends *time.Time, err error) {
+	if starts, err = f.jstField("starts"); err != nil {
+		return
+	}
+	if ends, err = f.jstField("ends"); err != nil {
+		return
+	}
+	if starts == nil && ends == nil {
+		err = errors.New("starts、ends のいずれかを入力してください")
 	}
 	return
 }
@@ -167,3 +304,8 @@ func (a *actions) voidCoupon(ctx context.Context, id string, allowReissue bool, 
 type errRefusedGo string
 
 func (e errRefusedGo) Error() string { return string(e) }
+
+// errNotFound is a campaign or coupon the console looked for and did not find.
+type errNotFound string
+
+func (e errNotFound) Error() string { return string(e) }

@@ -11,8 +11,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gorilla/csrf"
@@ -91,7 +93,32 @@ func newServer(c Config) (*server, http.Handler, error) {
 	if c.Plaintext {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { protect.ServeHTTP(w, csrf.PlaintextHTTPRequest(r)) })
 	}
-	return s, securityHeaders(identify(c.Identity, log, h)), nil
+	h = identify(c.Identity, log, h)
+	if _, ok := c.Identity.(Operator); ok {
+		h = loopbackHostOnly(log, h)
+	}
+	return s, securityHeaders(h), nil
+}
+
+// loopbackHostOnly answers 421 Misdirected Request to a request whose Host is not a loopback
+// name (127.0.0.1, localhost, [::1], with or without a port), before anything reads or changes.
+// An [Operator] console serves whoever reaches it as the operator: without this, a page of
+// another site whose name is rebound to 127.0.0.1 (DNS rebinding) would be same-origin with
+// its own Host, pass the CSRF check with its own Origin and act as the operator.
+func loopbackHostOnly(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			log.Info("console: request refused", "path", r.URL.Path, "host", r.Host, "reason", "not a loopback host")
+			http.Error(w, "421 Misdirected Request: --operator のコンソールは 127.0.0.1、localhost、[::1] の名前でだけ開けます。", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // securityHeaders sets, on every answer, a Content Security Policy with no script at all (the
@@ -170,13 +197,20 @@ func csrfKeyFromEnv() ([]byte, error) {
 	return key, nil
 }
 
-// static is the embedded stylesheet.
-func static() http.Handler {
+// static serves the embedded stylesheet and icon; a directory (/static/) is 404, not a listing.
+func (s *server) static() http.Handler {
 	sub, err := fs.Sub(staticFiles, "static")
 	if err != nil {
 		panic(err) // the embed above guarantees the directory
 	}
-	return http.StripPrefix("/static/", http.FileServerFS(sub))
+	files := http.StripPrefix("/static/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			s.notFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }
 
 // tokyoTime formats t at +09:00, RFC 3339, as couponctl prints times.

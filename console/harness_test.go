@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 // testAudience is the audience the test console expects, as IAP_AUDIENCE is deployed.
-const testAudience = "/projects/1234567890/global/backendServices/987654321"
+const testAudience = "/projects/1234567890/locations/asia-northeast1/services/coupon-console"
 
 // The people of the tests, by console role (console_role_set).
 const (

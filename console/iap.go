@@ -45,8 +45,9 @@ type IAP struct {
 	audience string
 }
 
-// NewIAP verifies assertions for audience (IAP's "/projects/NUMBER/global/backendServices/ID"
-// for a Cloud Run service behind a load balancer, or "/projects/NUMBER/apps/PROJECT") against
+// NewIAP verifies assertions for audience (IAP's "/projects/NUMBER/locations/REGION/services/NAME"
+// for IAP on a Cloud Run service, as deployed; "/projects/NUMBER/global/backendServices/ID"
+// behind a load balancer) against
 // the JWK set at url, fetched now and refreshed in the background until ctx ends.
 func NewIAP(ctx context.Context, url, audience string) (*IAP, error) {
 	if audience == "" {

@@ -44,7 +44,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /coupons/{id}", s.couponPage)
 	mux.HandleFunc("GET /members/{id}", s.memberPage)
 	mux.HandleFunc("GET /find", s.find)
-	mux.Handle("GET /static/", static())
+	mux.Handle("GET /static/", s.static())
+	mux.HandleFunc("/", s.notFound)
 	mux.HandleFunc("POST /campaigns/{id}/{action}", s.campaignAction)
 	mux.HandleFunc("POST /requests/{rid}/{action}", s.decide)
 	mux.HandleFunc("POST /coupons/{id}/void", s.void)
@@ -258,7 +259,7 @@ func (s *server) find(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// campaignAction runs pause, resume, end or budget on a campaign as the person who asked, then
+// campaignAction runs pause, resume, end, budget or period on a campaign as the person who asked, then
 // goes back to the campaign's page.
 func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
@@ -271,14 +272,9 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, who := r.Context(), person(r)
 	var out outcome
-	var n int
 	switch action {
-	case "pause", "resume":
-		err = s.actions.call(ctx, sqlPause, []any{id, action == "pause", who, reason}, &n)
-		out.done = action
-	case "end":
-		err = s.actions.call(ctx, sqlEnd, []any{id, who, reason}, &n)
-		out.done = action
+	case "pause", "resume", "end":
+		out, err = s.actions.state(ctx, id, action, who, reason)
 	case "budget":
 		set, add, stripes, ferr := f.budgetArgs()
 		if ferr != nil {
@@ -286,8 +282,15 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out, err = s.actions.budget(ctx, id, set, add, stripes, who, reason)
+	case "period":
+		starts, ends, ferr := f.periodArgs()
+		if ferr != nil {
+			s.fail(w, r, http.StatusBadRequest, id, ferr, back)
+			return
+		}
+		out, err = s.actions.period(ctx, id, starts, ends, who, reason)
 	default:
-		http.NotFound(w, r)
+		s.notFound(w, r)
 		return
 	}
 	if err != nil {
@@ -303,7 +306,7 @@ func (s *server) decide(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
 	rid, err := strconv.ParseInt(r.PathValue("rid"), 10, 64)
 	if err != nil || (action != "approve" && action != "reject") {
-		http.NotFound(w, r)
+		s.notFound(w, r)
 		return
 	}
 	back := "/campaigns/" + url.PathEscape(r.PostFormValue("campaign_id"))
@@ -330,6 +333,10 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, id, err, back)
 		return
 	}
+	if coupon.CheckID(id) != nil {
+		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("クーポン %s はありません", id), "/")
+		return
+	}
 	reissue := r.PostFormValue("allow_reissue") != ""
 	if err := s.actions.voidCoupon(r.Context(), id, reissue, person(r), reason); err != nil {
 		s.fail(w, r, 0, "coupon "+id, err, back)
@@ -341,6 +348,11 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: void", "coupon", id, "reissue", reissue, "person", person(r))
 	http.Redirect(w, r, back+"?"+outcome{done: done}.query(), http.StatusSeeOther)
+}
+
+// notFound answers a path the console does not serve: 404 on the error page.
+func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.fail(w, r, http.StatusNotFound, "", errors.New("このページはありません"), "/")
 }
 
 // csrfRefused answers a POST without a valid CSRF token: 403, nothing done.
@@ -359,15 +371,17 @@ func (o outcome) query() string {
 
 // doneMessages are the messages after a change, by the redirect's done.
 var doneMessages = map[string]string{
-	"pause":        "一時停止しました。これ以降、このキャンペーンのクーポンは発行されません。",
-	"resume":       "再開しました。",
-	"end":          "終了しました。",
-	"budget":       "予算を変更しました。",
-	"requested":    "予算の増額が承認基準を超えるため、承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
-	"approve":      "申請 #%s を承認し、反映しました。",
-	"reject":       "申請 #%s を却下しました。",
-	"void":         "クーポンを無効化しました（再発行なし）。",
-	"void_reissue": "クーポンを無効化しました。この会員は再発行を受けられます。",
+	"pause":            "一時停止しました。これ以降、このキャンペーンのクーポンは発行されません。",
+	"resume":           "再開しました。",
+	"end":              "終了しました。",
+	"budget":           "予算を変更しました。",
+	"unchanged":        "既にその状態です。何も変更していません。",
+	"requested":        "予算の増額が承認基準を超えるため、承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
+	"requested_period": "期間の変更は承認待ちの申請 #%s になりました。別の承認者が承認するまで反映されません。",
+	"approve":          "申請 #%s を承認し、反映しました。",
+	"reject":           "申請 #%s を却下しました。",
+	"void":             "クーポンを無効化しました（再発行なし）。",
+	"void_reissue":     "クーポンを無効化しました。この会員は再発行を受けられます。",
 }
 
 func doneMessage(q url.Values) string {

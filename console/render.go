@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,7 +68,7 @@ func stateJa(s string) string {
 
 func whatJa(s string) string {
 	if ja, ok := map[string]string{"budget": "予算", "stripes": "ストライプ", "period": "期間", "pause": "一時停止",
-		"resume": "再開", "end": "終了", "validity": "有効期限"}[s]; ok {
+		"resume": "再開", "end": "終了", "validity": "有効期限", "create": "作成"}[s]; ok {
 		return ja
 	}
 	return s
@@ -81,22 +82,38 @@ func pushJa(s string) string {
 	return s
 }
 
-// jsonText writes a history row's before or after as key=value pairs, times at +09:00.
+// jsonText writes a history row's before or after, or a request's arguments, as key=value
+// pairs: times at +09:00, amounts (keys ending _yen) as yen, other whole numbers as integers.
 func jsonText(m map[string]any) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		v := m[k]
-		if s, ok := v.(string); ok {
-			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-				v = tokyoTime(t)
-			}
-		}
-		if v == nil {
-			v = "なし"
-		}
-		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		parts = append(parts, k+"="+jsonValue(k, m[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// jsonValue writes the value of key k as [jsonText] does. pgx decodes a jsonb number as a
+// float64, which %v prints in exponent form from a million on (1e+07): a whole number within
+// float64's exact integers (2^53) is written as the integer it is.
+func jsonValue(k string, v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "なし"
+	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return tokyoTime(t)
+		}
+		return x
+	case float64:
+		if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
+			return strconv.FormatFloat(x, 'f', -1, 64)
+		}
+		if strings.HasSuffix(k, "_yen") {
+			return yen(int64(x))
+		}
+		return strconv.FormatInt(int64(x), 10)
+	}
+	return fmt.Sprint(v)
 }
 
 // The chart's drawing area, in SVG user units.

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/mail"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -72,11 +74,26 @@ func (o consoleOptions) identity() (console.Identifier, error) {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return nil, flagError("--operator serves without verifying anyone: --listen must be a loopback address (127.0.0.1:8090), not %q", o.listen)
 		}
-		return console.Operator(o.operator), nil
+		email, err := operatorEmail(o.operator)
+		if err != nil {
+			return nil, err
+		}
+		return console.Operator(email), nil
 	case o.jwks == "" || o.audience == "":
 		return nil, flagError("give --iap-jwks FILE and --iap-audience AUD (verify IAP assertions), or --operator EMAIL (loopback only)")
 	}
 	return console.NewIAPFromFile(o.jwks, o.audience)
+}
+
+// operatorEmail is --operator's email, lower-cased as the console records it; a malformed one
+// (not a bare address such as ops@example.com) is a usage error, before the database is opened.
+// The database's operator_email checks it again, and more strictly, on each change.
+func operatorEmail(s string) (string, error) {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s || !strings.Contains(a.Address[strings.LastIndex(a.Address, "@"):], ".") {
+		return "", flagError("--operator %q: want an email address such as ops@example.com", s)
+	}
+	return strings.ToLower(s), nil
 }
 
 func serveConsole(cmd *cobra.Command, o consoleOptions) error {
@@ -100,8 +117,8 @@ func serveConsole(cmd *cobra.Command, o consoleOptions) error {
 		return err
 	}
 	who := "each request's IAP assertion, verified with " + o.jwks
-	if o.operator != "" {
-		who = o.operator + " (--operator)"
+	if op, ok := id.(console.Operator); ok {
+		who = string(op) + " (--operator)"
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "couponctl console: http://%s/ as %s (Ctrl-C stops)\n", ln.Addr(), who)
 	return serveUntilDone(ctx, ln, h, cmd.ErrOrStderr())

@@ -28,6 +28,10 @@ func TestConsoleRefusesAnUnverifiedNetworkConsole(t *testing.T) {
 		{[]string{"console", "--iap-jwks", "k.json"}, "--iap-audience"},
 		{[]string{"console", "--operator", "a@example.jp", "--iap-jwks", "k.json", "--iap-audience", "x"}, "not both"},
 		{[]string{"console", "--operator", "a@example.jp", "--listen", "8090"}, "HOST:PORT"},
+		{[]string{"console", "--operator", "anything"}, "--operator \"anything\": want an email address"},
+		{[]string{"console", "--operator", "Ops <ops@example.jp>"}, "want an email address"},
+		{[]string{"console", "--operator", "ops@localhost"}, "want an email address"},
+		{[]string{"console", "--operator", " ops@example.jp"}, "want an email address"},
 	} {
 		var out, errOut strings.Builder
 		if code := run(context.Background(), tc.args, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), tc.want) {
@@ -67,7 +71,7 @@ func TestConsoleServesAsTheOperator(t *testing.T) {
 	if !strings.Contains(page, "ops@example.jp") || !strings.Contains(page, "キャンペーン一覧") {
 		t.Errorf("the list does not name the operator: %.400s", page)
 	}
-	if !strings.Contains(stderr.String(), base) {
+	if !strings.Contains(stderr.String(), base+" as ops@example.jp (--operator)") {
 		t.Errorf("no URL in %q", stderr.String())
 	}
 	cancel()
