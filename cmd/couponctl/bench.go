@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -258,24 +256,8 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 // and returns its result code.
 func httpDryRun(client *http.Client, url string) hotbench.IssueFunc {
 	return func(ctx context.Context, memberID, campaignID string) (string, error) {
-		body, _ := json.Marshal(map[string]any{"member_id": memberID, "campaign_id": campaignID, "dry_run": true})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return "", err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		var answer struct {
-			Result string `json:"result"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Result == "" {
-			return "", fmt.Errorf("HTTP %d without a result: %v", resp.StatusCode, err)
-		}
-		return answer.Result, nil
+		_, result, err := postForResult(ctx, client, url, map[string]any{"member_id": memberID, "campaign_id": campaignID, "dry_run": true})
+		return result, err
 	}
 }
 

@@ -375,28 +375,38 @@ func withPoolSize(dbURL string, n int) (string, error) {
 // httpIssuer sends one request to IssueCoupon and returns the result code it answered.
 func httpIssuer(client *http.Client, url string) silverweek.IssueFunc {
 	return func(ctx context.Context, r silverweek.Request) (string, error) {
-		body, _ := json.Marshal(map[string]string{"member_id": r.MemberID, "campaign_id": r.CampaignID})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		status, result, err := postForResult(ctx, client, url, map[string]any{"member_id": r.MemberID, "campaign_id": r.CampaignID})
 		if err != nil {
 			return "", err
 		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return "", err
+		if status >= 500 && result != string(issuance.ResultRetryExhausted) {
+			return "", fmt.Errorf("HTTP %d %s", status, result)
 		}
-		defer resp.Body.Close()
-		var answer struct {
-			Result string `json:"result"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Result == "" {
-			return "", fmt.Errorf("HTTP %d without a result: %v", resp.StatusCode, err)
-		}
-		if resp.StatusCode >= 500 && answer.Result != string(issuance.ResultRetryExhausted) {
-			return "", fmt.Errorf("HTTP %d %s", resp.StatusCode, answer.Result)
-		}
-		return answer.Result, nil
+		return result, nil
 	}
+}
+
+// postForResult POSTs body as JSON to IssueCoupon at url and returns the HTTP status and the
+// answer's result code; an answer without one is an error.
+func postForResult(ctx context.Context, client *http.Client, url string, body map[string]any) (int, string, error) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Result string `json:"result"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Result == "" {
+		return resp.StatusCode, "", fmt.Errorf("HTTP %d without a result: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, answer.Result, nil
 }
 
 func writeOutcomes(w io.Writer, s silverweek.Stats) {
