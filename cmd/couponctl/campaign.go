@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/internal/ops/rules"
@@ -64,31 +65,14 @@ a refusal by the database exits 1; either way nothing is created.`,
   couponctl campaign create --id GOLD --discount-yen 1000 --coupons 5000 --audience-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if def.StartsAt, err = parseTime("--starts", starts); err != nil {
-				return usageError{err}
-			}
-			if def.EndsAt, err = parseTime("--ends", ends); err != nil {
-				return usageError{err}
-			}
-			if def.CouponsExpireAt, err = parseTime("--coupons-expire", expires); err != nil {
-				return usageError{err}
-			}
-			if err := checkExpiryFlag(def, expires); err != nil {
+			if err := parseCreateTimes(&def, starts, ends, expires); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("coupon-valid-days") && def.CouponValidDays < 1 {
 				return flagError("--coupon-valid-days %d: want 1-%d", def.CouponValidDays, campaign.MaxValidDays)
 			}
-			switch {
-			case expectedRPS < 0:
-				return flagError("--expected-rps %d: must not be negative", expectedRPS)
-			case expectedRPS > 0 && cmd.Flags().Changed("stripes"):
-				return flagError("give --stripes or --expected-rps, not both")
-			case expectedRPS > 0:
-				def.Stripes = campaign.StripesFor(expectedRPS)
-			case cmd.Flags().Changed("stripes") && def.Stripes < 1:
-				return flagError("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
+			if err := createStripes(cmd.Flags(), &def, expectedRPS); err != nil {
+				return err
 			}
 			if err := counts.complete(cmd.Flags(), &def); err != nil {
 				return err
@@ -128,6 +112,40 @@ a refusal by the database exits 1; either way nothing is created.`,
 		_ = c.MarkFlagRequired(name)
 	}
 	return c
+}
+
+// parseCreateTimes sets the period and the fixed expiry of def, a campaign to create, from
+// --starts starts, --ends ends and --coupons-expire expires ("" for none): a malformed one, or an
+// expiry [checkExpiryFlag] refuses, is a usage error (exit 2).
+func parseCreateTimes(def *campaign.Campaign, starts, ends, expires string) error {
+	var err error
+	if def.StartsAt, err = parseTime("--starts", starts); err != nil {
+		return usageError{err}
+	}
+	if def.EndsAt, err = parseTime("--ends", ends); err != nil {
+		return usageError{err}
+	}
+	if def.CouponsExpireAt, err = parseTime("--coupons-expire", expires); err != nil {
+		return usageError{err}
+	}
+	return checkExpiryFlag(*def, expires)
+}
+
+// createStripes sets the budget stripes of def, a campaign to create, from --expected-rps
+// expectedRPS when given, else keeps --stripes; a negative rate, both flags, or --stripes below 1
+// is a usage error (exit 2).
+func createStripes(f *pflag.FlagSet, def *campaign.Campaign, expectedRPS int) error {
+	switch {
+	case expectedRPS < 0:
+		return flagError("--expected-rps %d: must not be negative", expectedRPS)
+	case expectedRPS > 0 && f.Changed("stripes"):
+		return flagError("give --stripes or --expected-rps, not both")
+	case expectedRPS > 0:
+		def.Stripes = campaign.StripesFor(expectedRPS)
+	case f.Changed("stripes") && def.Stripes < 1:
+		return flagError("--stripes %d: must be 1-%d", def.Stripes, campaign.MaxStripes)
+	}
+	return nil
 }
 
 // checkExpiryFlag refuses (a usage error: exit 2) the --coupons-expire expires of a campaign

@@ -83,20 +83,8 @@ taken back, only the campaign paused or ended.` + changeHelp,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ch := campaign.Changes{Reason: reason}
 			f := cmd.Flags()
-			if f.Changed("budget-yen") && f.Changed("add-budget-yen") {
-				return usageError{fmt.Errorf("give --budget-yen or --add-budget-yen, not both")}
-			}
-			if f.Changed("budget-yen") {
-				if budget < 1 || budget > math.MaxInt32 {
-					return flagError("--budget-yen %d: want 1 to %d yen", budget, math.MaxInt32)
-				}
-				ch.BudgetYen = &budget
-			}
-			if f.Changed("add-budget-yen") {
-				if add < -math.MaxInt32 || add > math.MaxInt32 {
-					return flagError("--add-budget-yen %d: want -%d to %d yen", add, math.MaxInt32, math.MaxInt32)
-				}
-				ch.AddBudgetYen = &add
+			if err := budgetChange(f, &ch, budget, add); err != nil {
+				return err
 			}
 			if err := changeRanges(f, stripes, validDays); err != nil {
 				return err
@@ -140,6 +128,27 @@ taken back, only the campaign paused or ended.` + changeHelp,
 	f.StringArrayVar(&releases, "release", nil, "add a release of N more coupons at AT, as AT=N, AT in RFC 3339 (repeatable)")
 	reasonFlag(c, &reason)
 	return c
+}
+
+// budgetChange sets ch's budget from --budget-yen budget or --add-budget-yen add, whichever f
+// says was given; both, or a figure out of its range, is a usage error.
+func budgetChange(f *pflag.FlagSet, ch *campaign.Changes, budget, add int64) error {
+	if f.Changed("budget-yen") && f.Changed("add-budget-yen") {
+		return usageError{fmt.Errorf("give --budget-yen or --add-budget-yen, not both")}
+	}
+	if f.Changed("budget-yen") {
+		if budget < 1 || budget > math.MaxInt32 {
+			return flagError("--budget-yen %d: want 1 to %d yen", budget, math.MaxInt32)
+		}
+		ch.BudgetYen = &budget
+	}
+	if f.Changed("add-budget-yen") {
+		if add < -math.MaxInt32 || add > math.MaxInt32 {
+			return flagError("--add-budget-yen %d: want -%d to %d yen", add, math.MaxInt32, math.MaxInt32)
+		}
+		ch.AddBudgetYen = &add
+	}
+	return nil
 }
 
 // validityChange sets ch's validity from --coupon-valid-days validDays or --coupons-expire

@@ -252,6 +252,13 @@ func runGrant(cmd *cobra.Command, job grantJob) error {
 	}
 	sum := summarize(job.members, results)
 	sum.write(cmd.OutOrStdout(), job, took)
+	return grantEnd(ctx, errOut, job, sum, stop)
+}
+
+// grantEnd says on errOut why a grant that wrote its answers (sum) stopped before the end of the
+// list, or that members failed, and returns the error that sets the exit code: the context's when
+// interrupted, [errViolations] when stopped or failed; nil otherwise.
+func grantEnd(ctx context.Context, errOut io.Writer, job grantJob, sum grantSummary, stop *grantStop) error {
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintf(errOut, "grant: interrupted after %d of %d members, whose answers are in %s; run the same command "+
@@ -315,23 +322,8 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPla
 		return p, err
 	}
 	p.campaign = s
-	at := func(t *time.Time) string { return t.In(issuance.Tokyo).Format(time.RFC3339) }
-	switch s.State(time.Now()) {
-	case campaign.StateEnded:
-		if s.EndsAt == nil || time.Now().Before(*s.EndsAt) {
-			return p, fmt.Errorf("grant: campaign %s ended when its coupons expired at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-				"give it a later expiry first (couponctl campaign update %s --coupons-expire T --reason TEXT); nothing was issued",
-				id, at(s.CouponsExpireAt), id)
-		}
-		return p, fmt.Errorf("grant: campaign %s ended at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-			"move its end first (couponctl campaign update %s --ends T --reason TEXT); nothing was issued", id, at(s.EndsAt), id)
-	case campaign.StatePaused:
-		return p, fmt.Errorf("grant: campaign %s is paused since %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-			"resume it first (couponctl campaign resume %s --reason TEXT); nothing was issued", id, at(s.PausedAt), id)
-	case campaign.StateNotStarted:
-		return p, fmt.Errorf("grant: campaign %s starts at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
-			id, at(s.OpensAt()), id)
+	if err := grantNotActive(s); err != nil {
+		return p, err
 	}
 	set, _, err := rules.Show(ctx, pool)
 	if err != nil {
@@ -348,6 +340,31 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPla
 		return p, noRoom(s, rest)
 	}
 	return p, nil
+}
+
+// grantNotActive is the refusal of a grant on campaign s when s is not active now (ended,
+// paused, not started), saying what to do; nil when it is active.
+func grantNotActive(s campaign.Status) error {
+	id := s.ID
+	at := func(t *time.Time) string { return t.In(issuance.Tokyo).Format(time.RFC3339) }
+	switch s.State(time.Now()) {
+	case campaign.StateEnded:
+		if s.EndsAt == nil || time.Now().Before(*s.EndsAt) {
+			return fmt.Errorf("grant: campaign %s ended when its coupons expired at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+				"give it a later expiry first (couponctl campaign update %s --coupons-expire T --reason TEXT); nothing was issued",
+				id, at(s.CouponsExpireAt), id)
+		}
+		return fmt.Errorf("grant: campaign %s ended at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+			"move its end first (couponctl campaign update %s --ends T --reason TEXT); nothing was issued", id, at(s.EndsAt), id)
+	case campaign.StatePaused:
+		return fmt.Errorf("grant: campaign %s is paused since %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+			"resume it first (couponctl campaign resume %s --reason TEXT); nothing was issued", id, at(s.PausedAt), id)
+	case campaign.StateNotStarted:
+		return fmt.Errorf("grant: campaign %s starts at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
+			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
+			id, at(s.OpensAt()), id)
+	}
+	return nil
 }
 
 // noRoom is the refusal of a grant to rest members on campaign s, which can issue no coupon

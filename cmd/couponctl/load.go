@@ -93,7 +93,7 @@ exists, no refusal is contradicted, every answer came within 3 s.`,
 
 func (o loadOptions) validate() error {
 	var errs []error
-	if u, err := url.Parse(o.url); o.url == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Fragment != "" {
+	if !functionURL(o.url) {
 		errs = append(errs, fmt.Errorf("--url %q: want the function's http(s) URL, without a #fragment", o.url))
 	}
 	if o.campaigns < 1 || o.campaigns > 9999 {
@@ -112,6 +112,12 @@ func (o loadOptions) validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// functionURL reports whether raw is an http(s) URL without a #fragment, as --url must be.
+func functionURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return raw != "" && err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Fragment == ""
 }
 
 // parseHeaders reads each --header "Name: value" into the header of every request: a JSON

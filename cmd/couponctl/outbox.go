@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,13 +83,8 @@ requests"). A row first pushed more than 23 hours ago is therefore refused: LINE
 delivered it already, and a re-send could reach the member twice. --force requeues it anyway,
 as a new push.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all == (len(args) > 0) {
-				return flagError("give either --all or one or more coupon ids")
-			}
-			for _, id := range args {
-				if _, err := uuid.Parse(id); err != nil {
-					return flagError("coupon id %q: not a UUID", id)
-				}
+			if err := requeueArgs(all, args); err != nil {
+				return err
 			}
 			pool, closePool, err := openMigrated(cmd.Context())
 			if err != nil {
@@ -100,16 +96,7 @@ as a new push.`,
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "requeued %d rows\n", len(res.Requeued))
-			for _, id := range res.Requeued {
-				fmt.Fprintln(w, "  "+id)
-			}
-			if len(res.Unlinked) > 0 {
-				fmt.Fprintf(w, "left %d rows whose member has no LINE account linked (couponctl line link first):\n", len(res.Unlinked))
-				for _, id := range res.Unlinked {
-					fmt.Fprintln(w, "  "+id)
-				}
-			}
+			writeRequeued(w, res)
 			missing := 0
 			if n := len(args) - len(res.Requeued) - len(res.Unlinked) - len(res.KeyExpired); !all && n > 0 {
 				if missing, err = nameMissing(cmd, pool, args); err != nil {
@@ -120,12 +107,7 @@ as a new push.`,
 				}
 			}
 			if len(res.KeyExpired) > 0 {
-				fmt.Fprintf(w, "REFUSED %d rows first pushed more than %s ago: LINE no longer knows their retry key, so "+
-					"a re-send may deliver the coupon twice; use --force to send them anyway:\n", len(res.KeyExpired), outbox.RetryKeyWindow)
-				for _, id := range res.KeyExpired {
-					fmt.Fprintln(w, "  "+id)
-				}
-				return fmt.Errorf("%d rows refused (retry key expired)", len(res.KeyExpired))
+				return refuseKeyExpired(w, res.KeyExpired)
 			}
 			if missing > 0 {
 				return errViolations // each named above
@@ -136,6 +118,45 @@ as a new push.`,
 	c.Flags().BoolVar(&all, "all", false, "requeue every parked and skipped row")
 	c.Flags().BoolVar(&force, "force", false, "also requeue rows whose retry key has expired (the member may get the message twice)")
 	return c
+}
+
+// requeueArgs refuses (a usage error: exit 2) requeue's arguments unless they are --all alone
+// or one or more coupon ids, each a UUID.
+func requeueArgs(all bool, args []string) error {
+	if all == (len(args) > 0) {
+		return flagError("give either --all or one or more coupon ids")
+	}
+	for _, id := range args {
+		if _, err := uuid.Parse(id); err != nil {
+			return flagError("coupon id %q: not a UUID", id)
+		}
+	}
+	return nil
+}
+
+// writeRequeued writes on w the rows res requeued and those it left for want of a LINE account.
+func writeRequeued(w io.Writer, res outboxadmin.RequeueResult) {
+	fmt.Fprintf(w, "requeued %d rows\n", len(res.Requeued))
+	for _, id := range res.Requeued {
+		fmt.Fprintln(w, "  "+id)
+	}
+	if len(res.Unlinked) > 0 {
+		fmt.Fprintf(w, "left %d rows whose member has no LINE account linked (couponctl line link first):\n", len(res.Unlinked))
+		for _, id := range res.Unlinked {
+			fmt.Fprintln(w, "  "+id)
+		}
+	}
+}
+
+// refuseKeyExpired names on w the coupons ids whose retry key expired, which requeue refused,
+// and returns the error that makes the verb exit 1.
+func refuseKeyExpired(w io.Writer, ids []string) error {
+	fmt.Fprintf(w, "REFUSED %d rows first pushed more than %s ago: LINE no longer knows their retry key, so "+
+		"a re-send may deliver the coupon twice; use --force to send them anyway:\n", len(ids), outbox.RetryKeyWindow)
+	for _, id := range ids {
+		fmt.Fprintln(w, "  "+id)
+	}
+	return fmt.Errorf("%d rows refused (retry key expired)", len(ids))
 }
 
 // nameMissing names on stderr the coupons of ids that have no outbox row to requeue: those whose

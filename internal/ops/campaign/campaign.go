@@ -121,6 +121,17 @@ func (c Campaign) Validate() error {
 	if err := ids.Campaign(c.ID); err != nil {
 		return fmt.Errorf("campaign id %q: %w", c.ID, err)
 	}
+	if err := c.checkAmounts(); err != nil {
+		return err
+	}
+	if err := c.checkValidity(); err != nil {
+		return err
+	}
+	return c.CheckReleases()
+}
+
+// checkAmounts checks c's discount, budget and budget stripes.
+func (c Campaign) checkAmounts() error {
 	if c.DiscountYen <= 0 {
 		return fmt.Errorf("campaign %s: discount must be a positive number of yen, got %d", c.ID, c.DiscountYen)
 	}
@@ -133,10 +144,15 @@ func (c Campaign) Validate() error {
 	if c.Stripes < 0 || c.Stripes > MaxStripes {
 		return fmt.Errorf("campaign %s: stripes must be 1-%d, got %d", c.ID, MaxStripes, c.Stripes)
 	}
-	if c.BudgetYen >= c.DiscountYen && c.DiscountYen > 0 && c.Stripes > c.BudgetYen/c.DiscountYen {
+	if c.Stripes > c.BudgetYen/c.DiscountYen { // the discount is positive and the budget at least one coupon: checked above
 		return fmt.Errorf("campaign %s: %d stripes for a budget of %d coupons: a stripe needs at least one coupon",
 			c.ID, c.Stripes, c.BudgetYen/c.DiscountYen)
 	}
+	return nil
+}
+
+// checkValidity checks c's coupon validity and period.
+func (c Campaign) checkValidity() error {
 	if c.CouponValidDays < 0 || c.CouponValidDays > MaxValidDays {
 		return fmt.Errorf("campaign %s: coupon validity %d days: want 1-%d", c.ID, c.CouponValidDays, MaxValidDays)
 	}
@@ -146,7 +162,7 @@ func (c Campaign) Validate() error {
 	if c.StartsAt != nil && c.EndsAt != nil && !c.StartsAt.Before(*c.EndsAt) {
 		return fmt.Errorf("campaign %s: starts %s is not before ends %s", c.ID, tokyo(c.StartsAt), tokyo(c.EndsAt))
 	}
-	return c.CheckReleases()
+	return nil
 }
 
 // CheckExpiry judges coupons that all expire at expire (a fixed expiry, nil for none) against

@@ -90,14 +90,9 @@ func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool)
 	if by != nil {
 		v.By = *by
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == sqlStateNotFound:
-		return v, fmt.Errorf("%w: %s", ErrNotFound, id)
-	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
-		return v, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
 	case err != nil:
-		return v, fmt.Errorf("coupon: void %s: %w", id, err)
+		return v, adminError(err, id, "void")
 	case result == resultAlreadyVoided && allowReissue:
 		return AllowReissue(ctx, db, id, reason)
 	case result == resultAlreadyVoided:
@@ -109,6 +104,19 @@ func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool)
 		return v, fmt.Errorf("coupon: void %s: coupon_void answered %q", id, result)
 	}
 	return v, nil
+}
+
+// adminError is coupon_void's or coupon_allow_reissue's error err for coupon id: [ErrNotFound]
+// or [ErrRefused] for their SQLSTATEs, else err as "coupon: <verb> <id>: err".
+func adminError(err error, id, verb string) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateNotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
+		return fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
+	}
+	return fmt.Errorf("coupon: %s %s: %w", verb, id, err)
 }
 
 // Results of coupon_allow_reissue.
@@ -138,14 +146,9 @@ func AllowReissue(ctx context.Context, db Querier, id, reason string) (Voided, e
 	if voidedBy != nil {
 		v.VoidedBy = *voidedBy
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == sqlStateNotFound:
-		return v, fmt.Errorf("%w: %s", ErrNotFound, id)
-	case errors.As(err, &pgErr) && pgErr.Code == sqlStateRefused:
-		return v, fmt.Errorf("%w: %s", ErrRefused, pgErr.Message)
 	case err != nil:
-		return v, fmt.Errorf("coupon: allow reissue of %s: %w", id, err)
+		return v, adminError(err, id, "allow reissue of")
 	case result == resultAlreadyAllowed:
 		v.At = v.VoidedAt
 		return v, fmt.Errorf("%w: coupon %s was voided already, at %s by %s, with reissue allowed; nothing changed", ErrRefused, id,

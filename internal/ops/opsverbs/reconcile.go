@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/internal/ops/reconcile"
@@ -42,35 +43,11 @@ the alert on them.`,
 				return err
 			}
 			defer closePool()
-			out := struct {
-				Before     *reconcile.Report   `json:"before_repair,omitempty"`
-				Repaired   *reconcile.Repaired `json:"repaired,omitempty"`
-				Report     reconcile.Report    `json:"report"`
-				Violations []string            `json:"violations"`
-				Facts      []string            `json:"facts"`
-			}{}
-			rep, err := reconcile.Check(cmd.Context(), pool)
+			out, err := checkRepairing(cmd, pool, repair, format)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			if repair && len(rep.Violations()) > 0 {
-				before := rep
-				fixed, err := reconcile.Repair(cmd.Context(), pool)
-				if err != nil {
-					return err
-				}
-				if rep, err = reconcile.Check(cmd.Context(), pool); err != nil {
-					return err
-				}
-				out.Before, out.Repaired = &before, &fixed
-				if format == "text" {
-					before.Write(w)
-					writeRepaired(cmd, fixed)
-					fmt.Fprintln(w, "\nafter the repair:")
-				}
-			}
-			out.Report, out.Violations, out.Facts = rep, append([]string{}, rep.Violations()...), append([]string{}, rep.Facts()...)
 			if format == "json" {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
@@ -78,9 +55,9 @@ the alert on them.`,
 					return err
 				}
 			} else {
-				rep.Write(w)
+				out.Report.Write(w)
 			}
-			if err := recordDrift(cmd, rep); err != nil {
+			if err := recordDrift(cmd, out.Report); err != nil {
 				return err
 			}
 			if len(out.Violations) > 0 {
@@ -92,6 +69,44 @@ the alert on them.`,
 	c.Flags().BoolVar(&repair, "repair", false, "rebuild drifted counters from the live coupons, then check again")
 	c.Flags().StringVar(&format, "format", "text", "text or json")
 	return c
+}
+
+// reconcileOutput is what reconcile found, as --format json writes it.
+type reconcileOutput struct {
+	Before     *reconcile.Report   `json:"before_repair,omitempty"`
+	Repaired   *reconcile.Repaired `json:"repaired,omitempty"`
+	Report     reconcile.Report    `json:"report"`
+	Violations []string            `json:"violations"`
+	Facts      []string            `json:"facts"`
+}
+
+// checkRepairing checks pool and, with repair and a violation found, repairs it and checks again;
+// in --format text it writes the report before the repair and what the repair did.
+func checkRepairing(cmd *cobra.Command, pool *pgxpool.Pool, repair bool, format string) (reconcileOutput, error) {
+	var out reconcileOutput
+	rep, err := reconcile.Check(cmd.Context(), pool)
+	if err != nil {
+		return out, err
+	}
+	if repair && len(rep.Violations()) > 0 {
+		before := rep
+		fixed, err := reconcile.Repair(cmd.Context(), pool)
+		if err != nil {
+			return out, err
+		}
+		if rep, err = reconcile.Check(cmd.Context(), pool); err != nil {
+			return out, err
+		}
+		out.Before, out.Repaired = &before, &fixed
+		if format == "text" {
+			w := cmd.OutOrStdout()
+			before.Write(w)
+			writeRepaired(cmd, fixed)
+			fmt.Fprintln(w, "\nafter the repair:")
+		}
+	}
+	out.Report, out.Violations, out.Facts = rep, append([]string{}, rep.Violations()...), append([]string{}, rep.Facts()...)
+	return out, nil
 }
 
 func writeRepaired(cmd *cobra.Command, r reconcile.Repaired) {
