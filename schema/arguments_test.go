@@ -399,3 +399,40 @@ func TestOutboxClaimRefusesItsArguments(t *testing.T) {
 		t.Errorf("the broken variant, a due time two hours ahead: %v, %d rows claimed; want the row due in an hour claimed (the fixture no longer shows it)", err, claimed())
 	}
 }
+
+// TestDryRunBatchRefusesItsArguments: issue_dry_run_batch (00028), as coupon_issue, refuses with
+// 22023 a member array that is not one dimension from index 1 of 1 to issuance_batch_max()
+// members without NULLs, and an id outside the service's formats (ids.Request), as
+// issuance_args_check does for the issuance; a well-formed group is answered, one row per member.
+func TestDryRunBatchRefusesItsArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newForgeryDB(t)
+	for _, c := range []struct{ name, args string }{
+		{"members counted from 0", `'B8', '[0:1]={m1,m2}'::text[]`},
+		{"members as a two-dimensional array", `'B8', '{{m1},{m2}}'::text[]`},
+		{"a NULL member", `'B8', ARRAY['m1', NULL]`},
+		{"a NULL array", `'B8', NULL::text[]`},
+		{"no member", `'B8', '{}'::text[]`},
+		{"129 members, past the batch maximum", `'B8', (SELECT array_agg('m' || g) FROM generate_series(1, 129) g)`},
+		{"a NULL campaign", `NULL, ARRAY['m1']`},
+	} {
+		if _, err := d.issue.Exec(ctx, `SELECT * FROM issue_dry_run_batch(`+c.args+`)`); sqlState(err) != pgerrcode.InvalidParameterValue {
+			t.Errorf("%s: %v, want 22023", c.name, err)
+		}
+	}
+	for _, c := range []struct{ member, campaign string }{
+		{"m0001", "B8"}, {strings.Repeat("m", ids.MaxMemberIDLen), strings.Repeat("c", ids.MaxCampaignIDLen)}, {"!~", "a_Z-9"},
+		{"", "B8"}, {strings.Repeat("m", ids.MaxMemberIDLen+1), "B8"}, {"m 1", "B8"}, {"m\x7f", "B8"}, {"mé", "B8"},
+		{"m0001", ""}, {"m0001", strings.Repeat("c", ids.MaxCampaignIDLen+1)}, {"m0001", "B8.A"}, {"m0001", "B8 A"},
+	} {
+		var rows int
+		err := d.issue.QueryRow(ctx, `SELECT count(*)::int FROM issue_dry_run_batch($1, ARRAY['m2', $2::text])`, c.campaign, c.member).Scan(&rows)
+		if err != nil && sqlState(err) != pgerrcode.InvalidParameterValue {
+			t.Fatalf("member %q, campaign %q: %v", c.member, c.campaign, err)
+		}
+		if service := ids.Request(c.member, c.campaign); (service == nil) != (err == nil) || (err == nil && rows != 2) {
+			t.Errorf("member %q, campaign %q: the service says %v, the database %v (%d rows for 2 members)", c.member, c.campaign, service, err, rows)
+		}
+	}
+}

@@ -640,3 +640,22 @@ func TestConsoleRole(t *testing.T) {
 	}
 	checkRefused(t, db.as, consoleForbidden)
 }
+
+// TestDryRunGrantedToIssueOnly: the dry run's functions, issue_dry_run (00025) and
+// issue_dry_run_batch (00028), are executable by coupon_issue alone of the roles (and their
+// owner), not by PUBLIC: read from their ACLs.
+func TestDryRunGrantedToIssueOnly(t *testing.T) {
+	t.Parallel()
+	db := openPool(t, pgtest.URL(t))
+	for _, fn := range []string{"issue_dry_run(text, text)", "issue_dry_run_batch(text, text[])"} {
+		var grantees string
+		if err := db.QueryRow(context.Background(), `SELECT coalesce(string_agg(coalesce(g.rolname, 'PUBLIC'), ',' ORDER BY g.rolname), '')
+			FROM pg_proc p CROSS JOIN LATERAL aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+			WHERE p.oid = $1::regprocedure AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner`, fn).Scan(&grantees); err != nil {
+			t.Fatal(err)
+		}
+		if grantees != "coupon_issue" {
+			t.Errorf("%s: EXECUTE granted to %q, want coupon_issue alone", fn, grantees)
+		}
+	}
+}

@@ -108,7 +108,8 @@ type Config struct {
 	// BatchMax is how many requests for one campaign one call may take (env ISSUE_BATCH_MAX):
 	// the requests that arrive while a call for their campaign is in flight wait for it, then
 	// go together as one call of at most BatchMax members (docs/design.md, "Coalescing a hot
-	// campaign"). 1 turns coalescing off. Default [DefaultBatchMax]; at most [MaxBatchMax].
+	// campaign"). Dry runs ([Service.DryRun]) are coalesced apart from the issuances, by the same
+	// bound. 1 turns coalescing off. Default [DefaultBatchMax]; at most [MaxBatchMax].
 	BatchMax int
 	// Now is the service's clock: the issue time each call sends, and the month an answer
 	// names. The database issues at its own time and refuses a sent time more than 5 s

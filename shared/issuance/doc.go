@@ -23,5 +23,7 @@
 // and one retry policy serve both ([Service.run], run.go): 40001, 40P01, 55P03 and the answer
 // RETRY are retried with full-jitter backoff at most [MaxAttempts] times, a lost connection, a
 // lost answer settled as nothing written and 57014 while the request's time fits, 0A000 once;
-// every call ends by its group's tightest deadline ([Service.Issue]).
+// every call ends by its group's tightest deadline ([Service.Issue]). A dry run ([Service.DryRun])
+// is coalesced by the same protocol in a coalescer of its own, a group of dry runs one call of
+// issue_dry_run_batch, not retried.
 package issuance

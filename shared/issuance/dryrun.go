@@ -36,43 +36,156 @@ type DryRunOutcome struct {
 }
 
 // DryRun answers what [Service.Issue] would answer memberID for campaignID now, writing
-// nothing and locking no row: one call of issue_dry_run (schema/current/issue_dry_run.sql),
-// plain reads of the committed state, so it neither waits for an issuance nor holds one up.
-// Its answer can be outrun: another member may take the last coupon right after it.
+// nothing and locking no row: plain reads of the committed state, so it neither waits for an
+// issuance nor holds one up. Its answer can be outrun: another member may take the last coupon
+// right after it.
+//
+// The dry run is a member of a group, as an issuance is (docs/design.md, "Coalescing a hot
+// campaign"), but in a coalescer of its own: alone, or with the dry runs of its campaign that
+// arrive while a dry run's call for it is in flight in this instance, at most [Config.BatchMax]
+// (1: never coalesced). A group is one call of issue_dry_run_batch
+// (schema/current/issue_dry_run_batch.sql), one round trip on one pooled connection, and each
+// member's answer is as of that call.
 //
 // It is not retried (nothing is at stake: the caller asks again); a call that does not answer
 // within the budget ([Config.Budget]) is RETRY_EXHAUSTED. Errors: a wrapped [ids.ErrInvalid]
-// for malformed ids, ctx's error when the caller gives up, and any database error.
+// for malformed ids, ctx's error when the caller gives up, an error wrapping a panic of the
+// call, and any database error.
 func (s *Service) DryRun(ctx context.Context, memberID, campaignID string) (DryRunOutcome, error) {
 	if err := ids.Request(memberID, campaignID); err != nil {
 		return DryRunOutcome{}, err
 	}
-	callCtx, cancel := context.WithDeadline(ctx, attemptsEnd(time.Now().Add(s.cfg.Budget)))
+	deadline := attemptsEnd(time.Now().Add(s.cfg.Budget))
+	waitCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var out DryRunOutcome
-	var result string
-	var coupon, reason *string
-	var amount, remaining *int
-	err := s.pool.QueryRow(callCtx, sqlDryRun, campaignID, memberID).
-		Scan(&result, &coupon, &amount, &reason, &out.ExpiresAt, &remaining, &out.NextReleaseAt)
+	j := &dryJoined{caller: ctx, ctx: waitCtx, memberID: memberID, campaignID: campaignID, deadline: deadline,
+		answer: make(chan dryAnswered, 1), lead: make(chan []*dryJoined, 1)}
+	if s.dry == nil {
+		s.runDry([]*dryJoined{j})
+		a := <-j.answer
+		return a.out, a.err
+	}
+	a := s.dry.do(j, s.runDry)
+	return a.out, a.err
+}
+
+// dryJoined is one dry run: a member of the group that one call of issue_dry_run_batch answers.
+type dryJoined struct {
+	caller               context.Context // the caller's: its cancellation is an error, not RETRY_EXHAUSTED
+	ctx                  context.Context // caller's, ending at deadline too
+	memberID, campaignID string
+	deadline             time.Time // its call's end
+	answer               chan dryAnswered
+	lead                 chan []*dryJoined
+	answered             bool // its answer was sent (by the one goroutine that may answer it)
+}
+
+type dryAnswered struct {
+	out DryRunOutcome
+	err error
+}
+
+// reply sends j its answer, unless it has one already.
+func (j *dryJoined) reply(out DryRunOutcome, err error) {
+	if j.answered {
+		return
+	}
+	j.answered = true
+	j.answer <- dryAnswered{out: out, err: err}
+}
+
+// A dry run as the dry runs' coalescer queues it ([waiter]), and its answer on a panic (answerPanic).
+func (j *dryJoined) campaign() string          { return j.campaignID }
+func (j *dryJoined) due() time.Time            { return j.deadline }
+func (j *dryJoined) context() context.Context  { return j.ctx }
+func (j *dryJoined) answers() chan dryAnswered { return j.answer }
+func (j *dryJoined) leads() chan []*dryJoined  { return j.lead }
+func (j *dryJoined) fail(err error)            { j.reply(DryRunOutcome{}, err) }
+func (j *dryJoined) quit(cause error)          { j.reply(j.failed(cause)) }
+
+// failed is j's answer when its call, or its wait for one, ended in err: ctx's error when its
+// caller gave up; RETRY_EXHAUSTED when err is nil (its time cannot fit a call), the deadline, a
+// timeout or contention; else err, wrapped.
+func (j *dryJoined) failed(err error) (DryRunOutcome, error) {
 	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return DryRunOutcome{}, fmt.Errorf("issuance: dry run: %w", ctx.Err())
-	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err) || IsRetryable(err):
+	case j.caller.Err() != nil:
+		return DryRunOutcome{}, fmt.Errorf("issuance: dry run: %w", j.caller.Err())
+	case err == nil, errors.Is(err, context.DeadlineExceeded), isTimeout(err), IsRetryable(err):
 		return DryRunOutcome{Result: ResultRetryExhausted}, nil
-	default:
-		return DryRunOutcome{}, fmt.Errorf("issuance: dry run: %w", err)
 	}
-	out.Result, out.RemainingCoupons = Result(result), remaining
-	if coupon != nil {
-		out.CouponID = *coupon
+	return DryRunOutcome{}, fmt.Errorf("issuance: dry run: %w", err)
+}
+
+// runDry answers each member of group, all of one campaign, from one call of
+// issue_dry_run_batch, on every path, a panic included. A dry run alone calls under its caller's
+// context; a group's call no member's cancellation ends. The call ends by the group's tightest
+// deadline.
+func (s *Service) runDry(group []*dryJoined) {
+	defer answerPanic(group)
+	ctx := group[0].ctx
+	if len(group) > 1 {
+		ctx = context.WithoutCancel(ctx)
 	}
-	if amount != nil {
-		out.AmountYen = *amount
+	tightest := group[0].deadline
+	members := make([]string, len(group))
+	for i, j := range group {
+		members[i] = j.memberID
+		if j.deadline.Before(tightest) {
+			tightest = j.deadline
+		}
 	}
-	if reason != nil {
-		out.Reason = *reason
+	ctx, cancel := context.WithDeadline(ctx, tightest)
+	defer cancel()
+	outs, err := s.dryCall(ctx, group[0].campaignID, members)
+	for i, j := range group {
+		if err != nil {
+			j.reply(j.failed(err))
+		} else {
+			j.reply(outs[i], nil)
+		}
 	}
-	return out, nil
+}
+
+// dryCall is one call of issue_dry_run_batch: the answers of members, in their order.
+func (s *Service) dryCall(ctx context.Context, campaignID string, members []string) ([]DryRunOutcome, error) {
+	rows, err := s.pool.Query(ctx, sqlDryRunBatch, campaignID, members)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]DryRunOutcome, len(members))
+	got := 0
+	for rows.Next() {
+		var i int
+		var out DryRunOutcome
+		var result string
+		var coupon, reason *string
+		var amount *int
+		if err := rows.Scan(&i, &result, &coupon, &amount, &reason, &out.ExpiresAt, &out.RemainingCoupons, &out.NextReleaseAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if i < 1 || i > len(members) {
+			rows.Close()
+			return nil, fmt.Errorf("issue_dry_run_batch answered member %d of %d", i, len(members))
+		}
+		out.Result = Result(result)
+		if coupon != nil {
+			out.CouponID = *coupon
+		}
+		if amount != nil {
+			out.AmountYen = *amount
+		}
+		if reason != nil {
+			out.Reason = *reason
+		}
+		outs[i-1] = out
+		got++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if got != len(members) {
+		return nil, fmt.Errorf("issue_dry_run_batch answered %d rows for %d members", got, len(members))
+	}
+	return outs, nil
 }

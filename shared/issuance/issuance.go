@@ -74,7 +74,8 @@ func Month(t time.Time) string { return t.In(Tokyo).Format("2006-01") }
 type Service struct {
 	pool *pgxpool.Pool
 	cfg  Config
-	co   *coalescer // nil when Config.BatchMax is 1
+	co   *coalescer[*joined, answered]       // the issuances'; nil when Config.BatchMax is 1
+	dry  *coalescer[*dryJoined, dryAnswered] // the dry runs'; nil when Config.BatchMax is 1
 	// withDeadline bounds each call by its group's tightest deadline: context.WithDeadline. A
 	// test puts a broken variant in its place (coalesce_internal_test.go).
 	withDeadline func(context.Context, time.Time) (context.Context, context.CancelFunc)
@@ -89,7 +90,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	}
 	svc := &Service{pool: pool, cfg: cfg, withDeadline: context.WithDeadline}
 	if cfg.BatchMax > 1 {
-		svc.co = newCoalescer(cfg.BatchMax)
+		svc.co = newCoalescer[*joined, answered](cfg.BatchMax)
+		svc.dry = newCoalescer[*dryJoined, dryAnswered](cfg.BatchMax)
 	}
 	return svc, nil
 }
@@ -145,7 +147,8 @@ func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant 
 		a := <-j.answer
 		return a.out, a.err
 	}
-	return s.coalesced(j)
+	a := s.co.do(j, s.run)
+	return a.out, a.err
 }
 
 // step is what [Service.run] does for a member after an attempt.

@@ -193,25 +193,84 @@ func TestAudienceRemovalIsFinal(t *testing.T) {
 	}
 }
 
-// dryRun is one issue_dry_run answer.
+// dryRun is one dry run's answer.
 type dryRun struct {
-	result, reason string
-	remaining      *int
-	next           *time.Time
+	result, reason, coupon string
+	amount, remaining      *int
+	expires, next          *time.Time
 }
 
+// sqlDryRunCols are a dry run's answer's columns, as [dryRun.scan] takes them.
+const sqlDryRunCols = `result, coalesce(reason, ''), coalesce(coupon, ''), amount, remaining_coupons, expires_at, next_release_at`
+
+func (r *dryRun) scan(row interface{ Scan(...any) error }) error {
+	return row.Scan(&r.result, &r.reason, &r.coupon, &r.amount, &r.remaining, &r.expires, &r.next)
+}
+
+// same reports whether r and o answer alike, each field compared.
+func (r dryRun) same(o dryRun) bool {
+	intEq := func(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	timeEq := func(a, b *time.Time) bool { return (a == nil) == (b == nil) && (a == nil || a.Equal(*b)) }
+	return r.result == o.result && r.reason == o.reason && r.coupon == o.coupon && intEq(r.amount, o.amount) &&
+		intEq(r.remaining, o.remaining) && timeEq(r.expires, o.expires) && timeEq(r.next, o.next)
+}
+
+func (r dryRun) String() string {
+	deref := func(p any) any {
+		switch v := p.(type) {
+		case *int:
+			if v != nil {
+				return *v
+			}
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format(time.RFC3339Nano)
+			}
+		}
+		return nil
+	}
+	return fmt.Sprintf("{%s reason %q coupon %q amount %v remaining %v expires %v next %v}", r.result, r.reason, r.coupon,
+		deref(r.amount), deref(r.remaining), deref(r.expires), deref(r.next))
+}
+
+// dryRun asks issue_dry_run, one member alone.
 func (d kindsDB) dryRun(t *testing.T, campaignID, member string) dryRun {
 	t.Helper()
 	var r dryRun
-	var reason *string
-	if err := d.issue.QueryRow(context.Background(), `SELECT result, reason, remaining_coupons, next_release_at FROM issue_dry_run($1, $2)`,
-		campaignID, member).Scan(&r.result, &reason, &r.remaining, &r.next); err != nil {
+	if err := r.scan(d.issue.QueryRow(context.Background(), `SELECT `+sqlDryRunCols+` FROM issue_dry_run($1, $2)`, campaignID, member)); err != nil {
 		t.Fatal(err)
 	}
-	if reason != nil {
-		r.reason = *reason
-	}
 	return r
+}
+
+// dryGroup asks issue_dry_run_batch, members as one group, and returns their answers in order.
+func (d kindsDB) dryGroup(t *testing.T, campaignID string, members ...string) []dryRun {
+	t.Helper()
+	rows, err := d.issue.Query(context.Background(), `SELECT i, `+sqlDryRunCols+` FROM issue_dry_run_batch($1, $2) ORDER BY i`,
+		campaignID, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []dryRun
+	for rows.Next() {
+		var i int
+		var r dryRun
+		if err := rows.Scan(&i, &r.result, &r.reason, &r.coupon, &r.amount, &r.remaining, &r.expires, &r.next); err != nil {
+			t.Fatal(err)
+		}
+		if i != len(out)+1 {
+			t.Fatalf("issue_dry_run_batch answered entry %d as the %d-th row", i, len(out)+1)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(members) {
+		t.Fatalf("issue_dry_run_batch answered %d rows for %d members", len(out), len(members))
+	}
+	return out
 }
 
 // written is every row and counter an issuance writes, summed: a dry run must leave it as it is.
@@ -220,7 +279,9 @@ const written = `SELECT (SELECT count(*) FROM issued_coupons) + (SELECT count(*)
 
 // TestDryRunAnswersAsTheIssuance: in each state a campaign and a member can be in, the dry run
 // answers what the issuance then answers (AVAILABLE for ISSUED), with the remaining coupons and
-// the next release where they apply, and writes nothing (counted with SQL).
+// the next release where they apply, and writes nothing (counted with SQL). It answers alike
+// alone (issue_dry_run) and in a group (issue_dry_run_batch): the member twice in one group with
+// another member between, each entry answered as that member alone, every field compared.
 func TestDryRunAnswersAsTheIssuance(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -251,6 +312,12 @@ func TestDryRunAnswersAsTheIssuance(t *testing.T) {
 	} {
 		before := count(t, d.owner, written)
 		got := d.dryRun(t, s.campaign, s.member)
+		other := d.dryRun(t, s.campaign, "other")
+		for k, g := range d.dryGroup(t, s.campaign, s.member, "other", s.member) {
+			if alone := map[bool]dryRun{true: got, false: other}[k != 1]; !g.same(alone) {
+				t.Errorf("%s %s: entry %d of a group answered %v, alone %v", s.campaign, s.member, k+1, g, alone)
+			}
+		}
 		if after := count(t, d.owner, written); after != before {
 			t.Errorf("%s %s: the dry run wrote (%d before, %d after)", s.campaign, s.member, before, after)
 		}
@@ -274,9 +341,10 @@ func TestDryRunAnswersAsTheIssuance(t *testing.T) {
 }
 
 // TestDryRunTakesNoLock: a dry run answers while another session holds every budget stripe of
-// the campaign and the member's month row in an open transaction, as a busy issuance does. The
-// broken variant reads stripe 0 FOR UPDATE: it waits for the holder (pg_blocking_pids), and the
-// test sees it wait.
+// the campaign and the member's month row in an open transaction, as a busy issuance does, asked
+// alone (issue_dry_run) and as a group of three entries (issue_dry_run_batch, which answers
+// both). The broken variant reads stripe 0 FOR UPDATE: it waits for the holder
+// (pg_blocking_pids), and the test sees it wait.
 func TestDryRunTakesNoLock(t *testing.T) {
 	t.Parallel()
 	for _, broken := range []bool{false, true} {
@@ -285,49 +353,55 @@ func TestDryRunTakesNoLock(t *testing.T) {
 			ctx := context.Background()
 			d := newKindsDB(t)
 			if broken {
-				pgtest.BreakFunction(t, d.owner, "issue_dry_run",
+				pgtest.BreakFunction(t, d.owner, "issue_dry_run_batch",
 					[2]string{" STABLE SECURITY DEFINER", " VOLATILE SECURITY DEFINER"},
 					[2]string{"WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;", "WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;"})
 			}
 			d.create(t, "HOT", 10, 2, map[time.Time]int32{time.Now().Add(-time.Hour): 4}, false)
-			hold := pgtest.HoldCampaign(t, d.url, "HOT")
-			asked := make(chan dryRun, 1)
-			go func() {
-				var r dryRun
-				var reason *string
-				if err := d.issue.QueryRow(ctx, `SELECT result, reason, remaining_coupons, next_release_at FROM issue_dry_run('HOT', 'm1')`).
-					Scan(&r.result, &reason, &r.remaining, &r.next); err != nil {
-					r.result = err.Error()
-				}
-				asked <- r
-			}()
-			var got *dryRun
-			waited := false
-			pgtest.Eventually(t, pgtest.PollTimeout, func() error {
-				select {
-				case r := <-asked:
+			for _, ask := range []struct{ by, sql string }{
+				{"alone", `SELECT ` + sqlDryRunCols + ` FROM issue_dry_run('HOT', 'm1')`},
+				// The group's answers folded into one row: AVAILABLE,AVAILABLE,AVAILABLE.
+				{"group", `SELECT string_agg(result, ',' ORDER BY i), '', '', min(amount), min(remaining_coupons), min(expires_at),
+					min(next_release_at) FROM issue_dry_run_batch('HOT', ARRAY['m1', 'm2', 'm1'])`},
+			} {
+				want := map[string]string{"alone": "AVAILABLE", "group": "AVAILABLE,AVAILABLE,AVAILABLE"}[ask.by]
+				hold := pgtest.HoldCampaign(t, d.url, "HOT")
+				asked := make(chan dryRun, 1)
+				go func() {
+					var r dryRun
+					if err := r.scan(d.issue.QueryRow(ctx, ask.sql)); err != nil {
+						r.result = err.Error()
+					}
+					asked <- r
+				}()
+				var got *dryRun
+				waited := false
+				pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+					select {
+					case r := <-asked:
+						got = &r
+						return nil
+					default:
+					}
+					if hold.Blocked() > 0 {
+						waited = true
+						return nil
+					}
+					return errors.New("the dry run neither answered nor waits for the holder")
+				})
+				hold.Release()
+				if got == nil {
+					r := waitDone(t, asked, "the dry run")
 					got = &r
-					return nil
-				default:
 				}
-				if hold.Blocked() > 0 {
-					waited = true
-					return nil
+				switch {
+				case broken && !waited:
+					t.Errorf("%s: the broken variant answered %s without waiting: the test would not see it", ask.by, got.result)
+				case broken:
+					t.Logf("%s: the broken variant waited for the holder, then answered %s", ask.by, got.result)
+				case waited || got.result != want || got.remaining == nil || *got.remaining != 4:
+					t.Errorf("%s: waited %v, answered %v; want %s with 4 remaining, at once", ask.by, waited, got, want)
 				}
-				return errors.New("the dry run neither answered nor waits for the holder")
-			})
-			hold.Release()
-			if got == nil {
-				r := waitDone(t, asked, "the dry run")
-				got = &r
-			}
-			switch {
-			case broken && !waited:
-				t.Errorf("the broken variant answered %s without waiting: the test would not see it", got.result)
-			case broken:
-				t.Logf("the broken variant waited for the holder, then answered %s", got.result)
-			case waited || got.result != "AVAILABLE" || got.remaining == nil || *got.remaining != 4:
-				t.Errorf("waited %v, answered %+v; want AVAILABLE with 4 remaining, at once", waited, got)
 			}
 		})
 	}

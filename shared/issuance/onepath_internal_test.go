@@ -235,7 +235,8 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 				if broken {
 					out, err = brokenLead(s, group[0], group)
 				} else {
-					out, err = s.lead(group[0], group)
+					a := s.co.lead(group[0], group, s.run)
+					out, err = a.out, a.err
 				}
 			}()
 			tracer.armed.Store(false)
@@ -257,8 +258,8 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 			}
 			select {
 			case g := <-next.lead:
-				if a, err := s.lead(next, g); err != nil || a.Result != ResultIssued {
-					wrong = append(wrong, fmt.Sprintf("n1, handed the campaign: %+v %v, want ISSUED", a, err))
+				if a := s.co.lead(next, g, s.run); a.err != nil || a.out.Result != ResultIssued {
+					wrong = append(wrong, fmt.Sprintf("n1, handed the campaign: %+v %v, want ISSUED", a.out, a.err))
 				}
 				if n := countOf(t, owner, `SELECT count(*)::int FROM issued_coupons WHERE member_id = 'n1'`); n != 1 {
 					wrong = append(wrong, fmt.Sprintf("n1 has %d coupons, want 1", n))

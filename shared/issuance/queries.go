@@ -28,9 +28,12 @@ const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at, nex
 // (00025_campaign_kinds.sql).
 const sqlGrantBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at FROM grant_coupons_batch_v2($1, $2, $3, $4, $5, $6)`
 
-// sqlDryRun is issue_dry_run (schema/current/issue_dry_run.sql): what [sqlIssueBatch] would
-// answer member $2 of campaign $1 now, from plain reads, writing nothing and locking no row.
-const sqlDryRun = `SELECT result, coupon, amount, reason, expires_at, remaining_coupons, next_release_at FROM issue_dry_run($1, $2)`
+// sqlDryRunBatch is issue_dry_run_batch (schema/current/issue_dry_run_batch.sql): what
+// [sqlIssueBatch] would answer each of members $2 (text[]) of campaign $1 now, from plain reads,
+// writing nothing and locking no row; one row per member: its index from 1, the result code
+// (AVAILABLE or a refusal), the coupon id, the amount, the reason, the expiry, the remaining
+// coupons, the next release.
+const sqlDryRunBatch = `SELECT i, result, coupon, amount, reason, expires_at, remaining_coupons, next_release_at FROM issue_dry_run_batch($1, $2)`
 
 // sqlBackendStart is when this connection's server session started: with its pid, it names the
 // session unambiguously (a pid is reused by later sessions), so that a lost call's session can

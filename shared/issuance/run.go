@@ -43,6 +43,21 @@ func (j *joined) reply(out Outcome, err error) {
 	j.answer <- answered{out: out, err: err}
 }
 
+// A request as the issuance's coalescer queues it ([waiter]), and its answer on a panic (answerPanic).
+func (j *joined) campaign() string         { return j.req.campaignID }
+func (j *joined) due() time.Time           { return j.deadline }
+func (j *joined) context() context.Context { return j.ctx }
+func (j *joined) answers() chan answered   { return j.answer }
+func (j *joined) leads() chan []*joined    { return j.lead }
+func (j *joined) fail(err error)           { j.reply(Outcome{}, err) }
+func (j *joined) quit(cause error) {
+	if cause == nil || errors.Is(cause, context.DeadlineExceeded) {
+		j.reply(Outcome{Result: ResultRetryExhausted}, nil)
+		return
+	}
+	j.reply(Outcome{}, fmt.Errorf("issuance: waiting for the campaign's call in flight: %w", cause))
+}
+
 // member is one request of a group being run, with its attempts so far.
 type member struct {
 	*joined
@@ -99,16 +114,16 @@ func (s *Service) calls(group []*joined) {
 	}
 }
 
-// answerPanic, deferred by run, answers every member of group not yet answered when the run
-// panicked.
-func answerPanic(group []*joined) {
+// answerPanic, deferred by a group's run ([Service.run], [Service.runDry]), answers every member
+// of group not yet answered an error wrapping errPanicked when the run panicked.
+func answerPanic[W interface{ fail(error) }](group []W) {
 	r := recover()
 	if r == nil {
 		return
 	}
 	err := fmt.Errorf("%w: %v\n%s", errPanicked, r, debug.Stack())
 	for _, j := range group {
-		j.reply(Outcome{}, err)
+		j.fail(err)
 	}
 }
 
