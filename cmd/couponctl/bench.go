@@ -97,9 +97,12 @@ button, "dry_run": true) costs a hot campaign's load. IssueCoupon on a campaign 
 for --duration, alone, then beside 64 more clients asking dry runs of the same campaign, each for
 a new member, together one dry run for each coupon the load issued a second alone (each member
 looks at the button before tapping); three turns of each, alternating, each on a campaign of its
-own. Its table gives
-the issued/s of each turn, the median beside over the median alone (issue 33 asks at least
-0.90), and the dry runs' rate and p99.
+own. Its table gives the issued/s of each turn, the median beside over the median alone (issue 33
+asks at least 0.90), and the dry runs' rate and p99; on the throwaway server also where the CPU
+went: the server's core-ms per coupon alone, per dry run (its CPU beside, less the coupons beside
+at the cost alone) and the herd's share of its CPU beside, and the same per coupon and per dry run
+for bench's own process (the clients, the latency proxy and IssueCoupon, which share the machine's
+cores with the server here; deployed, only the database is shared).
 
 --standby DUR gives the throwaway server a synchronous streaming standby (pg_basebackup, on the same
 machine) whose replication connection goes through a latency proxy of its own adding the DUR

@@ -1,6 +1,7 @@
 package hotbench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -50,6 +52,16 @@ type DryRunResult struct {
 	DryFailed     int64   `json:"dry_failed"`
 	// Failed is the issuance's requests answered other than ISSUED or without an answer.
 	Failed int64 `json:"failed"`
+	// Where the CPU went, in core-milliseconds (0 without Config.ServerCPU): PGPerCoupon is the
+	// database server's per coupon issued alone (all turns); PGPerDryRun its CPU beside the load
+	// less the coupons beside at PGPerCoupon, per dry run; PGHerdShare that part of its CPU
+	// beside. ProcPerCoupon and ProcPerDryRun are the same for this process (the clients, the
+	// latency proxy and IssueCoupon), from getrusage(2).
+	PGPerCoupon   float64 `json:"pg_cpu_ms_per_coupon"`
+	PGPerDryRun   float64 `json:"pg_cpu_ms_per_dry_run"`
+	PGHerdShare   float64 `json:"pg_herd_share"`
+	ProcPerCoupon float64 `json:"proc_cpu_ms_per_coupon"`
+	ProcPerDryRun float64 `json:"proc_cpu_ms_per_dry_run"`
 	// Rules is "held", or the broken rules and mismatches found after the cell.
 	Rules string `json:"rules"`
 }
@@ -58,62 +70,133 @@ type DryRunResult struct {
 func (s *session) runDryRuns(ctx context.Context, rtt time.Duration, clients int) (DryRunResult, error) {
 	dh := s.cfg.DryRuns
 	r := DryRunResult{RTT: rtt, Clients: clients, Herd: dh.Herd}
+	var alone, beside dryTurn // all turns of each kind, summed
 	var dryLat []time.Duration
-	var dryWall time.Duration
 	var wrong []string
 	for round := range dh.Rounds {
-		for _, beside := range []bool{false, true} {
+		for _, besides := range []bool{false, true} {
 			// A campaign a turn: its members are new (closedLoop numbers them from 1).
-			id := fmt.Sprintf("DRY-%dns-%d-%d-%t", rtt.Nanoseconds(), clients, round, beside)
-			if err := campaign.Create(ctx, s.pool, benchCampaign(id, 16)); err != nil {
-				return r, err
+			id := fmt.Sprintf("DRY-%dns-%d-%d-%t", rtt.Nanoseconds(), clients, round, besides)
+			var herdRate float64
+			if besides {
+				herdRate = dh.PerIssue * median(r.Alone)
 			}
-			stop := make(chan struct{})
-			var herd sync.WaitGroup
-			var lat []time.Duration
-			var failed int64
-			if beside {
-				limit := rate.NewLimiter(rate.Inf, 0)
-				if dh.PerIssue > 0 {
-					limit = rate.NewLimiter(rate.Limit(dh.PerIssue*median(r.Alone)), 1)
-				}
-				herd.Go(func() { lat, failed = dryRunLoop(ctx, s.cfg.DryRun, dh.Herd, id, limit, stop) })
-			}
-			done, miss, wall, err := closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
-			close(stop)
-			herd.Wait()
+			t, lat, err := s.dryTurn(ctx, id, clients, herdRate, besides)
 			if err != nil {
 				return r, err
 			}
-			r.Failed += miss
-			rules, err := checkRules(ctx, s.pool, id, int64(len(done)))
-			if err != nil {
-				return r, err
+			if t.rules != "held" {
+				wrong = append(wrong, t.rules)
 			}
-			if rules != "held" {
-				wrong = append(wrong, rules)
-			}
-			rate := float64(len(done)) / wall.Seconds()
-			if beside {
-				r.Beside = append(r.Beside, rate)
+			r.Failed += t.failed
+			perSec := float64(t.issued) / t.wall.Seconds()
+			if besides {
+				r.Beside = append(r.Beside, perSec)
 				dryLat = append(dryLat, lat...)
-				dryWall += wall
-				r.DryFailed += failed
+				r.DryFailed += t.dryFailed
+				beside.add(t)
 			} else {
-				r.Alone = append(r.Alone, rate)
+				r.Alone = append(r.Alone, perSec)
+				alone.add(t)
 			}
 		}
 	}
 	if a := median(r.Alone); a > 0 {
 		r.Ratio = median(r.Beside) / a
 	}
-	r.DryRunsPerSec = float64(len(dryLat)) / dryWall.Seconds()
+	r.DryRunsPerSec = float64(len(dryLat)) / beside.wall.Seconds()
 	r.DryP99Ms = percentileMs(dryLat, 99)
+	r.cpuSplit(alone, beside, len(dryLat))
 	r.Rules = "held"
 	if len(wrong) > 0 {
 		r.Rules = strings.Join(wrong, "; ")
 	}
 	return r, nil
+}
+
+// dryTurn is one turn of the dry-run cell, or the sum of several: the coupons issued, the
+// issuance's failed requests, the dry runs answered otherwise than AVAILABLE, the turn's
+// length, the CPU the database server and this process used meanwhile (core-milliseconds), and
+// the rules' check.
+type dryTurn struct {
+	issued, failed, dryFailed int64
+	wall                      time.Duration
+	pgMs, procMs              float64
+	rules                     string
+}
+
+func (t *dryTurn) add(o dryTurn) {
+	t.issued += o.issued
+	t.failed += o.failed
+	t.dryFailed += o.dryFailed
+	t.wall += o.wall
+	t.pgMs += o.pgMs
+	t.procMs += o.procMs
+}
+
+// dryTurn runs one turn on a new campaign id: the load of clients clients, beside a herd of dry
+// runs at herdRate a second (unlimited at 0) when beside, and returns it with the latencies of the
+// dry runs answered AVAILABLE.
+func (s *session) dryTurn(ctx context.Context, id string, clients int, herdRate float64, beside bool) (dryTurn, []time.Duration, error) {
+	var t dryTurn
+	if err := campaign.Create(ctx, s.pool, benchCampaign(id, 16)); err != nil {
+		return t, nil, err
+	}
+	stop := make(chan struct{})
+	var herd sync.WaitGroup
+	var lat []time.Duration
+	if beside {
+		limit := rate.NewLimiter(rate.Inf, 0)
+		if herdRate > 0 {
+			limit = rate.NewLimiter(rate.Limit(herdRate), 1)
+		}
+		herd.Go(func() { lat, t.dryFailed = dryRunLoop(ctx, s.cfg.DryRun, s.cfg.DryRuns.Herd, id, limit, stop) })
+	}
+	var done []time.Duration
+	proc0, err := processCPU()
+	if err != nil {
+		return t, nil, err
+	}
+	pgMs, err := s.serverCPU(func() (err error) {
+		done, t.failed, t.wall, err = closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
+		return err
+	})
+	proc1, perr := processCPU()
+	close(stop)
+	herd.Wait()
+	if err = cmp.Or(err, perr); err != nil {
+		return t, nil, err
+	}
+	t.procMs = float64(proc1-proc0) / float64(time.Millisecond)
+	t.issued, t.pgMs = int64(len(done)), pgMs
+	t.rules, err = checkRules(ctx, s.pool, id, t.issued)
+	return t, lat, err
+}
+
+// cpuSplit sets r's CPU figures from the turns alone and beside, summed, and the dry runs
+// answered beside. The dry runs' part of a server's CPU beside is what it used less the coupons
+// beside at the cost of a coupon alone.
+func (r *DryRunResult) cpuSplit(alone, beside dryTurn, dryRuns int) {
+	if alone.issued == 0 || dryRuns == 0 {
+		return
+	}
+	r.PGPerCoupon = alone.pgMs / float64(alone.issued)
+	r.ProcPerCoupon = alone.procMs / float64(alone.issued)
+	herdPG := beside.pgMs - float64(beside.issued)*r.PGPerCoupon
+	r.PGPerDryRun = herdPG / float64(dryRuns)
+	r.ProcPerDryRun = (beside.procMs - float64(beside.issued)*r.ProcPerCoupon) / float64(dryRuns)
+	if beside.pgMs > 0 {
+		r.PGHerdShare = herdPG / beside.pgMs
+	}
+}
+
+// processCPU is the CPU this process has used so far, user and system (getrusage(2)).
+func processCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // dryRunLoop keeps up to clients dry runs of campaignID in flight, each for a new member, each
@@ -166,14 +249,21 @@ func median(rates []float64) float64 {
 	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
 
-// writeDryRuns writes the dry-run cells, if any, as a table after a blank line.
-func writeDryRuns(w io.Writer, format string, cells []DryRunResult) error {
+// writeDryRuns writes the dry-run cells, if any, as a table after a blank line; with serverCPU,
+// where the CPU went (DryRunResult's CPU figures).
+func writeDryRuns(w io.Writer, format string, serverCPU bool, cells []DryRunResult) error {
 	if len(cells) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
 	rows := [][]string{{"rtt", "clients", "dry-run clients", "issued/s alone", "issued/s beside", "beside / alone",
 		"dry runs/s", "dry run p99 ms", "failed", "dry runs failed", "rules"}}
+	align := "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+	if serverCPU {
+		rows[0] = append(rows[0], "PG core-ms per coupon alone", "PG core-ms per dry run", "herd's share of PG CPU beside",
+			"bench process core-ms per coupon alone", "per dry run")
+		align += "---:|---:|---:|---:|---:|"
+	}
 	list := func(rates []float64) string {
 		var out []string
 		for _, r := range rates {
@@ -182,9 +272,14 @@ func writeDryRuns(w io.Writer, format string, cells []DryRunResult) error {
 		return fmt.Sprint(out)
 	}
 	for _, r := range cells {
-		rows = append(rows, []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Herd), list(r.Alone), list(r.Beside),
+		row := []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Herd), list(r.Alone), list(r.Beside),
 			fmtFloat(r.Ratio, 2), fmtFloat(r.DryRunsPerSec, 0), fmtFloat(r.DryP99Ms, 1), strconv.FormatInt(r.Failed, 10),
-			strconv.FormatInt(r.DryFailed, 10), r.Rules})
+			strconv.FormatInt(r.DryFailed, 10), r.Rules}
+		if serverCPU {
+			row = append(row, fmtFloat(r.PGPerCoupon, 3), fmtFloat(r.PGPerDryRun, 3), fmtFloat(100*r.PGHerdShare, 0)+"%",
+				fmtFloat(r.ProcPerCoupon, 3), fmtFloat(r.ProcPerDryRun, 3))
+		}
+		rows = append(rows, row)
 	}
-	return writeRows(w, format, rows, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	return writeRows(w, format, rows, align)
 }

@@ -898,7 +898,7 @@ func writeExtras(w io.Writer, format string, rep Report) error {
 	if err := writeRelease(w, format, rep.Release); err != nil {
 		return err
 	}
-	return writeDryRuns(w, format, rep.DryRuns)
+	return writeDryRuns(w, format, rep.ServerCPU, rep.DryRuns)
 }
 
 // CPUColumn heads the column of the database server's CPU per coupon: the core-milliseconds
