@@ -158,14 +158,12 @@ SELECT i.coupon_id::text, i.campaign_id, i.member_id, COALESCE(l.line_user_id, '
        i.voided_at IS NOT NULL
   FROM issued_coupons i LEFT JOIN member_line_accounts l USING (member_id)`
 
-// checkPushes checks the stand-in's pushes against the coupons: every coupon accepted by LINE
-// (at least once: the stand-in, like LINE, accepts a retry key once and answers 409 to a re-send),
-// and every push carrying a coupon's id as its X-Line-Retry-Key, to that coupon's member, with
-// that coupon's text, so that a re-sent coupon is a duplicate only under its own key.
-func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (pushed, error) {
+// readCouponPushes reads every coupon of issued_coupons, voided ones included, as its push
+// should look, by coupon id.
+func readCouponPushes(ctx context.Context, pool *pgxpool.Pool) (map[string]couponPush, error) {
 	rows, err := pool.Query(ctx, sqlCouponPushes)
 	if err != nil {
-		return pushed{}, fmt.Errorf("drill: coupons: %w", err)
+		return nil, fmt.Errorf("drill: coupons: %w", err)
 	}
 	coupons := map[string]couponPush{}
 	for rows.Next() {
@@ -173,12 +171,24 @@ func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (
 		var c couponPush
 		if err := rows.Scan(&id, &c.campaign, &c.member, &c.lineUser, &c.amountYen, &c.expiresAt, &c.voided); err != nil {
 			rows.Close()
-			return pushed{}, fmt.Errorf("drill: coupons: %w", err)
+			return nil, fmt.Errorf("drill: coupons: %w", err)
 		}
 		coupons[id] = c
 	}
 	if err := rows.Err(); err != nil {
-		return pushed{}, fmt.Errorf("drill: coupons: %w", err)
+		return nil, fmt.Errorf("drill: coupons: %w", err)
+	}
+	return coupons, nil
+}
+
+// checkPushes checks the stand-in's pushes against the coupons: every coupon accepted by LINE
+// (at least once: the stand-in, like LINE, accepts a retry key once and answers 409 to a re-send),
+// and every push carrying a coupon's id as its X-Line-Retry-Key, to that coupon's member, with
+// that coupon's text, so that a re-sent coupon is a duplicate only under its own key.
+func checkPushes(ctx context.Context, pool *pgxpool.Pool, stub *linestub.Stub) (pushed, error) {
+	coupons, err := readCouponPushes(ctx, pool)
+	if err != nil {
+		return pushed{}, err
 	}
 	p := pushed{stats: stub.Stats()}
 	accepted := stub.Accepted()
