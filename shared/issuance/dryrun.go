@@ -17,7 +17,8 @@ const ResultAvailable Result = "AVAILABLE"
 type DryRunOutcome struct {
 	// Result is [ResultAvailable] or the refusal an issuance would answer now: ALREADY_ISSUED,
 	// COUPON_VOIDED, NOT_ELIGIBLE, CAMPAIGN_NOT_ACTIVE, MONTHLY_CAP, BUDGET_EXCEEDED,
-	// UNKNOWN_CAMPAIGN; or RETRY_EXHAUSTED when the database did not answer within the budget.
+	// UNKNOWN_CAMPAIGN; or RETRY_EXHAUSTED when the database did not answer within the budget or
+	// the call lost its connection.
 	Result Result
 	// CouponID is the member's coupon (ALREADY_ISSUED, COUPON_VOIDED).
 	CouponID string
@@ -48,7 +49,7 @@ type DryRunOutcome struct {
 // member's answer is as of that call.
 //
 // It is not retried (nothing is at stake: the caller asks again); a call that does not answer
-// within the budget ([Config.Budget]) is RETRY_EXHAUSTED. Errors: a wrapped [ids.ErrInvalid]
+// within the budget ([Config.Budget]), or loses its connection, is RETRY_EXHAUSTED. Errors: a wrapped [ids.ErrInvalid]
 // for malformed ids, ctx's error when the caller gives up, an error wrapping a panic of the
 // call, and any database error.
 func (s *Service) DryRun(ctx context.Context, memberID, campaignID string) (DryRunOutcome, error) {
@@ -105,12 +106,13 @@ func (j *dryJoined) quit(cause error)          { j.reply(j.failed(cause)) }
 
 // failed is j's answer when its call, or its wait for one, ended in err: ctx's error when its
 // caller gave up; RETRY_EXHAUSTED when err is nil (its time cannot fit a call), the deadline, a
-// timeout or contention; else err, wrapped.
+// timeout, contention or a lost connection (isConnLost: a refused dial, a session the server
+// ended), as an issuance whose database stays unreachable answers; else err, wrapped.
 func (j *dryJoined) failed(err error) (DryRunOutcome, error) {
 	switch {
 	case j.caller.Err() != nil:
 		return DryRunOutcome{}, fmt.Errorf("issuance: dry run: %w", j.caller.Err())
-	case err == nil, errors.Is(err, context.DeadlineExceeded), isTimeout(err), IsRetryable(err):
+	case err == nil, errors.Is(err, context.DeadlineExceeded), isTimeout(err), IsRetryable(err), isConnLost(err, false):
 		return DryRunOutcome{Result: ResultRetryExhausted}, nil
 	}
 	return DryRunOutcome{}, fmt.Errorf("issuance: dry run: %w", err)

@@ -201,9 +201,19 @@ func processCPU() (time.Duration, error) {
 
 // dryRunLoop keeps up to clients dry runs of campaignID in flight, each for a new member, each
 // sent when limit allows, until stop, and returns the latencies of the AVAILABLE answers and the
-// count of the others.
+// count of the others. A client waiting for its turn at stop sends nothing: the limiter's wait
+// ends at stop too, so no dry run is sent after the load it is measured beside.
 func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID string, limit *rate.Limiter,
 	stop <-chan struct{}) ([]time.Duration, int64) {
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
 	var (
 		mu      sync.Mutex
 		lat     []time.Duration
@@ -214,18 +224,7 @@ func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID s
 	for range clients {
 		wg.Go(func() {
 			var mine []time.Duration
-			for ctx.Err() == nil {
-				select {
-				case <-stop:
-					mu.Lock()
-					lat = append(lat, mine...)
-					mu.Unlock()
-					return
-				default:
-				}
-				if limit.Wait(ctx) != nil {
-					continue
-				}
+			for limit.Wait(waitCtx) == nil {
 				t0 := time.Now()
 				res, err := dryRun(ctx, fmt.Sprintf("d%s-%d", campaignID, members.Add(1)), campaignID)
 				if err != nil || res != "AVAILABLE" {
@@ -234,6 +233,9 @@ func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID s
 				}
 				mine = append(mine, time.Since(t0))
 			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
