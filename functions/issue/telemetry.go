@@ -20,9 +20,11 @@ func instrument(h http.Handler) http.Handler {
 }
 
 // logRequest writes the request's one log line, joined to its trace by the context: INFO with
-// the result, attempts, duration_ms, campaign and the member's keyed hash (never the id), INFO
-// "cancelled" for a caller that went away, ERROR with the error for a failure (answered 500).
-// A request that could not be decoded logs INVALID_REQUEST with its status instead (ServeHTTP).
+// the result, attempts, duration_ms, campaign and the member's keyed hash (never the id), and
+// dry_run true for a dry run (its result is what the member would get: a log-based count of
+// refusals filters it out); INFO "cancelled" for a caller that went away, ERROR with the error for
+// a failure (answered 500). A request that could not be decoded logs INVALID_REQUEST with its
+// status instead (ServeHTTP).
 func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outcome, err error, start time.Time) {
 	attrs := []any{
 		"campaign", req.CampaignID,
@@ -30,10 +32,14 @@ func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outc
 		"attempts", out.Attempts,
 		"duration_ms", float64(time.Since(start)) / float64(time.Millisecond),
 	}
+	gone := "IssueCoupon: the caller went away; its transaction was rolled back"
+	if req.DryRun {
+		attrs = append(attrs, "dry_run", true)
+		gone = "IssueCoupon: the caller of a dry run went away"
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		h.log.InfoContext(ctx, "IssueCoupon: the caller went away; its transaction was rolled back",
-			append(attrs, "result", telemetry.ResultCancelled)...)
+		h.log.InfoContext(ctx, gone, append(attrs, "result", telemetry.ResultCancelled)...)
 	case err != nil:
 		h.log.ErrorContext(ctx, "IssueCoupon: issuance failed", append(attrs, "result", telemetry.ResultError, "err", err)...)
 	default:

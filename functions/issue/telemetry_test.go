@@ -535,3 +535,25 @@ func TestTelemetryInvalidRequestLogsOneLine(t *testing.T) {
 		t.Errorf("answer %d, log lines %v: want 400 and one INVALID_REQUEST line with status and trace", rec.Code, lines)
 	}
 }
+
+// TestTelemetryDryRunIsMarked: a dry run's log line carries dry_run true, an issuance's carries
+// no dry_run, so a log-based count of results can tell the app's button from a tap.
+func TestTelemetryDryRunIsMarked(t *testing.T) {
+	tr := newTraced(t, issuance.Config{})
+	for _, body := range []string{`{"member_id": "m1", "campaign_id": "OPEN", "dry_run": true}`, ask("m1", "OPEN")} {
+		req := httptest.NewRequest(http.MethodPost, "/IssueCoupon", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		tr.h.ServeHTTP(rec, req)
+	}
+	lines := logLines(t, tr.logs.String())
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines, want 2: %s", len(lines), tr.logs.String())
+	}
+	if l := lines[0]; l["result"] != "AVAILABLE" || l["dry_run"] != true {
+		t.Errorf("dry run's log line %v: want AVAILABLE with dry_run true", l)
+	}
+	if l := lines[1]; l["result"] != "ISSUED" || l["dry_run"] != nil {
+		t.Errorf("issuance's log line %v: want ISSUED without dry_run", l)
+	}
+}
