@@ -266,15 +266,8 @@ func writeDryRuns(w io.Writer, format string, serverCPU bool, cells []DryRunResu
 			"bench process core-ms per coupon alone", "per dry run")
 		align += "---:|---:|---:|---:|---:|"
 	}
-	list := func(rates []float64) string {
-		var out []string
-		for _, r := range rates {
-			out = append(out, fmtFloat(r, 0))
-		}
-		return fmt.Sprint(out)
-	}
 	for _, r := range cells {
-		row := []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Herd), list(r.Alone), list(r.Beside),
+		row := []string{rttLabel(r.RTT), strconv.Itoa(r.Clients), strconv.Itoa(r.Herd), rateList(r.Alone), rateList(r.Beside),
 			fmtFloat(r.Ratio, 2), fmtFloat(r.DryRunsPerSec, 0), fmtFloat(r.DryP99Ms, 1), strconv.FormatInt(r.Failed, 10),
 			strconv.FormatInt(r.DryFailed, 10), r.Rules}
 		if serverCPU {
@@ -284,4 +277,14 @@ func writeDryRuns(w io.Writer, format string, serverCPU bool, cells []DryRunResu
 		rows = append(rows, row)
 	}
 	return writeRows(w, format, rows, align)
+}
+
+// rateList is rates per second as whole numbers in brackets, "[717 773 739]": the turns of a
+// dry-run cell, in the table and the progress line alike.
+func rateList(rates []float64) string {
+	out := make([]string, len(rates))
+	for i, r := range rates {
+		out[i] = fmtFloat(r, 0)
+	}
+	return fmt.Sprint(out)
 }

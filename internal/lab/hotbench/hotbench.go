@@ -351,8 +351,8 @@ func (s *session) runExtras(ctx context.Context, rep *Report, rtt time.Duration,
 			return fmt.Errorf("hotbench: dry-run cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
 		}
 		rep.DryRuns = append(rep.DryRuns, r)
-		s.progress("dry runs (%d clients) beside the load, rtt %s, %d clients: issued/s %v alone, %v beside (%.2fx), %.0f dry runs/s, failed %d, rules %s",
-			r.Herd, rttLabel(rtt), clients, r.Alone, r.Beside, r.Ratio, r.DryRunsPerSec, r.Failed+r.DryFailed, r.Rules)
+		s.progress("dry runs (%d clients) beside the load, rtt %s, %d clients: issued/s %s alone, %s beside (%.2fx), %.0f dry runs/s, failed %d, rules %s",
+			r.Herd, rttLabel(rtt), clients, rateList(r.Alone), rateList(r.Beside), r.Ratio, r.DryRunsPerSec, r.Failed+r.DryFailed, r.Rules)
 	}
 	return nil
 }
