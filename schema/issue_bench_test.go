@@ -23,14 +23,22 @@ import (
 // that runs the call (/proc/<pid>/schedstat, so the server must run on this machine), reported per
 // member issued as <variant>-us/member. Each call issues coupons to members never seen before,
 // one transaction per call, on a database that already holds 100,000 coupons and month rows of
-// other members (analyzed, so that the plans are those of tables in use), through three bodies of
-// the rules created on the same database, each on a session of its own: 00011, issue_coupon as
-// 00011 wrote it (the previous release's own body, created as issue_coupon_00011); 00027,
-// issue_coupons_batch_v2 as 00027 wrote it (created as issue_coupons_batch_v2_00027); current,
-// issue_coupons_batch_v2 as migrated. Each iteration calls every variant once, the first
-// rotating, so that a change of the machine's load falls on all of them. Sub-benchmarks: one
-// member a call on a campaign of 1 and of 16 budget stripes, and 32 members a call (the batch
-// bodies only) on 1 stripe. A round is a run on a fresh server:
+// other members (analyzed, so that the plans are those of tables in use), through four bodies of
+// the rules created on the same database, each on a session of its own:
+//   - 00011: issue_coupon as 00011 wrote it (the previous release's own body, with the rules as
+//     they were then), created as issue_coupon_00011;
+//   - 00027: issue_coupons_batch_v2 as 00027 wrote it, created as issue_coupons_batch_v2_00027;
+//   - current: issue_coupons_batch_v2 as migrated. While no migration after 00027 replaces it,
+//     00027 and current are the same text: an A/A control, whose difference is the run-to-run
+//     spread of the measure;
+//   - scalar: issue_coupon_scalar_fixture (testdata/issue_one_scalar.sql), the current rules for
+//     one member written as a single-member body, without the batch's arrays
+//     (TestScalarFixtureAnswersAsBatchOfOne holds it to the batch's answers and rows).
+//
+// Each iteration calls every variant once, the first rotating, so that a change of the machine's
+// load falls on all of them. Sub-benchmarks: one member a call on a campaign of 1 and of 16
+// budget stripes, and 32 members a call (the batch bodies only) on 1 stripe. A round is a run on
+// a fresh server:
 //
 //	for round in 1 2 3 4; do
 //	  go test ./schema -run '^$' -bench BenchmarkIssuanceBackendCPU -benchtime 1000x -count 1
@@ -50,6 +58,7 @@ func BenchmarkIssuanceBackendCPU(b *testing.B) {
 		oldBody(b, "00011_after_issuance.sql", "CREATE FUNCTION issue_coupon(", "\n$$;", "CREATE FUNCTION issue_coupon_00011("),
 		oldBody(b, "00027_next_release.sql", "CREATE OR REPLACE FUNCTION public.issue_coupons_batch_v2(", "\n$function$;",
 			"CREATE OR REPLACE FUNCTION public.issue_coupons_batch_v2_00027("),
+		scalarFixture(b),
 	} {
 		if _, err := owner.Exec(ctx, def); err != nil {
 			b.Fatal(err)
@@ -74,10 +83,13 @@ ANALYZE`); err != nil {
 	}
 	var member atomic.Int64
 	call := func(b *testing.B, conn *pgx.Conn, fn, campaignID string, n int) {
-		if fn == "issue_coupon_00011" {
+		if fn == "issue_coupon_00011" || fn == "issue_coupon_scalar_fixture" {
 			var res string
-			if err := conn.QueryRow(ctx, `SELECT result FROM issue_coupon_00011($1, $2, $3, $4, 30000, NULL)`,
-				uuid.New(), campaignID, fmt.Sprintf("m%d", member.Add(1)), time.Now()).Scan(&res); err != nil || res != "ISSUED" {
+			args := []any{uuid.New(), campaignID, fmt.Sprintf("m%d", member.Add(1)), time.Now()}
+			if fn == "issue_coupon_scalar_fixture" {
+				args[0], args[1] = args[1], args[0]
+			}
+			if err := conn.QueryRow(ctx, `SELECT result FROM `+fn+`($1, $2, $3, $4, 30000, NULL)`, args...).Scan(&res); err != nil || res != "ISSUED" {
 				b.Fatalf("%s: %s, %v", fn, res, err)
 			}
 			return
@@ -94,12 +106,17 @@ ANALYZE`); err != nil {
 	}
 	type variant struct {
 		name, fn string
+		one      bool // takes one member a call
 		conn     *pgx.Conn
 		pid      int
 	}
 	var variants []*variant
-	for _, v := range []struct{ name, fn string }{
-		{"00011", "issue_coupon_00011"}, {"00027", "issue_coupons_batch_v2_00027"}, {"current", "issue_coupons_batch_v2"},
+	for _, v := range []struct {
+		name, fn string
+		one      bool
+	}{
+		{"00011", "issue_coupon_00011", true}, {"00027", "issue_coupons_batch_v2_00027", false},
+		{"current", "issue_coupons_batch_v2", false}, {"scalar", "issue_coupon_scalar_fixture", true},
 	} {
 		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
@@ -110,7 +127,7 @@ ANALYZE`); err != nil {
 		if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 			b.Fatal(err)
 		}
-		variants = append(variants, &variant{v.name, v.fn, conn, pid})
+		variants = append(variants, &variant{v.name, v.fn, v.one, conn, pid})
 	}
 	for _, g := range []struct {
 		name, campaignID string
@@ -120,9 +137,11 @@ ANALYZE`); err != nil {
 		{"one/stripes=16", "S16", 1},
 		{"batch32/stripes=1", "S1", 32},
 	} {
-		vs := variants
-		if g.members > 1 {
-			vs = variants[1:] // issue_coupon_00011 takes one member
+		var vs []*variant
+		for _, v := range variants {
+			if g.members == 1 || !v.one {
+				vs = append(vs, v)
+			}
 		}
 		for _, v := range vs {
 			call(b, v.conn, v.fn, g.campaignID, g.members) // the session's plans, outside the count
