@@ -46,7 +46,8 @@ func scalarSkipsCap(t testing.TB) string {
 
 // twinStep is one step of a scalarCase on one twin: an issuance to member (a suffix; each twin
 // has members of its own, as R3 is per member across campaigns), or, when sql is set, that
-// statement run as the owner, %[1]s the twin's campaign id and %[2]s its member prefix.
+// statement run as the owner, %[1]s the twin's campaign id, %[2]s its member prefix and %[3]s an
+// instant to the second that both twins share (instants the answers name must be equal).
 type twinStep struct {
 	member, trace, sql string
 }
@@ -100,7 +101,7 @@ var scalarCases = []scalarCase{
 	{"issued", "ISSUED", plain(1000, 10000, 1), []twinStep{issue("m1")}},
 	{"issued/stripes=4,valid-days,trace", "ISSUED ISSUED", plain(1000, 10000, 4, `UPDATE campaign_budgets SET coupon_valid_days = 7 WHERE campaign_id = '%[1]s'`),
 		[]twinStep{{member: "m1", trace: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, issue("m2")}},
-	{"issued/expire-at", "ISSUED", plain(1000, 10000, 1, `UPDATE campaign_budgets SET coupons_expire_at = date_trunc('second', clock_timestamp()) + interval '3 days' WHERE campaign_id = '%[1]s'`),
+	{"issued/expire-at", "ISSUED", plain(1000, 10000, 1, `UPDATE campaign_budgets SET coupons_expire_at = '%[3]s'::timestamptz + interval '3 days' WHERE campaign_id = '%[1]s'`),
 		[]twinStep{issue("m1")}},
 	{"already-issued", "ISSUED ALREADY_ISSUED", plain(1000, 10000, 1), []twinStep{issue("m1"), issue("m1")}},
 	{"voided", "ISSUED COUPON_VOIDED", plain(1000, 10000, 1), []twinStep{issue("m1"),
@@ -124,13 +125,13 @@ var scalarCases = []scalarCase{
 	{"audience/paused", "CAMPAIGN_NOT_ACTIVE NOT_ELIGIBLE", kinds(10000, 1, "NULL", "NULL", true, `INSERT INTO campaign_audience (campaign_id, member_id) VALUES ('%[1]s', '%[2]sm1')`,
 		`UPDATE campaign_budgets SET paused_at = clock_timestamp() WHERE campaign_id = '%[1]s'`),
 		[]twinStep{issue("m1"), issue("m2")}},
-	{"release-not-open", "CAMPAIGN_NOT_ACTIVE", kinds(2000, 1, "ARRAY[date_trunc('second', clock_timestamp()) + interval '1 hour']", "'{2}'", false),
+	{"release-not-open", "CAMPAIGN_NOT_ACTIVE", kinds(2000, 1, "ARRAY['%[3]s'::timestamptz + interval '1 hour']", "'{2}'", false),
 		[]twinStep{issue("m1")}},
 	{"release-spent", "ISSUED BUDGET_EXCEEDED", kinds(3000, 1,
-		"ARRAY[date_trunc('second', clock_timestamp()) - interval '1 hour', date_trunc('second', clock_timestamp()) + interval '1 hour']", "'{1,2}'", false),
+		"ARRAY['%[3]s'::timestamptz - interval '1 hour', '%[3]s'::timestamptz + interval '1 hour']", "'{1,2}'", false),
 		[]twinStep{issue("m1"), issue("m2")}},
 	{"release-spent/stripes=4", "ISSUED BUDGET_EXCEEDED", kinds(8000, 4,
-		"ARRAY[date_trunc('second', clock_timestamp()) - interval '1 hour', date_trunc('second', clock_timestamp()) + interval '1 hour']", "'{1,4}'", false),
+		"ARRAY['%[3]s'::timestamptz - interval '1 hour', '%[3]s'::timestamptz + interval '1 hour']", "'{1,4}'", false),
 		[]twinStep{issue("m1"), issue("m2")}},
 	{"not-placed/retry", "RETRY", plain(1000, 2000, 2, `UPDATE campaign_budgets SET issued_yen = budget_yen WHERE campaign_id = '%[1]s' AND stripe = 0`,
 		`UPDATE campaign_budgets SET paused_at = clock_timestamp() WHERE campaign_id = '%[1]s' AND stripe = 1`),
@@ -168,7 +169,9 @@ func TestScalarFixtureAnswersAsBatchOfOne(t *testing.T) {
 }
 
 // scalarTwins creates def on a migrated database of its own, runs every case on twins and
-// returns the differences, one line each, prefixed with the case's name.
+// returns the differences, one line each, prefixed with the case's name. The twins issue
+// milliseconds apart, each at the database's clock: a case run across a Tokyo midnight would
+// differ on its coupons' validity days and month.
 func scalarTwins(t *testing.T, def string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -180,15 +183,16 @@ func scalarTwins(t *testing.T, def string) []string {
 	for k, c := range scalarCases {
 		var got [2][]oneAnswer
 		var rows [2]twinRows
+		instant := time.Now().Truncate(time.Second).Format(time.RFC3339)
 		for twin, fn := range []string{"batch", "scalar"} {
 			campaignID, prefix := fmt.Sprintf("T%d_%s", k, fn), fmt.Sprintf("%s%d-", fn[:1], k)
 			if c.create != "" {
-				exec(t, db, fmt.Sprintf(c.create, campaignID, prefix))
+				exec(t, db, fmt.Sprintf(c.create, campaignID, prefix, instant))
 			}
 			coupons := map[string]string{}
 			for j, s := range c.steps {
 				if s.sql != "" {
-					exec(t, db, fmt.Sprintf(s.sql, campaignID, prefix))
+					exec(t, db, fmt.Sprintf(s.sql, campaignID, prefix, instant))
 					continue
 				}
 				id := uuid.New()
