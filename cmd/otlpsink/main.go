@@ -138,14 +138,7 @@ func (s *sink) summary(w io.Writer) {
 		if is.name != "issuance.Issue" || is.result != "ISSUED" {
 			continue
 		}
-		var push *span
-		for i, p := range s.spans {
-			for _, l := range p.links {
-				if l == is.trace+"/"+is.id {
-					push = &s.spans[i]
-				}
-			}
-		}
+		push := s.linkedTo(is)
 		if push == nil {
 			continue
 		}
@@ -163,4 +156,17 @@ func (s *sink) summary(w io.Writer) {
 		}
 		return
 	}
+}
+
+// linkedTo is the last span that links to to (its push, for an issuance), or nil.
+func (s *sink) linkedTo(to span) *span {
+	var found *span
+	for i, p := range s.spans {
+		for _, l := range p.links {
+			if l == to.trace+"/"+to.id {
+				found = &s.spans[i]
+			}
+		}
+	}
+	return found
 }
