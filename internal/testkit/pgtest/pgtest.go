@@ -52,7 +52,16 @@ var testRole = pgtestdb.Role{
 // of its own, which its children inherit; what is left in it once the server is stopped and the
 // after functions ran fails the run (exit 1), listed on stderr: tests remove what they write in
 // $TMPDIR. The directory is removed either way.
+//
+// A fuzzing worker (a child that `go test -fuzz` starts with -test.fuzzworker, and stops with
+// SIGINT, then SIGKILL, when it has not exited within 1 s) starts no server and makes no TMPDIR:
+// it uses its coordinator's server ([workerServerEnv]) and TMPDIR, whose own Main checks what was
+// left. A worker stopped halfway through its own server's shutdown would leave the server running
+// and its directory behind.
 func Main(m *testing.M, after ...func()) {
+	if isFuzzWorker(os.Args[1:]) {
+		os.Exit(runWorker(m, after))
+	}
 	tmp, restore, err := ownTMPDIR()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: a TMPDIR of the test binary's own: %v\n", err)
@@ -95,6 +104,40 @@ func run(m *testing.M, after []func()) int {
 		}
 		defer srv.Stop()
 		serverURL = srv.URL()
+	}
+	if err := os.Setenv(workerServerEnv, serverURL); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %s: %v\n", workerServerEnv, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// workerServerEnv carries the server under test from a test binary to the fuzzing workers it
+// starts, which inherit its environment.
+const workerServerEnv = "PGTEST_COORDINATOR_URL"
+
+// isFuzzWorker reports whether args, a test binary's, make it a fuzzing worker: the flag
+// -test.fuzzworker (or --test.fuzzworker, =true), which only `go test -fuzz` passes.
+func isFuzzWorker(args []string) bool {
+	for _, a := range args {
+		switch strings.TrimLeft(a, "-") {
+		case "test.fuzzworker", "test.fuzzworker=true":
+			return strings.HasPrefix(a, "-")
+		}
+	}
+	return false
+}
+
+// runWorker runs a fuzzing worker's tests against its coordinator's server, then the after
+// functions.
+func runWorker(m *testing.M, after []func()) int {
+	for _, f := range after {
+		defer f()
+	}
+	serverURL = os.Getenv(workerServerEnv)
+	if serverURL == "" {
+		fmt.Fprintf(os.Stderr, "pgtest: a fuzzing worker without %s: its coordinator did not run pgtest.Main\n", workerServerEnv)
+		return 1
 	}
 	return m.Run()
 }
