@@ -484,7 +484,7 @@ func operate(ctx context.Context, pool *pgxpool.Pool) ([]string, map[string]stri
 	voided := map[string]string{}
 voiding:
 	for tries := 0; len(voided) < voids && len(errs) == 0; tries++ {
-		id, push, err := voidUnpushed(ctx, pool, len(voided)%2 == 0)
+		id, push, err := voidUnpushed(ctx, pool, len(voided)%2 == 0, len(voided)%3 != 0)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000: // the relays took every row: wait for new ones
 			time.Sleep(time.Millisecond)
@@ -505,24 +505,35 @@ voiding:
 }
 
 // voidUnpushed voids the newest coupon whose outbox row is due and unclaimed, with reissue
-// allowed or not, and returns its id and what the void said of its push. The void races the
-// relays' claims as an operator's does: a void locks the row while it is open and closes it
-// (00018_void_closes_outbox.sql), so a coupon it says "not sent" is never pushed by a relay of
-// either release.
-func voidUnpushed(ctx context.Context, pool *pgxpool.Pool, allowReissue bool) (string, string, error) {
-	var id string
-	err := pool.QueryRow(ctx, `SELECT c.coupon_id::text FROM issued_coupons c
+// allowed or not, and returns its id and what the void said of its push. With race, the void
+// races the relays' claims as an operator's does: a void locks the row while it is open and
+// closes it (00018_void_closes_outbox.sql), so a coupon it says "not sent" is never pushed by a
+// relay of either release. Without, the row is locked first (FOR UPDATE SKIP LOCKED, as a claim
+// takes it) and voided in the same transaction, so that the void finds it unclaimed and says
+// "not sent" however fast the relays are: the check of such coupons always has some to check.
+func voidUnpushed(ctx context.Context, pool *pgxpool.Pool, allowReissue, race bool) (string, string, error) {
+	const newestUnpushed = `SELECT c.coupon_id::text FROM issued_coupons c
 		JOIN notification_outbox o ON o.coupon_id = c.coupon_id
 		WHERE c.voided_at IS NULL AND o.sent_at IS NULL AND o.skipped_at IS NULL AND o.next_attempt_at <= now()
-		ORDER BY c.issued_at DESC LIMIT 1`).Scan(&id)
-	if err != nil {
-		return "", "", err
+		ORDER BY c.issued_at DESC LIMIT 1`
+	var id string
+	if race {
+		if err := pool.QueryRow(ctx, newestUnpushed).Scan(&id); err != nil {
+			return "", "", err
+		}
+		v, err := coupon.Void(ctx, pool, id, "mixed fleet: void", allowReissue)
+		return id, v.Push, err
 	}
-	v, err := coupon.Void(ctx, pool, id, "mixed fleet: void", allowReissue)
-	if err != nil {
-		return id, "", err
-	}
-	return id, v.Push, nil
+	var v coupon.Voided
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, newestUnpushed+` FOR UPDATE OF o SKIP LOCKED`).Scan(&id); err != nil {
+			return err
+		}
+		var err error
+		v, err = coupon.Void(ctx, tx, id, "mixed fleet: void", allowReissue)
+		return err
+	})
+	return id, v.Push, err
 }
 
 // drainRelay calls RelayOutbox on f until a run finds nothing more to do and no outbox row is
