@@ -49,9 +49,9 @@ type DryRunOutcome struct {
 // member's answer is as of that call.
 //
 // It is not retried (nothing is at stake: the caller asks again); a call that does not answer
-// within the budget ([Config.Budget]), or loses its connection, is RETRY_EXHAUSTED. Errors: a wrapped [ids.ErrInvalid]
-// for malformed ids, ctx's error when the caller gives up, an error wrapping a panic of the
-// call, and any database error.
+// within the budget ([Config.Budget]), or loses its connection, is RETRY_EXHAUSTED. Errors: a
+// wrapped [ids.ErrInvalid] for malformed ids, ctx's error when the caller gives up, an error
+// wrapping a panic of the call, and any database error.
 func (s *Service) DryRun(ctx context.Context, memberID, campaignID string) (DryRunOutcome, error) {
 	if err := ids.Request(memberID, campaignID); err != nil {
 		return DryRunOutcome{}, err
