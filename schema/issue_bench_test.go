@@ -33,7 +33,12 @@ import (
 //     spread of the measure;
 //   - scalar: issue_coupon_scalar_fixture (testdata/issue_one_scalar.sql), the current rules for
 //     one member written as a single-member body, without the batch's arrays
-//     (TestScalarFixtureAnswersAsBatchOfOne holds it to the batch's answers and rows).
+//     (TestScalarFixtureAnswersAsBatchOfOne holds it to the batch's answers and rows);
+//   - interface: the scalar body behind the batch's interface, arrays of one entry in and a table
+//     out (issue_batch_interface_fixture), one member a call only;
+//   - lean-set and lean-per-member: the leanest bodies of the rules for n members this project
+//     wrote, set-based and one statement a member (testdata/issue_batch_lean.sql;
+//     TestLeanFixturesAnswerAsTheBatch holds them and the interface to the batch).
 //
 // Each iteration calls every variant once, the first rotating, so that a change of the machine's
 // load falls on all of them. Sub-benchmarks: one member a call on a campaign of 1 and of 16
@@ -58,7 +63,7 @@ func BenchmarkIssuanceBackendCPU(b *testing.B) {
 		oldBody(b, "00011_after_issuance.sql", "CREATE FUNCTION issue_coupon(", "\n$$;", "CREATE FUNCTION issue_coupon_00011("),
 		oldBody(b, "00027_next_release.sql", "CREATE OR REPLACE FUNCTION public.issue_coupons_batch_v2(", "\n$function$;",
 			"CREATE OR REPLACE FUNCTION public.issue_coupons_batch_v2_00027("),
-		scalarFixture(b),
+		scalarFixture(b), interfaceFixture(b), leanFixture(b, "set"), leanFixture(b, "per_member"),
 	} {
 		if _, err := owner.Exec(ctx, def); err != nil {
 			b.Fatal(err)
@@ -83,10 +88,10 @@ ANALYZE`); err != nil {
 	}
 	var member atomic.Int64
 	call := func(b *testing.B, conn *pgx.Conn, fn, campaignID string, n int) {
-		if fn == "issue_coupon_00011" || fn == "issue_coupon_scalar_fixture" {
+		if fn == "issue_coupon_00011" || fn == fnScalar {
 			var res string
 			args := []any{uuid.New(), campaignID, fmt.Sprintf("m%d", member.Add(1)), time.Now()}
-			if fn == "issue_coupon_scalar_fixture" {
+			if fn == fnScalar {
 				args[0], args[1] = args[1], args[0]
 			}
 			if err := conn.QueryRow(ctx, `SELECT result FROM `+fn+`($1, $2, $3, $4, 30000, NULL)`, args...).Scan(&res); err != nil || res != "ISSUED" {
@@ -116,7 +121,8 @@ ANALYZE`); err != nil {
 		one      bool
 	}{
 		{"00011", "issue_coupon_00011", true}, {"00027", "issue_coupons_batch_v2_00027", false},
-		{"current", "issue_coupons_batch_v2", false}, {"scalar", "issue_coupon_scalar_fixture", true},
+		{"current", "issue_coupons_batch_v2", false}, {"scalar", fnScalar, true}, {"interface", fnInterface, true},
+		{"lean-set", fnLeanSet, false}, {"lean-per-member", fnLeanPerMember, false},
 	} {
 		conn, err := pgx.Connect(ctx, url)
 		if err != nil {

@@ -45,11 +45,13 @@ func scalarSkipsCap(t testing.TB) string {
 }
 
 // twinStep is one step of a scalarCase on one twin: an issuance to member (a suffix; each twin
-// has members of its own, as R3 is per member across campaigns), or, when sql is set, that
-// statement run as the owner, %[1]s the twin's campaign id, %[2]s its member prefix and %[3]s an
-// instant to the second that both twins share (instants the answers name must be equal).
+// has members of its own, as R3 is per member across campaigns), one call for the members of
+// group (a batch; only between bodies that take batches), or, when sql is set, that statement
+// run as the owner, %[1]s the twin's campaign id, %[2]s its member prefix and %[3]s an instant to
+// the second that both twins share (instants the answers name must be equal).
 type twinStep struct {
 	member, trace, sql string
+	group              []string
 }
 
 // scalarCase is a campaign made by create (the same %[1]s/%[2]s placeholders; "" for no
@@ -93,8 +95,9 @@ func kinds(budget, stripes int, releaseAt, releaseCoupons string, audience bool,
 	return strings.Join(append([]string{fmt.Sprintf(sqlTwinKinds, "%[1]s", "%[2]s", 0, budget, stripes, releaseAt, releaseCoupons, audience)}, then...), ";\n")
 }
 
-func issue(member string) twinStep { return twinStep{member: member} }
-func run(sql string) twinStep      { return twinStep{sql: sql} }
+func issue(member string) twinStep     { return twinStep{member: member} }
+func run(sql string) twinStep          { return twinStep{sql: sql} }
+func group(members ...string) twinStep { return twinStep{group: members} }
 
 // scalarCases are the answers of a batch of one that issue_coupon_scalar_fixture must give alike.
 var scalarCases = []scalarCase{
@@ -149,13 +152,13 @@ func TestScalarFixtureAnswersAsBatchOfOne(t *testing.T) {
 	t.Parallel()
 	t.Run("fixture", func(t *testing.T) {
 		t.Parallel()
-		if diff := scalarTwins(t, scalarFixture(t)); len(diff) > 0 {
+		if diff := twins(t, scalarFixture(t), fnScalar, scalarCases); len(diff) > 0 {
 			t.Errorf("the scalar fixture differs from a batch of one:\n%s", strings.Join(diff, "\n"))
 		}
 	})
 	t.Run("broken-skips-cap", func(t *testing.T) {
 		t.Parallel()
-		diff := scalarTwins(t, scalarSkipsCap(t))
+		diff := twins(t, scalarSkipsCap(t), fnScalar, scalarCases)
 		for _, want := range []string{"monthly-cap/usage", "monthly-cap/coupon-above-cap"} {
 			found := false
 			for _, d := range diff {
@@ -168,11 +171,16 @@ func TestScalarFixtureAnswersAsBatchOfOne(t *testing.T) {
 	})
 }
 
-// scalarTwins creates def on a migrated database of its own, runs every case on twins and
-// returns the differences, one line each, prefixed with the case's name. The twins issue
-// milliseconds apart, each at the database's clock: a case run across a Tokyo midnight would
-// differ on its coupons' validity days and month.
-func scalarTwins(t *testing.T, def string) []string {
+// fnScalar is issue_coupon_scalar_fixture, the one body of these twins that takes one member as
+// scalars.
+const fnScalar = "issue_coupon_scalar_fixture"
+
+// twins creates def, a body of the rules named fn, on a migrated database of its own, runs every
+// case on twins, issue_coupons_batch_v2 on one and fn on the other, and returns the differences,
+// one line each, prefixed with the case's name. The twins issue milliseconds apart, each at the
+// database's clock: a case run across a Tokyo midnight would differ on its coupons' validity
+// days and month.
+func twins(t *testing.T, def, fn string, cases []scalarCase) []string {
 	t.Helper()
 	ctx := context.Background()
 	db := openPool(t, pgtest.URL(t))
@@ -180,12 +188,12 @@ func scalarTwins(t *testing.T, def string) []string {
 		t.Fatal(err)
 	}
 	var diff []string
-	for k, c := range scalarCases {
+	for k, c := range cases {
 		var got [2][]oneAnswer
 		var rows [2]twinRows
 		instant := time.Now().Truncate(time.Second).Format(time.RFC3339)
-		for twin, fn := range []string{"batch", "scalar"} {
-			campaignID, prefix := fmt.Sprintf("T%d_%s", k, fn), fmt.Sprintf("%s%d-", fn[:1], k)
+		for twin, fn := range []string{"issue_coupons_batch_v2", fn} {
+			campaignID, prefix := fmt.Sprintf("T%d_%c", k, "bf"[twin]), fmt.Sprintf("%c%d-", "bf"[twin], k)
 			if c.create != "" {
 				exec(t, db, fmt.Sprintf(c.create, campaignID, prefix, instant))
 			}
@@ -193,6 +201,10 @@ func scalarTwins(t *testing.T, def string) []string {
 			for j, s := range c.steps {
 				if s.sql != "" {
 					exec(t, db, fmt.Sprintf(s.sql, campaignID, prefix, instant))
+					continue
+				}
+				if s.group != nil {
+					got[twin] = append(got[twin], issueGroup(ctx, db, fn, campaignID, j, prefix, s.group, coupons)...)
 					continue
 				}
 				id := uuid.New()
@@ -210,15 +222,15 @@ func scalarTwins(t *testing.T, def string) []string {
 			results = append(results, a.Result+a.SQLState)
 		}
 		if strings.Join(results, " ") != c.want {
-			t.Errorf("%s: the batch of one answers %v, want %s: the case no longer takes its path", c.name, results, c.want)
+			t.Errorf("%s: the batch answers %v, want %s: the case no longer takes its path", c.name, results, c.want)
 		}
 		for j := range max(len(got[0]), len(got[1])) {
 			if j >= len(got[0]) || j >= len(got[1]) || !reflect.DeepEqual(got[0][j], got[1][j]) {
-				diff = append(diff, fmt.Sprintf("%s: issuance %d: batch of one %s, scalar %s", c.name, j, show(got[0], j), show(got[1], j)))
+				diff = append(diff, fmt.Sprintf("%s: answer %d: batch %s, %s %s", c.name, j, show(got[0], j), fn, show(got[1], j)))
 			}
 		}
 		if !reflect.DeepEqual(rows[0], rows[1]) {
-			diff = append(diff, fmt.Sprintf("%s: rows: batch of one %+v, scalar %+v", c.name, rows[0], rows[1]))
+			diff = append(diff, fmt.Sprintf("%s: rows: batch %+v, %s %+v", c.name, rows[0], fn, rows[1]))
 		}
 	}
 	return diff
@@ -245,12 +257,12 @@ func deref[T any](p *T) any {
 	return *p
 }
 
-// issueOne issues coupon id to member through fn: "batch", issue_coupons_batch_v2 with one entry,
-// or "scalar", issue_coupon_scalar_fixture. A refusal is answered as its SQLSTATE.
+// issueOne issues coupon id to member through fn, a function with issue_coupons_batch_v2's
+// arguments given one entry, or fnScalar. A refusal is answered as its SQLSTATE.
 func issueOne(ctx context.Context, db *pgxpool.Pool, fn, campaignID string, id uuid.UUID, member, trace string) oneAnswer {
 	sql := `SELECT result, coupon, amount, reason, expires_at, next_release_at
-  FROM issue_coupons_batch_v2($1, ARRAY[$2::uuid], ARRAY[$3::text], ARRAY[$4::timestamptz], 30000, ARRAY[$5::text])`
-	if fn == "scalar" {
+  FROM ` + fn + `($1, ARRAY[$2::uuid], ARRAY[$3::text], ARRAY[$4::timestamptz], 30000, ARRAY[$5::text])`
+	if fn == fnScalar {
 		sql = `SELECT result, coupon, amount, reason, expires_at, next_release_at
   FROM issue_coupon_scalar_fixture($1, $2, $3, $4, 30000, $5)`
 	}
