@@ -45,8 +45,9 @@ reach its port can issue coupons and run the relay. So it listens on 127.0.0.1 (
 only) unless --listen names another address: --listen 0.0.0.0 (or ::) serves every interface,
 as the deployed mains do inside Cloud Run; do that only where the network is yours.
 
-Before serving, each function reads and validates its configuration (MONTHLY_CAP_YEN,
-ISSUE_BUDGET, LINE_CHANNEL_ACCESS_TOKEN, RELAY_RETRY_BASE, ...) and opens its own pool of
+Before serving, each function reads and validates its configuration (ISSUE_BUDGET,
+LINE_CHANNEL_ACCESS_TOKEN, RELAY_RETRY_BASE, ...; MONTHLY_CAP_YEN set at all is refused, as R3's
+cap is the database's: couponctl rules set) and opens its own pool of
 DB_POOL_MAX_CONNS connections, the database is checked (reachable with DATABASE_URL's
 credentials, migrated: otherwise run couponctl migrate), the effective settings are printed
 once, and serve exits 1 with the reason if anything is wrong.

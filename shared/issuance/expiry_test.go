@@ -138,28 +138,40 @@ func TestBatchEndsAtCouponExpiry(t *testing.T) {
 	}
 }
 
-// TestIssueCouponEndsAtCouponExpiry: issue_coupon, the lone path, refuses a campaign whose fixed
-// coupon expiry has passed (CAMPAIGN_NOT_ACTIVE, ENDED) and writes nothing. It holds once
-// issue_coupon runs issue_coupons_batch (00014, another branch); until then 00011's issue_coupon,
-// blind to the expiry, runs, and the test is skipped.
+// TestIssueCouponEndsAtCouponExpiry: issue_coupon, the previous release's lone call (a wrapper of
+// issue_coupons_batch_v2 since 00014), refuses a campaign whose fixed coupon expiry has passed
+// (CAMPAIGN_NOT_ACTIVE, ENDED) and writes nothing; the batch blind to the expiry (breakExpiry)
+// issues through it.
 func TestIssueCouponEndsAtCouponExpiry(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	owner, _, issueURL := expiringCampaign(t, "E")
-	if !scalar[bool](t, owner, `SELECT prosrc LIKE '%issue_coupons_batch%' FROM pg_proc WHERE proname = 'issue_coupon'`) {
-		t.Skip("issue_coupon does not run issue_coupons_batch yet (00014): its expiry rule comes with it")
-	}
-	expire(t, owner, "E")
-	var result string
-	var reason *string
-	if err := prodPool(t, issueURL, 1).QueryRow(ctx, `SELECT result, reason FROM issue_coupon(gen_random_uuid(), 'E', 'a', now(), 2000, NULL)`).
-		Scan(&result, &reason); err != nil {
-		t.Fatal(err)
-	}
-	if result != string(issuance.ResultCampaignNotActive) || reason == nil || *reason != issuance.ReasonEnded {
-		t.Errorf("issue_coupon past the expiry: %s %v, want CAMPAIGN_NOT_ACTIVE (ENDED)", result, reason)
-	}
-	if coupons, outbox, budgetYen, usageYen := writtenFor(t, owner, "E"); coupons+outbox+budgetYen+usageYen != 0 {
-		t.Errorf("written: %d coupons, %d outbox rows, %d yen of budget, %d yen of usage; want nothing", coupons, outbox, budgetYen, usageYen)
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fixed", true: "broken"}[broken], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			owner, _, issueURL := expiringCampaign(t, "E")
+			if broken {
+				breakExpiry(t, owner)
+			}
+			expire(t, owner, "E")
+			var result string
+			var reason *string
+			if err := prodPool(t, issueURL, 1).QueryRow(ctx, `SELECT result, reason FROM issue_coupon(gen_random_uuid(), 'E', 'a', now(), 2000, NULL)`).
+				Scan(&result, &reason); err != nil {
+				t.Fatal(err)
+			}
+			coupons, outbox, budgetYen, usageYen := writtenFor(t, owner, "E")
+			if broken {
+				if coupons == 0 {
+					t.Error("the broken variant issued nothing past the expiry through issue_coupon: the test would not see it")
+				}
+				return
+			}
+			if result != string(issuance.ResultCampaignNotActive) || reason == nil || *reason != issuance.ReasonEnded {
+				t.Errorf("issue_coupon past the expiry: %s %v, want CAMPAIGN_NOT_ACTIVE (ENDED)", result, reason)
+			}
+			if coupons+outbox+budgetYen+usageYen != 0 {
+				t.Errorf("written: %d coupons, %d outbox rows, %d yen of budget, %d yen of usage; want nothing", coupons, outbox, budgetYen, usageYen)
+			}
+		})
 	}
 }

@@ -1,6 +1,6 @@
 // Package coupon is what an operator does with an issued coupon: voids it, giving its yen back to
 // its campaign's budget and its member's month exactly once (coupon_void,
-// schema/migrations/00011_after_issuance.sql), and shows it.
+// schema/current/coupon_void.sql), and shows it.
 package coupon
 
 import (

@@ -29,7 +29,7 @@ func Now(ctx context.Context, q db.Querier) (time.Time, error) {
 	return t, err
 }
 
-// sqlClaim runs the claim, outbox_claim (schema/migrations/00015_expiry.sql): $1 limit, $2 run,
+// sqlClaim runs the claim, outbox_claim (schema/current/outbox_claim.sql): $1 limit, $2 run,
 // $3 lease, $4 due at, $5 retry-key window.
 const sqlClaim = `SELECT coupon_id, member_id, attempts, campaign_id, amount_yen, line_user_id, key_expired,
        prev_next_attempt_at, prev_first_pushed_at, trace_parent, expires_at, COALESCE(skip_reason, '')
