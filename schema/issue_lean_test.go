@@ -42,9 +42,9 @@ func leanFixture(t testing.TB, kind string) string {
 }
 
 // interfaceFixture is the definition of fnInterface: issue_coupon_scalar_fixture's body behind
-// issue_coupons_batch_v2's interface (arrays of one entry in, a table of one row out), so that
-// what the interface alone costs a lone issuance is told from what the batch's body costs. It
-// refuses any other number of entries.
+// issue_coupons_batch_v2's interface (arrays of one entry in, checked as the batch checks their
+// shape, and a table of one row out), so that what the interface alone costs a lone issuance is
+// told from what the batch's body costs. It refuses any other number of entries.
 func interfaceFixture(t testing.TB) string {
 	t.Helper()
 	def := scalarFixture(t)
@@ -57,7 +57,8 @@ RETURNS TABLE (i integer, result text, coupon text, amount integer, reason text,
 	for _, r := range [][2]string{
 		{"DECLARE\n", "DECLARE\n  p_coupon_id uuid := p_coupon_ids[1];\n  p_member_id text := p_member_ids[1];\n" +
 			"  p_issued_at timestamptz := p_issued_ats[1];\n  p_trace_parent text := p_trace_parents[1];\n"},
-		{"BEGIN\n", "BEGIN\n  IF cardinality(p_member_ids) IS DISTINCT FROM 1 THEN\n" +
+		{"BEGIN\n", "BEGIN\n  IF NOT (cardinality(p_member_ids) = 1 AND arg_array_fits(p_member_ids, 1, false) AND arg_array_fits(p_coupon_ids, 1, false)\n" +
+			"          AND arg_array_fits(p_issued_ats, 1, false) AND arg_array_fits(p_trace_parents, 1, true)) THEN\n" +
 			"    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = '" + fnInterface + ": one member';\n  END IF;\n"},
 		{"RETURN;", "i := 1; RETURN NEXT; RETURN;"},
 		{"  expires_at := coupon_expiry(p_issued_at, v_days, v_until);\nEND", "  expires_at := coupon_expiry(p_issued_at, v_days, v_until);\n  i := 1; RETURN NEXT;\nEND"},

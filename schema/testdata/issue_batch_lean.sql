@@ -15,8 +15,10 @@
 --   calls each time;
 -- - every entry at one instant, the database's clock, as issue_clock already made them: one
 --   month, one expiry;
--- - no v_taken: a stripe taken is full after its take, or the batch is placed;
 -- - the answers by RETURN NEXT from the arrays, a member's later entries as its first.
+-- One difference in locks, never in answers: an audience-only campaign's audience rows are locked
+-- for every member given, before the members' reads; 00027 locks those of members that hold no
+-- coupon of it, after them. A member holding one is answered alike either way.
 CREATE FUNCTION {{.Name}}(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[], p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
 RETURNS TABLE (i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz,
                next_release_at timestamptz)
@@ -50,6 +52,7 @@ DECLARE
   v_kept     integer[];     -- entries whose usage was added too
   v_take     integer;
   v_held     smallint := -1; -- the highest stripe held
+  v_taken    smallint[] := '{}';
   v_stripe   smallint;
   v_room     integer;
   v_left     integer[];     -- entries still without a stripe, member order
@@ -121,7 +124,7 @@ BEGIN
       SELECT s.stripe, least((s.budget_yen - s.issued_yen) / v_amount, cardinality(v_left),
                              CASE WHEN v_releases THEN release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, v_now) END) AS take
         FROM campaign_budgets s
-       WHERE s.campaign_id = p_campaign_id AND s.issued_yen + v_amount <= s.budget_yen
+       WHERE s.campaign_id = p_campaign_id AND s.stripe <> ALL (v_taken) AND s.issued_yen + v_amount <= s.budget_yen
          AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, v_now) IS NULL
          AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, v_now) > 0)
        ORDER BY random() LIMIT 1
@@ -131,6 +134,7 @@ BEGIN
      WHERE b.campaign_id = p_campaign_id AND b.stripe = free.stripe
     RETURNING b.stripe, free.take INTO v_stripe, v_take;
     EXIT WHEN NOT FOUND;
+    v_taken := v_taken || v_stripe;
     v_held := greatest(v_held, v_stripe);
     v_left := v_left[v_take + 1 :];
   END LOOP;
