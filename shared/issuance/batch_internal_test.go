@@ -40,6 +40,7 @@ type batchFixture struct {
 	url   string
 	admin *pgx.Conn
 	svc   *Service
+	run   func([]*joined) // in place of svc's run when set: a broken variant's
 }
 
 func newBatchFixture(t *testing.T, dbURL, poolURL string, cfg Config) *batchFixture {
@@ -80,6 +81,11 @@ func (f *batchFixture) formBatchBehind(t *testing.T, leader string, members ...s
 	hold := pgtest.HoldCampaign(t, f.url, "B")
 	send := func(m string) <-chan answered {
 		c := make(chan answered, 1)
+		if f.run != nil {
+			j := newJoined(t, f.svc, "B", m)
+			go func() { c <- f.svc.co.do(j, f.run) }()
+			return c
+		}
 		go func() {
 			out, err := f.svc.Issue(ctx, m, "B")
 			c <- answered{out, err}
