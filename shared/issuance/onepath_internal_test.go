@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -436,8 +437,8 @@ CREATE TRIGGER f_a1 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.membe
 
 // splitRun is [Service.run] on s with the split retry policy before issue 29 (alone and batch,
 // each with its own): the path named by alone (a request alone when true, else a coalesced
-// group) gives up on SQLSTATE code at once, answering RETRY_EXHAUSTED as alone's giveUp did,
-// and the other path runs as run does.
+// group) gives up on SQLSTATE code at once (57014: on either timeout, as [isTimeout] says),
+// answering RETRY_EXHAUSTED as alone's giveUp did, and the other path runs as run does.
 func splitRun(s *Service, code string, alone bool) func([]*joined) {
 	return func(group []*joined) {
 		if (len(group) == 1) != alone {
@@ -457,7 +458,7 @@ func splitRun(s *Service, code string, alone bool) func([]*joined) {
 			}
 			verdicts := s.try(ctx, pending, n)
 			for i, v := range verdicts {
-				if sqlState(v.err) == code {
+				if sqlState(v.err) == code || code == pgerrcode.QueryCanceled && isTimeout(v.err) {
 					verdicts[i] = verdict{step: answer, out: Outcome{Result: ResultRetryExhausted}}
 				}
 			}
