@@ -2,20 +2,43 @@ package db
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/mops/coupon-api/shared/envconf"
 )
 
 // TestPoolMaxConns: DB_POOL_MAX_CONNS sizes the pool on both paths, the Cloud SQL connector's
 // included, and wins over DATABASE_URL's pool_max_conns; zero, negative or non-numeric values,
 // and pools beyond PostgreSQL's largest max_connections, are refused with the variable's name.
+// The broken variant of the refusal, unboundedConfigFromEnv, parses DB_POOL_MAX_CONNS without
+// its bound, as before issue 29: the same check must refuse it.
 func TestPoolMaxConns(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://u@127.0.0.1:1/coupons?pool_max_conns=3")
-	for _, bad := range []string{"0", "-4", "many", "1.5", "262144", "4294967296"} {
-		t.Setenv("DB_POOL_MAX_CONNS", bad)
-		if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), "DB_POOL_MAX_CONNS") {
-			t.Errorf("DB_POOL_MAX_CONNS=%s: %v, want an error naming it", bad, err)
+	for _, broken := range []bool{false, true} {
+		read := ConfigFromEnv
+		if broken {
+			read = unboundedConfigFromEnv
+		}
+		var wrong []string
+		for _, bad := range []string{"0", "-4", "many", "1.5", "262144", "4294967296"} {
+			t.Setenv("DB_POOL_MAX_CONNS", bad)
+			if _, err := read(); err == nil || !strings.Contains(err.Error(), "DB_POOL_MAX_CONNS") {
+				wrong = append(wrong, fmt.Sprintf("DB_POOL_MAX_CONNS=%s: %v, want an error naming it", bad, err))
+			}
+		}
+		switch {
+		case broken && len(wrong) == 0:
+			t.Error("the broken variant passed: the test would not see a pool beyond its range taken")
+		case broken:
+			t.Logf("the broken variant: %v", wrong)
+		default:
+			for _, w := range wrong {
+				t.Error(w)
+			}
 		}
 	}
 
@@ -50,4 +73,29 @@ func TestPoolMaxConns(t *testing.T) {
 	if c, err := ConfigFromEnv(); err != nil || c.MaxConns != 0 {
 		t.Errorf("unset: %+v %v, want MaxConns 0 (pgx's default or the URL's)", c, err)
 	}
+}
+
+// unboundedConfigFromEnv is [ConfigFromEnv] with DB_POOL_MAX_CONNS parsed without its bound
+// (envconf.Int in place of IntIn), as before issue 29.
+func unboundedConfigFromEnv() (Config, error) {
+	c := Config{
+		DatabaseURL:            os.Getenv("DATABASE_URL"),
+		InstanceConnectionName: os.Getenv("INSTANCE_CONNECTION_NAME"),
+		User:                   os.Getenv("DB_USER"),
+		Name:                   os.Getenv("DB_NAME"),
+		Password:               os.Getenv("DB_PASS"),
+	}
+	var err error
+	if c.IAMAuth, err = envconf.Bool("DB_IAM_AUTH"); err != nil {
+		return c, err
+	}
+	if c.PrivateIP, err = envconf.Bool("DB_PRIVATE_IP"); err != nil {
+		return c, err
+	}
+	if os.Getenv("DB_POOL_MAX_CONNS") != "" {
+		if c.MaxConns, err = envconf.Int("DB_POOL_MAX_CONNS", 0); err != nil {
+			return c, fmt.Errorf("db: %w", err)
+		}
+	}
+	return c, c.validate()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/Shopify/toxiproxy/v2/toxics"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -40,6 +41,7 @@ type batchFixture struct {
 	url   string
 	admin *pgx.Conn
 	svc   *Service
+	run   func([]*joined) // in place of svc's run when set: a broken variant's
 }
 
 func newBatchFixture(t *testing.T, dbURL, poolURL string, cfg Config) *batchFixture {
@@ -80,6 +82,11 @@ func (f *batchFixture) formBatchBehind(t *testing.T, leader string, members ...s
 	hold := pgtest.HoldCampaign(t, f.url, "B")
 	send := func(m string) <-chan answered {
 		c := make(chan answered, 1)
+		if f.run != nil {
+			j := newJoined(t, f.svc, "B", m)
+			go func() { c <- f.svc.co.do(j, f.run) }()
+			return c
+		}
 		go func() {
 			out, err := f.svc.Issue(ctx, m, "B")
 			c <- answered{out, err}
@@ -202,16 +209,42 @@ CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON issued_coupons
 	f.rulesHold(t)
 }
 
-// TestBatchStatementTimeout: a batch whose call runs into its statement_timeout (the fault: a
-// trigger sleeps 5 s in b1's coupon insert, counting its firings) is rolled back and sent again
-// while its members' time lasts; then each member is answered RETRY_EXHAUSTED, its attempts as
-// many as the calls the trigger counted, and nothing of theirs was written. (TestRetryBranches
-// makes a 57014 that leaves time for a retry.)
+// TestBatchStatementTimeout: a batch whose call runs into its statement_timeout on every call
+// (the fault: a trigger sleeps 5 s in b1's coupon insert, counting its firings) is rolled back
+// and sent again while its members' time lasts; then each member is answered RETRY_EXHAUSTED,
+// its attempts as many as the calls the trigger counted, at least 2 (the budget, 3 s, fits
+// several 300 ms calls), and nothing of theirs was written. (TestRetryBranches makes a 57014 that
+// leaves time for a retry.) The broken variant is a lone request's policy before issue 29, which
+// gave up on 57014 at once (splitRun, for the group): the test must tell it from a retry.
 func TestBatchStatementTimeout(t *testing.T) {
 	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			t.Parallel()
+			wrong := batchStatementTimeout(t, broken)
+			if broken {
+				if len(wrong) == 0 {
+					t.Fatal("the broken variant passed: the test would not tell a retry from giving up")
+				}
+				t.Logf("the broken variant: %v", wrong)
+				return
+			}
+			for _, w := range wrong {
+				t.Error(w)
+			}
+		})
+	}
+}
+
+// batchStatementTimeout runs TestBatchStatementTimeout's checks, its group run by splitRun's
+// 57014 policy when broken, and returns what they found wrong.
+func batchStatementTimeout(t *testing.T, broken bool) (wrong []string) {
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	f := newBatchFixture(t, dbURL, dbURL, Config{Budget: time.Second, StatementTimeout: 500 * time.Millisecond, LockTimeout: 300 * time.Millisecond})
+	f := newBatchFixture(t, dbURL, dbURL, Config{Budget: 3 * time.Second, StatementTimeout: 300 * time.Millisecond, LockTimeout: 200 * time.Millisecond})
+	if broken {
+		f.run = splitRun(f.svc, pgerrcode.QueryCanceled, false)
+	}
 	if _, err := f.admin.Exec(ctx, `
 CREATE SEQUENCE slow_inserts;
 CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -225,7 +258,7 @@ CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NE
 	for i, c := range rest {
 		a := await(t, c, batchMembers[i])
 		if a.err != nil || a.out.Result != ResultRetryExhausted {
-			t.Errorf("%s: %+v %v, want RETRY_EXHAUSTED", batchMembers[i], a.out, a.err)
+			wrong = append(wrong, fmt.Sprintf("%s: %+v %v, want RETRY_EXHAUSTED", batchMembers[i], a.out, a.err))
 		}
 		attempts[a.out.Attempts] = true
 	}
@@ -233,13 +266,18 @@ CREATE TRIGGER slow_insert BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NE
 	if n < 1 {
 		t.Fatal("the slow insert never ran: the fault did not fire")
 	}
+	t.Logf("the group was sent %d times", n)
+	if n < 2 {
+		wrong = append(wrong, fmt.Sprintf("the group was sent %d time(s): want it sent again after its 57014, its time fitting more calls", n))
+	}
 	if len(attempts) != 1 || !attempts[n] {
-		t.Errorf("the members' attempts %v, the slow insert ran %d times: want every member tried once per call, as often as the group was sent", attempts, n)
+		wrong = append(wrong, fmt.Sprintf("the members' attempts %v, the slow insert ran %d times: want every member tried once per call, as often as the group was sent", attempts, n))
 	}
 	if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id LIKE 'b%'`); n != 0 {
-		t.Errorf("%d coupons of the timed-out batch's members", n)
+		wrong = append(wrong, fmt.Sprintf("%d coupons of the timed-out batch's members", n))
 	}
 	f.rulesHold(t)
+	return wrong
 }
 
 // TestBatchAnswerLost: a batch's COMMIT completes but its answer never reaches the service (a

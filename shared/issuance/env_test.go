@@ -2,9 +2,11 @@ package issuance_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/mops/coupon-api/shared/envconf"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -36,22 +38,52 @@ func TestConfigFromEnvRefusesZero(t *testing.T) {
 
 // TestConfigFromEnvNamesTheRange: a value beyond what the code and PostgreSQL hold is refused at
 // start-up with the variable's name and its range: a batch beyond MaxBatchMax, a timeout below
-// PostgreSQL's millisecond.
+// PostgreSQL's millisecond. The broken variant, unboundedConfigFromEnv, reads each setting
+// without its bound, as before issue 29: the check must refuse it on every value.
 func TestConfigFromEnvNamesTheRange(t *testing.T) {
-	for _, tc := range []struct{ name, value, want string }{
-		{"ISSUE_BATCH_MAX", "129", "1..128"},
-		{"ISSUE_BUDGET", "10s", "840ms..3s"},
-		{"ISSUE_LOCK_TIMEOUT", "500us", "1ms..3s"},
-		{"ISSUE_STATEMENT_TIMEOUT", "1h", "1ms..3s"},
-	} {
-		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			t.Setenv(tc.name, tc.value)
-			_, err := issuance.ConfigFromEnv()
-			if err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("ConfigFromEnv: %v, want an error naming %s and %s", err, tc.name, tc.want)
-			}
-		})
+	for _, broken := range []bool{false, true} {
+		read := issuance.ConfigFromEnv
+		if broken {
+			read = unboundedConfigFromEnv
+		}
+		for _, tc := range []struct{ name, value, want string }{
+			{"ISSUE_BATCH_MAX", "129", "1..128"},
+			{"ISSUE_BUDGET", "10s", "840ms..3s"},
+			{"ISSUE_LOCK_TIMEOUT", "500us", "1ms..3s"},
+			{"ISSUE_STATEMENT_TIMEOUT", "1h", "1ms..3s"},
+		} {
+			t.Run(fmt.Sprintf("broken=%v/%s=%s", broken, tc.name, tc.value), func(t *testing.T) {
+				t.Setenv(tc.name, tc.value)
+				_, err := read()
+				refused := err != nil && strings.Contains(err.Error(), tc.name) && strings.Contains(err.Error(), tc.want)
+				switch {
+				case broken && refused:
+					t.Errorf("the broken variant passed: %v", err)
+				case broken:
+					t.Logf("the broken variant: %v, not an error naming %s and %s", err, tc.name, tc.want)
+				case !refused:
+					t.Errorf("ConfigFromEnv: %v, want an error naming %s and %s", err, tc.name, tc.want)
+				}
+			})
+		}
 	}
+}
+
+// unboundedConfigFromEnv is [issuance.ConfigFromEnv] with each setting parsed without its bound
+// (envconf.Int and envconf.Duration in place of IntIn and DurationIn), as before issue 29.
+func unboundedConfigFromEnv() (issuance.Config, error) {
+	var c issuance.Config
+	var errs [5]error
+	errs[0] = issuance.RefuseMonthlyCapEnv()
+	c.Budget, errs[1] = envconf.Duration("ISSUE_BUDGET", issuance.DefaultBudget)
+	c.LockTimeout, errs[2] = envconf.Duration("ISSUE_LOCK_TIMEOUT", issuance.DefaultLockTimeout)
+	c.StatementTimeout, errs[3] = envconf.Duration("ISSUE_STATEMENT_TIMEOUT", issuance.DefaultStatementTimeout)
+	c.BatchMax, errs[4] = envconf.Int("ISSUE_BATCH_MAX", issuance.DefaultBatchMax)
+	if err := errors.Join(errs[:]...); err != nil {
+		return c, fmt.Errorf("issuance: %w", err)
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
 }
 
 // TestConfigFromEnvRefusesMonthlyCap: IssueCoupon with MONTHLY_CAP_YEN still set, to any value

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -195,10 +196,10 @@ func brokenLead(s *Service, j *joined, group []*joined) (Outcome, error) {
 	return a.out, a.err
 }
 
-// newJoined is a request of member for campaign S with the default budget, as Issue makes it.
-func newJoined(t *testing.T, s *Service, member string) *joined {
+// newJoined is a request of member for campaignID with s's budget, as Issue makes it.
+func newJoined(t *testing.T, s *Service, campaignID, member string) *joined {
 	now := time.Now()
-	r := request{memberID: member, campaignID: "S", month: Month(now)}
+	r := request{memberID: member, campaignID: campaignID, month: Month(now)}
 	callEnd := now.Add(s.cfg.Budget)
 	deadline := attemptsEnd(callEnd)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -221,8 +222,8 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 			t.Parallel()
 			tracer := &panicking{}
 			s, owner := onePool(t, tracer)
-			group := []*joined{newJoined(t, s, "p1"), newJoined(t, s, "p2"), newJoined(t, s, "p3")}
-			next := newJoined(t, s, "n1")
+			group := []*joined{newJoined(t, s, "S", "p1"), newJoined(t, s, "S", "p2"), newJoined(t, s, "S", "p3")}
+			next := newJoined(t, s, "S", "n1")
 			if !s.co.join(group[0]) || s.co.join(next) {
 				t.Fatal("the coalescer did not make p1 the leader and queue n1")
 			}
@@ -299,31 +300,60 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 //     given up after MaxAttempts (RETRY_EXHAUSTED, 5 firings), 0A000 after a second attempt (an
 //     error, 2 firings), 57014 when the time no longer fits (RETRY_EXHAUSTED, at least 2 firings,
 //     one per attempt); nothing of the group is written.
+//
+// The broken variant of each is the split policy before issue 29 (splitRun): for 57014 a request
+// alone gave up at once while a batch retried it; for the others, a group that gives up on the
+// code at once, the batch's branch no test ran then. The same checks must see it.
 func TestRetryBranches(t *testing.T) {
 	t.Parallel()
 	raise := func(code string) string {
 		return fmt.Sprintf("RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'fault'", code)
 	}
 	slow := Config{Budget: 3 * time.Second, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond}
-	for _, c := range []struct {
-		code     string
-		fault    string
-		cfg      Config
-		result   Result // the answer when the fault fires on every call ("" : an error)
-		attempts int    // and its attempts, 0: at least 2, one per firing
-	}{
-		{"40001", raise("40001"), Config{}, ResultRetryExhausted, MaxAttempts},
-		{"40P01", raise("40P01"), Config{}, ResultRetryExhausted, MaxAttempts},
-		{"55P03", raise("55P03"), Config{}, ResultRetryExhausted, MaxAttempts},
-		{"0A000", raise("0A000"), Config{}, "", 2},
-		{"57014", "PERFORM pg_sleep(5)", slow, ResultRetryExhausted, 0},
+	for _, c := range []retryCase{
+		{"40001", raise("40001"), Config{}, ResultRetryExhausted, MaxAttempts, false},
+		{"40P01", raise("40P01"), Config{}, ResultRetryExhausted, MaxAttempts, false},
+		{"55P03", raise("55P03"), Config{}, ResultRetryExhausted, MaxAttempts, false},
+		{"0A000", raise("0A000"), Config{}, "", 2, false},
+		{"57014", "PERFORM pg_sleep(5)", slow, ResultRetryExhausted, 0, true},
 	} {
-		t.Run(c.code, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			dbURL := pgtest.URL(t)
-			f := newBatchFixture(t, dbURL, dbURL, c.cfg)
-			if _, err := f.admin.Exec(ctx, fmt.Sprintf(`
+		for _, broken := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/broken=%v", c.code, broken), func(t *testing.T) {
+				t.Parallel()
+				wrong := retryBranches(t, c, broken)
+				if broken {
+					if len(wrong) == 0 {
+						t.Fatal("the broken variant passed: the test would not tell a retry from giving up")
+					}
+					t.Logf("the broken variant: %v", wrong)
+					return
+				}
+				for _, w := range wrong {
+					t.Error(w)
+				}
+			})
+		}
+	}
+}
+
+// retryCase is one failure of TestRetryBranches.
+type retryCase struct {
+	code     string // its SQLSTATE
+	fault    string // the statement the trigger runs
+	cfg      Config
+	result   Result // the answer when the fault fires on every call ("" : an error)
+	attempts int    // and its attempts, 0: at least 2, one per firing
+	alone    bool   // the broken variant gives up on code for a request alone, else for a group
+}
+
+// retryBranches runs TestRetryBranches' checks for c and returns what they found wrong. With
+// broken, the requests run as splitRun(c.code, c.alone) runs them.
+func retryBranches(t *testing.T, c retryCase, broken bool) (wrong []string) {
+	fault, cfg, result, attempts, code, alone := c.fault, c.cfg, c.result, c.attempts, c.code, c.alone
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	f := newBatchFixture(t, dbURL, dbURL, cfg)
+	if _, err := f.admin.Exec(ctx, fmt.Sprintf(`
 CREATE SEQUENCE f_solo; CREATE SEQUENCE f_b1; CREATE SEQUENCE f_a1;
 CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -332,69 +362,111 @@ BEGIN
 END $$;
 CREATE TRIGGER f_solo BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'solo') EXECUTE FUNCTION fault('f_solo', 'false');
 CREATE TRIGGER f_b1 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'b1') EXECUTE FUNCTION fault('f_b1', 'false');
-CREATE TRIGGER f_a1 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'a1') EXECUTE FUNCTION fault('f_a1', 'true')`, c.fault)); err != nil {
-				t.Fatal(err)
-			}
-			firings := func(seq string) int { return f.count(t, fmt.Sprintf(`SELECT last_value::int FROM %s`, seq)) }
+CREATE TRIGGER f_a1 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.member_id = 'a1') EXECUTE FUNCTION fault('f_a1', 'true')`, fault)); err != nil {
+		t.Fatal(err)
+	}
+	firings := func(seq string) int { return f.count(t, fmt.Sprintf(`SELECT last_value::int FROM %s`, seq)) }
 
-			cfg := c.cfg
-			cfg.BatchMax = 1
-			alone, err := New(f.svc.pool, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out, err := alone.Issue(ctx, "solo", "B"); err != nil || out.Result != ResultIssued || out.Attempts != 2 {
-				t.Errorf("solo, the fault once: %+v %v, want ISSUED after 2 attempts", out, err)
-			}
-			if n := firings("f_solo"); n != 2 {
-				t.Errorf("solo: the fault fired %d times, want 2 (the retry)", n)
-			}
+	cfg.BatchMax = 1
+	solo, err := New(f.svc.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Outcome
+	if broken {
+		f.run = splitRun(f.svc, code, alone)
+		j := newJoined(t, solo, "B", "solo")
+		splitRun(solo, code, alone)([]*joined{j})
+		a := <-j.answer
+		out, err = a.out, a.err
+	} else {
+		out, err = solo.Issue(ctx, "solo", "B")
+	}
+	if err != nil || out.Result != ResultIssued || out.Attempts != 2 {
+		wrong = append(wrong, fmt.Sprintf("solo, the fault once: %+v %v, want ISSUED after 2 attempts", out, err))
+	}
+	if n := firings("f_solo"); n != 2 {
+		wrong = append(wrong, fmt.Sprintf("solo: the fault fired %d times, want 2 (the retry)", n))
+	}
 
-			first, rest := f.formBatchBehind(t, "lead1", batchMembers...)
-			await(t, first, "lead1")
-			for i, ch := range rest {
-				if a := await(t, ch, batchMembers[i]); a.err != nil || a.out.Result != ResultIssued || a.out.Attempts != 2 {
-					t.Errorf("%s, the fault once in its group: %+v %v, want ISSUED after 2 attempts", batchMembers[i], a.out, a.err)
-				}
-			}
-			if n := firings("f_b1"); n != 2 {
-				t.Errorf("b1: the fault fired %d times, want 2 (the group's retry)", n)
-			}
-			if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id IN ('solo', 'b1', 'b2', 'b3', 'b4')`); n != 5 {
-				t.Errorf("%d coupons of solo and b1-b4, want 5", n)
-			}
+	first, rest := f.formBatchBehind(t, "lead1", batchMembers...)
+	await(t, first, "lead1")
+	for i, ch := range rest {
+		if a := await(t, ch, batchMembers[i]); a.err != nil || a.out.Result != ResultIssued || a.out.Attempts != 2 {
+			wrong = append(wrong, fmt.Sprintf("%s, the fault once in its group: %+v %v, want ISSUED after 2 attempts", batchMembers[i], a.out, a.err))
+		}
+	}
+	if n := firings("f_b1"); n != 2 {
+		wrong = append(wrong, fmt.Sprintf("b1: the fault fired %d times, want 2 (the group's retry)", n))
+	}
+	if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id IN ('solo', 'b1', 'b2', 'b3', 'b4')`); n != 5 {
+		wrong = append(wrong, fmt.Sprintf("%d coupons of solo and b1-b4, want 5", n))
+	}
 
-			always := []string{"a1", "a2", "a3", "a4"}
-			first, rest = f.formBatchBehind(t, "lead2", always...)
-			await(t, first, "lead2")
-			var attempts []int
-			for i, ch := range rest {
-				a := await(t, ch, always[i])
-				attempts = append(attempts, a.out.Attempts)
-				if a.out.Result != c.result || (c.result == "") != (a.err != nil) {
-					t.Errorf("%s, the fault on every call: %+v %v, want %q", always[i], a.out, a.err, c.result)
+	always := []string{"a1", "a2", "a3", "a4"}
+	first, rest = f.formBatchBehind(t, "lead2", always...)
+	await(t, first, "lead2")
+	var tries []int
+	for i, ch := range rest {
+		a := await(t, ch, always[i])
+		tries = append(tries, a.out.Attempts)
+		if a.out.Result != result || (result == "") != (a.err != nil) {
+			wrong = append(wrong, fmt.Sprintf("%s, the fault on every call: %+v %v, want %q", always[i], a.out, a.err, result))
+		}
+	}
+	want := attempts
+	if want == 0 {
+		if want = tries[0]; want < 2 {
+			wrong = append(wrong, fmt.Sprintf("the group was tried %d times, want a retry", want))
+		}
+	}
+	for i, n := range tries {
+		if n != want {
+			wrong = append(wrong, fmt.Sprintf("%s: %d attempts, want %d", always[i], n, want))
+		}
+	}
+	if n := firings("f_a1"); n != want {
+		wrong = append(wrong, fmt.Sprintf("a1: the fault fired %d times in %d attempts, want one per attempt", n, want))
+	}
+	if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id LIKE 'a%'`); n != 0 {
+		wrong = append(wrong, fmt.Sprintf("%d coupons of the group that always failed", n))
+	}
+	f.rulesHold(t)
+	return wrong
+}
+
+// splitRun is [Service.run] on s with the split retry policy before issue 29 (alone and batch,
+// each with its own): the path named by alone (a request alone when true, else a coalesced
+// group) gives up on SQLSTATE code at once (57014: on either timeout, as [isTimeout] says),
+// answering RETRY_EXHAUSTED as alone's giveUp did, and the other path runs as run does.
+func splitRun(s *Service, code string, alone bool) func([]*joined) {
+	return func(group []*joined) {
+		if (len(group) == 1) != alone {
+			s.run(group)
+			return
+		}
+		defer answerPanic(group)
+		ctx, end := s.callContext(group)
+		defer end()
+		pending := make([]*member, len(group))
+		for i, j := range group {
+			pending[i] = &member{joined: j}
+		}
+		for n := 1; len(pending) > 0; n++ {
+			if pending = dropLate(pending, 0); len(pending) == 0 {
+				return
+			}
+			verdicts := s.try(ctx, pending, n)
+			for i, v := range verdicts {
+				if sqlState(v.err) == code || code == pgerrcode.QueryCanceled && isTimeout(v.err) {
+					verdicts[i] = verdict{step: answer, out: Outcome{Result: ResultRetryExhausted}}
 				}
 			}
-			want := c.attempts
-			if want == 0 {
-				want = attempts[0]
-				if want < 2 {
-					t.Errorf("the group was tried %d times, want a retry", want)
-				}
+			var wait bool
+			if pending, wait = act(pending, verdicts); wait {
+				pending = pause(ctx, pending, n)
 			}
-			for i, n := range attempts {
-				if n != want {
-					t.Errorf("%s: %d attempts, want %d", always[i], n, want)
-				}
-			}
-			if n := firings("f_a1"); n != want {
-				t.Errorf("a1: the fault fired %d times in %d attempts, want one per attempt", n, want)
-			}
-			if n := f.count(t, `SELECT count(*)::int FROM issued_coupons WHERE member_id LIKE 'a%'`); n != 0 {
-				t.Errorf("%d coupons of the group that always failed", n)
-			}
-			f.rulesHold(t)
-		})
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/internal/testkit/proctest"
+	"github.com/mops/coupon-api/shared/envconf"
 )
 
 // probe is the function these tests serve through the framework, at /Probe: each test sets
@@ -220,18 +222,42 @@ func TestFunctionTargetMustNameTheFunction(t *testing.T) {
 }
 
 // TestPortIsBounded: PORT defaults to 8080, and a value that is not a TCP port is refused,
-// naming PORT and the range.
+// naming PORT and the range. The broken variant, unboundedPort, parses PORT without its bound
+// (before issue 29, Port took PORT as given): the same checks must refuse it.
 func TestPortIsBounded(t *testing.T) {
-	t.Setenv("PORT", "")
-	if p, err := Port(); p != "8080" || err != nil {
-		t.Errorf("unset PORT: %q %v, want 8080", p, err)
-	}
-	for _, bad := range []string{"0", "65536", "http", "-1"} {
-		t.Setenv("PORT", bad)
-		if _, err := Port(); err == nil || !strings.Contains(err.Error(), "PORT") || !strings.Contains(err.Error(), "1..65535") {
-			t.Errorf("PORT=%s: %v, want an error naming PORT and 1..65535", bad, err)
+	for _, broken := range []bool{false, true} {
+		port := Port
+		if broken {
+			port = unboundedPort
+		}
+		var wrong []string
+		t.Setenv("PORT", "")
+		if p, err := port(); p != "8080" || err != nil {
+			wrong = append(wrong, fmt.Sprintf("unset PORT: %q %v, want 8080", p, err))
+		}
+		for _, bad := range []string{"0", "65536", "http", "-1"} {
+			t.Setenv("PORT", bad)
+			if _, err := port(); err == nil || !strings.Contains(err.Error(), "PORT") || !strings.Contains(err.Error(), "1..65535") {
+				wrong = append(wrong, fmt.Sprintf("PORT=%s: %v, want an error naming PORT and 1..65535", bad, err))
+			}
+		}
+		switch {
+		case broken && len(wrong) == 0:
+			t.Error("the broken variant passed: the test would not see a PORT beyond 1..65535 taken")
+		case broken:
+			t.Logf("the broken variant: %v", wrong)
+		default:
+			for _, w := range wrong {
+				t.Error(w)
+			}
 		}
 	}
+}
+
+// unboundedPort is [Port] parsing PORT without its bound (envconf.Int in place of IntIn).
+func unboundedPort() (string, error) {
+	p, err := envconf.Int("PORT", 8080)
+	return strconv.Itoa(p), err
 }
 
 // TestPanicAnswers500: a handler that panics gets its caller the function's 500, as the
