@@ -259,59 +259,15 @@ func headerDecidedCheck(t *testing.T, v *verdict) {
 	}
 }
 
-// answersAfterTheBody is the broken variant of the answers decided by the headers kept as a
-// fixture: both functions answer as before 333c614, without reqbody.SkipBody, so net/http reads
-// the announced body before it writes the answer (issue 29: a client that stalls gets no answer,
-// and its request, in flight, holds the drain). It swaps [servable] for the same functions whose
-// handlers write through withoutSkipBody.
+// answersAfterTheBody swaps [servable] for both functions answering as before 333c614, without
+// reqbody.SkipBody (proctest.WithoutSkipBody): a client that stalls before its body gets no
+// answer, and its request, in flight, holds the drain (issue 29).
 var answersAfterTheBody = brokenVariant{"the answers decided by the headers without SkipBody", func(t *testing.T) {
 	swap(t, &servable, []*lifecycle.Function{
-		lifecycle.NewFunction(issue.Function.Name(), openWithoutSkipBody(issue.Open), refuseBare),
-		lifecycle.NewFunction(relay.Function.Name(), openWithoutSkipBody(relay.Open), refuseBare),
+		proctest.WithoutSkipBody(issue.Function.Name(), issue.Open),
+		proctest.WithoutSkipBody(relay.Function.Name(), relay.Open),
 	})
 }}
-
-// openWithoutSkipBody is open with its handler writing through withoutSkipBody.
-func openWithoutSkipBody(open func(context.Context) (*lifecycle.Instance, error)) func(context.Context) (*lifecycle.Instance, error) {
-	return func(ctx context.Context) (*lifecycle.Instance, error) {
-		inst, err := open(ctx)
-		if err != nil {
-			return nil, err
-		}
-		h := inst.Handler
-		inst.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h.ServeHTTP(&withoutSkipBody{ResponseWriter: w}, r)
-		})
-		return inst, nil
-	}
-}
-
-// refuseBare is the broken variant's refusal by lifecycle (503 in the drain, 500 when a start
-// fails): the status alone. The checks above never reach it.
-func refuseBare(w http.ResponseWriter, status int) { w.WriteHeader(status) }
-
-// withoutSkipBody undoes what reqbody.SkipBody does to an answer: it drops the Connection: close
-// header as the answer's header is written, and offers no read deadline to set
-// (http.ResponseController answers ErrNotSupported, which SkipBody ignores).
-type withoutSkipBody struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *withoutSkipBody) WriteHeader(status int) {
-	if !w.wrote {
-		w.wrote = true
-		w.ResponseWriter.Header().Del("Connection")
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *withoutSkipBody) Write(p []byte) (int, error) {
-	if !w.wrote {
-		w.WriteHeader(http.StatusOK)
-	}
-	return w.ResponseWriter.Write(p)
-}
 
 // TestDemoServerBoundsStalledClients: the demo's and bench's server (serveLocal) is the same
 // path: a 415 decided by the headers reaches a client that stalls before its body, closing the
