@@ -212,11 +212,15 @@ func validity(c campaign.Campaign) string {
 	return "no expiry"
 }
 
+// campaignState is [campaign.Status.State] as state calls it: a variable, so that a test can
+// swap in its broken variant (expiry_test.go).
+var campaignState = campaign.Status.State
+
 // state is s's state at now, with when it was paused, when its coupons expired if that ended
 // it, when its first release comes if it waits for it, and whether an active campaign's budget
 // or released coupons are spent.
 func state(s campaign.Status, now time.Time) string {
-	switch st := s.State(now); {
+	switch st := campaignState(s, now); {
 	case st == campaign.StatePaused:
 		return st + " since " + fmtTime(s.PausedAt)
 	case st == campaign.StateEnded && (s.EndsAt == nil || now.Before(*s.EndsAt)):

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/functions/relay"
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/internal/testkit/localpg"
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
@@ -23,6 +24,7 @@ import (
 	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 	"github.com/mops/coupon-api/schema"
 	"github.com/mops/coupon-api/shared/db"
+	"github.com/mops/coupon-api/shared/lifecycle"
 )
 
 // TestServeChecksThenServesThenStops: serve refuses to start against a closed port and against
@@ -209,40 +211,75 @@ func serveBothStoppable(t *testing.T) (string, func() error) {
 // body, and then nothing. Each answer decided by the headers (405, 415, 413 by Content-Length),
 // of either function, reaches its client while it still stalls, says Connection: close, and
 // the server closes the connection. With those clients still connected, serve stops cleanly
-// (nil: SIGTERM exits 0).
+// (nil: SIGTERM exits 0). The broken variant, the answers without reqbody.SkipBody
+// (answersAfterTheBody), holds each answer until the body it never gets, and with them the
+// drain: the check finds both.
 func TestHeaderDecidedAnswersDoNotWaitForTheBody(t *testing.T) {
+	checkAndBreak(t, headerDecidedCheck, answersAfterTheBody)
+}
+
+// headerDecidedCheck is TestHeaderDecidedAnswersDoNotWaitForTheBody's check: it records in v
+// each stalled client that gets no answer, or one not closed after it, and a serve that does not
+// stop cleanly. Every client is connected and stalled before any answer is read.
+func headerDecidedCheck(t *testing.T, v *verdict) {
 	port, stop := serveBothStoppable(t)
-	for _, c := range []struct {
+	type stall struct {
 		fn, method, headers string
 		status              int
-	}{
-		{"IssueCoupon", "GET", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed},
-		{"IssueCoupon", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
-		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
-		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge},
-		{"RelayOutbox", "PUT", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed},
-		{"RelayOutbox", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType},
-		{"RelayOutbox", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge},
-	} {
-		s := proctest.Stall(t, "127.0.0.1:"+port, c.method+" /"+c.fn+" HTTP/1.1\r\nHost: x\r\n"+c.headers+"\r\n\r\n")
-		resp, body := s.Answer()
+		s                   *proctest.Stalled
+	}
+	stalls := []stall{
+		{"IssueCoupon", "GET", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed, nil},
+		{"IssueCoupon", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType, nil},
+		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 100", http.StatusUnsupportedMediaType, nil},
+		{"IssueCoupon", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge, nil},
+		{"RelayOutbox", "PUT", "Content-Type: application/json\r\nContent-Length: 100", http.StatusMethodNotAllowed, nil},
+		{"RelayOutbox", "POST", "Content-Type: text/plain\r\nContent-Length: 100", http.StatusUnsupportedMediaType, nil},
+		{"RelayOutbox", "POST", "Content-Type: application/json\r\nContent-Length: 5000", http.StatusRequestEntityTooLarge, nil},
+	}
+	for i, c := range stalls {
+		stalls[i].s = proctest.Stall(t, "127.0.0.1:"+port, c.method+" /"+c.fn+" HTTP/1.1\r\nHost: x\r\n"+c.headers+"\r\n\r\n")
+	}
+	for _, c := range stalls {
+		resp, body, err := c.s.Answered()
+		if err != nil {
+			v.Errorf("%s %s with %q, its body never sent: %v", c.method, c.fn, c.headers, err)
+			continue
+		}
 		if resp.StatusCode != c.status || !resp.Close || !strings.Contains(body, "message") {
-			t.Errorf("%s %s with %q, its body never sent: %s %s (close %t), want %d in JSON, Connection: close",
+			v.Errorf("%s %s with %q, its body never sent: %s %s (close %t), want %d in JSON, Connection: close",
 				c.method, c.fn, c.headers, resp.Status, body, resp.Close, c.status)
 		}
-		if !s.Closed() {
-			t.Errorf("%s %s with %q: the connection stays open after the answer", c.method, c.fn, c.headers)
+		if !c.s.Closed() {
+			v.Errorf("%s %s with %q: the connection stays open after the answer", c.method, c.fn, c.headers)
 		}
 	}
 	if err := stop(); err != nil {
-		t.Errorf("serve, stopped with stalled clients connected: %v, want nil", err)
+		v.Errorf("serve, stopped with stalled clients connected: %v, want nil", err)
 	}
 }
+
+// answersAfterTheBody swaps [servable] for both functions answering as before 333c614, without
+// reqbody.SkipBody (proctest.WithoutSkipBody): a client that stalls before its body gets no
+// answer, and its request, in flight, holds the drain (issue 29).
+var answersAfterTheBody = brokenVariant{"the answers decided by the headers without SkipBody", func(t *testing.T) {
+	swap(t, &servable, []*lifecycle.Function{
+		proctest.WithoutSkipBody(issue.Function.Name(), issue.Open),
+		proctest.WithoutSkipBody(relay.Function.Name(), relay.Open),
+	})
+}}
 
 // TestDemoServerBoundsStalledClients: the demo's and bench's server (serveLocal) is the same
 // path: a 415 decided by the headers reaches a client that stalls before its body, closing the
 // connection; a connection whose headers never end is closed; the server then stops cleanly.
+// The broken variant (answersAfterTheBody) holds the 415 and the drain: the check finds them.
 func TestDemoServerBoundsStalledClients(t *testing.T) {
+	checkAndBreak(t, demoStalledCheck, answersAfterTheBody)
+}
+
+// demoStalledCheck is TestDemoServerBoundsStalledClients's check: it records in v what the
+// demo's server does wrong with stalled clients.
+func demoStalledCheck(t *testing.T, v *verdict) {
 	t.Setenv("DATABASE_URL", pgtest.URL(t))
 	t.Setenv("LINE_CHANNEL_ACCESS_TOKEN", "test-token")
 	t.Setenv("LINE_API_BASE_URL", "http://127.0.0.1:9")
@@ -252,13 +289,15 @@ func TestDemoServerBoundsStalledClients(t *testing.T) {
 	}
 	addr := strings.TrimPrefix(s.url, "http://")
 	body := proctest.Stall(t, addr, "POST /IssueCoupon HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n")
-	if resp, b := body.Answer(); resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !body.Closed() {
-		t.Errorf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed", resp.Status, b, resp.Close)
+	if resp, b, err := body.Answered(); err != nil {
+		v.Errorf("a stalled body: %v", err)
+	} else if resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !body.Closed() {
+		v.Errorf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed", resp.Status, b, resp.Close)
 	}
 	if !proctest.Stall(t, addr, "POST /RelayOutbox HTTP/1.1\r\nHost: x\r\n").Closed() {
-		t.Errorf("unended headers: the server sent something instead of closing the connection")
+		v.Errorf("unended headers: the server sent something instead of closing the connection")
 	}
 	if err := s.close(); err != nil {
-		t.Errorf("the demo's server, stopped: %v, want nil", err)
+		v.Errorf("the demo's server, stopped: %v, want nil", err)
 	}
 }

@@ -179,17 +179,43 @@ func TestSIGTERMDrains(t *testing.T) {
 // headers announcing a body the 415 does not need: it gets its answer while it stalls, and
 // the connection closes. Twenty sent headers that never end: the server closes each of their
 // connections (lifecycle.HeaderTimeout) instead of holding them. Another twenty connect with
-// unended headers just before SIGTERM: the main still drains and exits 0.
+// unended headers just before SIGTERM: the main still drains and exits 0. The broken variant,
+// the main answering without reqbody.SkipBody (testdata/withoutskipbody, a build of its own),
+// holds the 415 until the body it never gets, and with it the drain: the check finds both.
 func TestStalledClientsDoNotHoldTheShutdown(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct{ name, main string }{{"fixed", "."}, {"broken", "./testdata/withoutskipbody"}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			problems := stalledClientsCheck(t, proctest.Build(t, c.main))
+			switch {
+			case c.name == "fixed":
+				for _, p := range problems {
+					t.Error(p)
+				}
+			case len(problems) == 0:
+				t.Error("the broken variant (the 415 without SkipBody) passes the check: the test would not see it")
+			default:
+				t.Logf("the broken variant is found: %s", strings.Join(problems, "; "))
+			}
+		})
+	}
+}
+
+// stalledClientsCheck is TestStalledClientsDoNotHoldTheShutdown's check of the main built at
+// bin: what it does wrong with stalled clients.
+func stalledClientsCheck(t *testing.T, bin string) (problems []string) {
 	port := proctest.FreePort(t)
-	cmd, out := start(t, "DATABASE_URL="+pgtest.URL(t), "PORT="+port)
+	cmd, out := proctest.Start(t, bin, "DATABASE_URL="+pgtest.URL(t), "PORT="+port)
 	proctest.WaitServing(t, port, out)
 	addr := "127.0.0.1:" + port
 
 	s := proctest.Stall(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n")
-	if resp, body := s.Answer(); resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !s.Closed() {
-		t.Errorf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed", resp.Status, body, resp.Close)
+	if resp, body, err := s.Answered(); err != nil {
+		problems = append(problems, fmt.Sprintf("a stalled body: %v", err))
+	} else if resp.StatusCode != http.StatusUnsupportedMediaType || !resp.Close || !s.Closed() {
+		problems = append(problems, fmt.Sprintf("a stalled body: %s %s (close %t), want 415, Connection: close, the connection closed",
+			resp.Status, body, resp.Close))
 	}
 	const unended = "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 	var stalled []*proctest.Stalled
@@ -198,11 +224,14 @@ func TestStalledClientsDoNotHoldTheShutdown(t *testing.T) {
 	}
 	for i, s := range stalled {
 		if !s.Closed() {
-			t.Errorf("unended headers %d: the server sent something instead of closing the connection", i)
+			problems = append(problems, fmt.Sprintf("unended headers %d: the server sent something instead of closing the connection", i))
 		}
 	}
 	for range 20 {
 		proctest.Stall(t, addr, unended)
 	}
-	proctest.Terminate(t, cmd, out)
+	if err := proctest.Terminated(cmd); err != nil {
+		problems = append(problems, fmt.Sprintf("%v\n%s", err, out.String()))
+	}
+	return problems
 }

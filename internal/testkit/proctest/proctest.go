@@ -96,12 +96,21 @@ func Start(t testing.TB, bin string, env ...string) (*exec.Cmd, *syncbuf.Buffer)
 // test unless the process then exits 0.
 func Terminate(t testing.TB, cmd *exec.Cmd, out *syncbuf.Buffer) {
 	t.Helper()
+	if err := Terminated(cmd); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+}
+
+// Terminated is [Terminate] for a check that records what it finds instead of failing the test:
+// it sends SIGTERM to cmd and returns nil once the process exits 0, else what went wrong.
+func Terminated(cmd *exec.Cmd) error {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("SIGTERM: %w", err)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want 0\n%s", err, out.String())
+		return fmt.Errorf("exit after SIGTERM: %w, want 0", err)
 	}
+	return nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

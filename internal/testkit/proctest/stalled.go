@@ -3,6 +3,7 @@ package proctest
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -42,15 +43,26 @@ func Stall(t testing.TB, addr, sent string) *Stalled {
 // none comes.
 func (s *Stalled) Answer() (*http.Response, string) {
 	s.t.Helper()
+	resp, body, err := s.Answered()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return resp, body
+}
+
+// Answered is [Stalled.Answer] for a check that records what it finds instead of failing the
+// test: the answer and its body, or an error when none comes while the client stalls (the
+// server closed the connection, or pgtest.PollTimeout passed since [Stall]).
+func (s *Stalled) Answered() (*http.Response, string, error) {
 	resp, err := http.ReadResponse(s.r, nil)
 	if err != nil {
-		s.t.Fatalf("no answer while the client stalls: %v", err)
+		return nil, "", fmt.Errorf("no answer while the client stalls: %w", err)
 	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		s.t.Fatalf("reading the answer's body: %v", err)
+		return nil, "", fmt.Errorf("reading the answer's body: %w", err)
 	}
-	return resp, string(b)
+	return resp, string(b), nil
 }
 
 // Closed reports whether the server has closed the connection, waiting for the server's next
