@@ -18,6 +18,7 @@ import (
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/functions/relay"
 	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/bodywait"
 	"github.com/mops/coupon-api/internal/testkit/localpg"
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/internal/testkit/proctest"
@@ -260,12 +261,12 @@ func headerDecidedCheck(t *testing.T, v *verdict) {
 }
 
 // answersAfterTheBody swaps [servable] for both functions answering as before 333c614, without
-// reqbody.SkipBody (proctest.WithoutSkipBody): a client that stalls before its body gets no
+// reqbody.SkipBody (bodywait.Function): a client that stalls before its body gets no
 // answer, and its request, in flight, holds the drain (issue 29).
 var answersAfterTheBody = brokenVariant{"the answers decided by the headers without SkipBody", func(t *testing.T) {
 	swap(t, &servable, []*lifecycle.Function{
-		proctest.WithoutSkipBody(issue.Function.Name(), issue.Open),
-		proctest.WithoutSkipBody(relay.Function.Name(), relay.Open),
+		bodywait.Function(issue.Function.Name(), issue.Open),
+		bodywait.Function(relay.Function.Name(), relay.Open),
 	})
 }}
 

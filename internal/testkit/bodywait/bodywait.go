@@ -1,4 +1,6 @@
-package proctest
+// Package bodywait is a broken variant kept as a fixture (issue 29): a function whose answers
+// decided by the headers wait for the request's body, as before reqbody.SkipBody.
+package bodywait
 
 import (
 	"context"
@@ -7,13 +9,13 @@ import (
 	"github.com/mops/coupon-api/shared/lifecycle"
 )
 
-// WithoutSkipBody is the broken variant of the answers decided by the headers (405, 415, 413 by
+// Function is the broken variant of the answers decided by the headers (405, 415, 413 by
 // Content-Length), kept as a fixture: the function called name, built by open, whose handler
 // answers as before 333c614, without reqbody.SkipBody. net/http then reads the announced body
 // before it writes the answer, so a client that stalls before its body gets no answer, and its
 // request, in flight, holds the drain (issue 29). Its refusals by lifecycle (503 in the drain,
 // 500 when a start fails) are the status alone.
-func WithoutSkipBody(name string, open func(context.Context) (*lifecycle.Instance, error)) *lifecycle.Function {
+func Function(name string, open func(context.Context) (*lifecycle.Instance, error)) *lifecycle.Function {
 	return lifecycle.NewFunction(name, func(ctx context.Context) (*lifecycle.Instance, error) {
 		inst, err := open(ctx)
 		if err != nil {
