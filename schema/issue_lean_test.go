@@ -23,7 +23,8 @@ const (
 
 // leanFixture is the definition of fnLeanSet (kind "set") or fnLeanPerMember (kind
 // "per_member"): testdata/issue_batch_lean.sql with the member phase of
-// testdata/issue_batch_lean_<kind>.sql.
+// testdata/issue_batch_lean_<kind>.sql and the stripe loops of issue_coupons_batch_v2's current
+// text (every entry's instant v_at where it has v_latest, the same instant).
 func leanFixture(t testing.TB, kind string) string {
 	t.Helper()
 	tmpl, err := template.ParseFiles("testdata/issue_batch_lean.sql")
@@ -34,8 +35,19 @@ func leanFixture(t testing.TB, kind string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	current, err := os.ReadFile("current/issue_coupons_batch_v2.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const from, to = "  -- 4. R1 and the campaign's state", "  IF cardinality(v_left) > 0 THEN\n    -- Not placed"
+	i := strings.Index(string(current), from)
+	j := strings.Index(string(current), to)
+	if i < 0 || j < i {
+		t.Fatalf("current/issue_coupons_batch_v2.sql: no stripe loops between %q and %q", from, to)
+	}
+	stripes := strings.ReplaceAll(string(current[i:j]), "v_latest", "v_at")
 	var def strings.Builder
-	if err := tmpl.Execute(&def, struct{ Name, Members string }{"issue_batch_lean_" + kind + "_fixture", string(members)}); err != nil {
+	if err := tmpl.Execute(&def, struct{ Name, Members, Stripes string }{"issue_batch_lean_" + kind + "_fixture", string(members), stripes}); err != nil {
 		t.Fatal(err)
 	}
 	return def.String()

@@ -3,8 +3,10 @@
 -- number of members, each written as lean as this project could write one, to learn how close a
 -- body for n members can come to a body for one (testdata/issue_one_scalar.sql).
 -- BenchmarkIssuanceBackendCPU runs them as the "lean-set" and "lean-per-member" variants;
--- TestLeanFixturesAnswerAsTheBatch holds both to the batch's answers and rows. The template's
--- second placeholder is the member phase (the reads, R2's and R3's writes) of one of them:
+-- TestLeanFixturesAnswerAsTheBatch holds both to the batch's answers and rows. Of the template's
+-- placeholders, Stripes is the batch's stripe loops (R1), read from
+-- schema/current/issue_coupons_batch_v2.sql at each run with its v_latest as v_at, and Members the
+-- member phase (the reads, R2's and R3's writes) of one of them:
 -- - issue_batch_lean_set.sql: set-based, as 00027 (one cursor over the members for the reads,
 --   each write one statement over unnest);
 -- - issue_batch_lean_per_member.sql: one statement per member, in member order in each phase.
@@ -113,63 +115,7 @@ BEGIN
   INSERT INTO notification_outbox (coupon_id, member_id, created_at, trace_parent)
   SELECT p_coupon_ids[t.e], p_member_ids[t.e], v_at, p_trace_parents[t.e] FROM unnest(v_kept) AS t(e);
 
-  -- 4. R1 and the campaign's state: the budget stripes, in stripe order, last.
-  v_left := v_kept;
-  WHILE cardinality(v_left) > 0 LOOP
-    -- A stripe with room that nobody holds, one at a time (a FOR loop over the query would lock
-    -- the rows it prefetches), in any order, locked and written in one statement: SKIP LOCKED
-    -- waits for nobody, so the instant taken just before it is the write's.
-    v_now := greatest(v_at, clock_timestamp());
-    WITH free AS (
-      SELECT s.stripe, least((s.budget_yen - s.issued_yen) / v_amount, cardinality(v_left),
-                             CASE WHEN v_releases THEN release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, v_now) END) AS take
-        FROM campaign_budgets s
-       WHERE s.campaign_id = p_campaign_id AND s.stripe <> ALL (v_taken) AND s.issued_yen + v_amount <= s.budget_yen
-         AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, v_now) IS NULL
-         AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, v_now) > 0)
-       ORDER BY random() LIMIT 1
-         FOR UPDATE SKIP LOCKED)
-    UPDATE campaign_budgets b SET issued_yen = b.issued_yen + free.take * v_amount
-      FROM free
-     WHERE b.campaign_id = p_campaign_id AND b.stripe = free.stripe
-    RETURNING b.stripe, free.take INTO v_stripe, v_take;
-    EXIT WHEN NOT FOUND;
-    v_taken := v_taken || v_stripe;
-    v_held := greatest(v_held, v_stripe);
-    v_left := v_left[v_take + 1 :];
-  END LOOP;
-  WHILE cardinality(v_left) > 0 LOOP
-    -- Every stripe with room that nobody held is spent: wait for one above those held, or, holding
-    -- none (v_held < 0: a batch of one, mostly), for any, at random, so that lone waiters spread
-    -- over the stripes instead of queueing on the lowest.
-    SELECT s.stripe INTO v_stripe FROM campaign_budgets s
-     WHERE s.campaign_id = p_campaign_id AND s.stripe > v_held AND s.issued_yen + v_amount <= s.budget_yen
-       AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_at, clock_timestamp())) IS NULL
-       AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, greatest(v_at, clock_timestamp())) > 0)
-     ORDER BY CASE WHEN v_held < 0 THEN random() ELSE s.stripe END LIMIT 1;
-    EXIT WHEN NOT FOUND;
-    SELECT least((s.budget_yen - s.issued_yen) / v_amount,
-                 CASE WHEN v_releases THEN release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, greatest(v_at, clock_timestamp())) END)
-      INTO v_room FROM campaign_budgets s
-     WHERE s.campaign_id = p_campaign_id AND s.stripe = v_stripe AND s.issued_yen + v_amount <= s.budget_yen
-       AND campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_at, clock_timestamp())) IS NULL
-       AND (NOT v_releases OR release_room(p_campaign_id, s.stripe, s.issued_yen / v_amount, greatest(v_at, clock_timestamp())) > 0)
-       FOR UPDATE;
-    IF NOT FOUND THEN
-      -- Its holder took the room, and the row was not locked: look further up, or, holding none,
-      -- anywhere the committed state shows room.
-      IF v_held >= 0 THEN
-        v_held := v_stripe;
-      END IF;
-      CONTINUE;
-    END IF;
-    v_held := v_stripe;
-    v_take := least(v_room, cardinality(v_left));
-    UPDATE campaign_budgets SET issued_yen = issued_yen + v_take * v_amount
-     WHERE campaign_id = p_campaign_id AND stripe = v_stripe;
-    v_left := v_left[v_take + 1 :];
-  END LOOP;
-  IF cardinality(v_left) > 0 THEN
+{{.Stripes}}  IF cardinality(v_left) > 0 THEN
     -- Not placed: their rows go, and each is answered as the stripes say.
     SELECT campaign_inactive_reason(b.starts_at, b.ends_at, b.paused_at, b.coupons_expire_at, greatest(v_at, clock_timestamp()))
       INTO v_reason FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;
