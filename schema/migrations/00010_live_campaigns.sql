@@ -371,11 +371,4 @@ GRANT EXECUTE ON FUNCTION campaign_change_budget(text, bigint, bigint, integer, 
 GRANT SELECT ON campaign_changes TO coupon_admin;
 
 -- +goose Down
--- Not undone in place: this schema serves the revision before it unchanged (issue_coupon keeps
--- its arguments and its first three result columns), so a roll back is a roll back of the
--- revision (docs/deploy.md), and the history stays.
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00010_live_campaigns is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

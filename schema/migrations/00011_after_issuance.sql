@@ -354,10 +354,4 @@ GRANT INSERT (coupon_valid_days, coupons_expire_at) ON campaign_budgets TO coupo
 GRANT UPDATE (outbox_pruned_at) ON issued_coupons TO coupon_admin;
 
 -- +goose Down
--- Not undone in place, as 00010: the schema serves the revision before it (issue_coupon keeps
--- its arguments and its first four result columns); roll back the revision instead.
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00011_after_issuance is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -51,8 +51,4 @@ ALTER INDEX one_coupon_per_member_held RENAME TO one_coupon_per_member;
 RESET lock_timeout;
 
 -- +goose Down
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00012_one_coupon_per_member_held is not undone in place: roll back the revision instead (docs/deploy.md)';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

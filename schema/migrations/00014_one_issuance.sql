@@ -96,10 +96,4 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- Not undone in place, as 00010 and 00011: the schema serves the revision before it (issue_coupon
--- and grant_coupon keep their arguments and answers); roll back the revision instead.
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00014_one_issuance is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -299,11 +299,4 @@ REVOKE ALL ON FUNCTION outbox_claim(integer, uuid, interval, timestamptz, interv
 GRANT EXECUTE ON FUNCTION outbox_claim(integer, uuid, interval, timestamptz, interval) TO coupon_relay;
 
 -- +goose Down
--- Not undone in place, as 00011: the schema serves the revision before it (issue_coupons_batch
--- keeps its arguments and answers, the previous relay's inline claim reads the tables as
--- before); roll back the revision instead.
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00015_expiry is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -257,9 +257,4 @@ REVOKE UPDATE ON campaign_budgets FROM coupon_admin;
 REVOKE INSERT, UPDATE ON member_monthly_usage FROM coupon_admin;
 
 -- +goose Down
--- Not undone in place, as 00010: roll back the revision instead (docs/deploy.md).
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00017_admin_through_functions is not undone in place: roll back the revision instead (docs/deploy.md)';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

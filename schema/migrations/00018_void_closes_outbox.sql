@@ -120,9 +120,4 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- Not undone in place, as 00010: roll back the revision instead (docs/deploy.md).
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00018_void_closes_outbox is not undone in place: roll back the revision instead (docs/deploy.md)';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -128,9 +128,4 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- Not undone in place, as 00021: roll back the revision instead (docs/deploy.md).
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00023_cheaper_argument_checks is not undone in place: roll back the revision instead (docs/deploy.md)';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -21,8 +21,4 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION monthly_cap_yen() RETURNS integer
-LANGUAGE sql STABLE SET search_path = public, pg_temp
-RETURN (SELECT r.monthly_cap_yen FROM coupon_rules r);
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -668,10 +668,4 @@ GRANT EXECUTE ON FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamp
 GRANT EXECUTE ON FUNCTION grant_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_admin;
 
 -- +goose Down
--- Not undone in place, as 00021: the schema serves the revision before it (issue_coupons_batch
--- keeps its arguments and answers); roll back the revision instead (docs/deploy.md).
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00025_campaign_kinds is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;

@@ -569,10 +569,4 @@ END $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- Not undone in place, as 00021: roll back the revision instead (docs/deploy.md); the schema
--- serves the revision before it.
--- +goose StatementBegin
-DO $$ BEGIN
-  RAISE EXCEPTION '00026_console is not undone in place: roll back the revision instead (docs/deploy.md); the schema serves it';
-END $$;
--- +goose StatementEnd
+DO $$ BEGIN RAISE EXCEPTION 'not undone in place: roll back the revision instead (docs/deploy.md, "Releases")'; END $$;
