@@ -231,18 +231,19 @@ func TestForgedArgumentsPassTheOldCheck(t *testing.T) {
 }
 
 // TestRulesSetRefusesItsArguments: coupon_rules_set, as coupon_admin, refuses a cap out of
-// 1..1,000,000,000 and a missing or blank reason (CI422), writing nothing; coupon_issue may not
-// call it (42501).
+// 1..1,000,000,000, an approval line out of 0..2,147,483,647, neither setting, and a missing or
+// blank reason (CI422), writing nothing; coupon_issue may not call it (42501).
 func TestRulesSetRefusesItsArguments(t *testing.T) {
 	t.Parallel()
 	d := newForgeryDB(t)
 	before := d.tables(t)
-	for _, args := range []string{`0, 'r'`, `-2000, 'r'`, `1000000001, 'r'`, `NULL, 'r'`, `1000, ''`, `1000, '   '`, `1000, NULL`} {
+	for _, args := range []string{`0, NULL, 'r'`, `-2000, NULL, 'r'`, `1000000001, NULL, 'r'`, `NULL, -1, 'r'`,
+		`NULL, 2147483648, 'r'`, `NULL, NULL, 'r'`, `1000, NULL, ''`, `1000, NULL, '   '`, `1000, NULL, NULL`} {
 		if _, err := d.admin.Exec(context.Background(), `SELECT * FROM coupon_rules_set(`+args+`)`); sqlState(err) != "CI422" {
 			t.Errorf("coupon_rules_set(%s): %v, want CI422", args, err)
 		}
 	}
-	if _, err := d.issue.Exec(context.Background(), `SELECT * FROM coupon_rules_set(1000000, 'r')`); sqlState(err) != pgerrcode.InsufficientPrivilege {
+	if _, err := d.issue.Exec(context.Background(), `SELECT * FROM coupon_rules_set(1000000, NULL, 'r')`); sqlState(err) != pgerrcode.InsufficientPrivilege {
 		t.Errorf("coupon_rules_set as coupon_issue: %v, want 42501", err)
 	}
 	if got := d.tables(t); got != before {

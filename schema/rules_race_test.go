@@ -42,7 +42,7 @@ func TestCapChangeDividesTheCoupons(t *testing.T) {
 			}
 			defer func() { _ = change.Rollback(ctx) }()
 			var changer int
-			if err := change.QueryRow(ctx, `SELECT pg_backend_pid() FROM coupon_rules_set(1500, 'lowered while m1 asks')`).Scan(&changer); err != nil {
+			if err := change.QueryRow(ctx, `SELECT pg_backend_pid() FROM coupon_rules_set(1500, NULL, 'lowered while m1 asks')`).Scan(&changer); err != nil {
 				t.Fatal(err)
 			}
 			answer := make(chan string, 1)

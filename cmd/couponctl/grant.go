@@ -287,10 +287,10 @@ type grantPlan struct {
 	voided   int // members whose coupon of the campaign was voided, without reissue
 }
 
-// sqlGrantAllowed is the login and whether it may call grant_coupons_batch (a member of coupon_admin,
-// or a superuser).
+// sqlGrantAllowed is the login and whether it may call grant_coupons_batch_v2, the grant's call
+// (shared/issuance), as a member of coupon_admin or a superuser.
 const sqlGrantAllowed = `
-SELECT current_user, has_function_privilege('grant_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[])', 'EXECUTE')`
+SELECT current_user, has_function_privilege('grant_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[])', 'EXECUTE')`
 
 // sqlGrantHeld counts the members of $2 whose pair with campaign $1 is held (R2's index): by a
 // live coupon, or by a voided one without reissue.

@@ -40,16 +40,6 @@ func expire(t *testing.T, q interface {
 	}
 }
 
-// breakExpiry makes issue_coupons_batch the broken variant: 00013's rule, blind to the
-// campaign's fixed coupon expiry, in the reads and on the stripes.
-func breakExpiry(t *testing.T, owner *pgxpool.Pool) {
-	t.Helper()
-	pgtest.BreakFunction(t, owner, "issue_coupons_batch_v2",
-		[2]string{"v_paused, v_until, p_issued_at[k]", "v_paused, p_issued_at[k]"},
-		[2]string{"s.paused_at, s.coupons_expire_at, ", "s.paused_at, "},
-		[2]string{"b.paused_at, b.coupons_expire_at, ", "b.paused_at, "})
-}
-
 // writtenFor counts what campaign id's issuance wrote: coupons, their outbox rows, the yen on
 // its budget stripes and the yen on the members' months.
 func writtenFor(t *testing.T, owner *pgxpool.Pool, id string) (coupons, outbox, budgetYen, usageYen int) {
@@ -81,7 +71,7 @@ func TestBatchEndsAtCouponExpiry(t *testing.T) {
 			ctx := context.Background()
 			owner, ownerURL, issueURL := expiringCampaign(t, "E")
 			if c.name == "broken" {
-				breakExpiry(t, owner)
+				pgtest.BlindToExpiry(t, owner)
 			}
 			pool := prodPool(t, issueURL, 2)
 			var hold *pgtest.Hold
@@ -140,7 +130,7 @@ func TestBatchEndsAtCouponExpiry(t *testing.T) {
 
 // TestIssueCouponEndsAtCouponExpiry: issue_coupon, the previous release's lone call (a wrapper of
 // issue_coupons_batch_v2 since 00014), refuses a campaign whose fixed coupon expiry has passed
-// (CAMPAIGN_NOT_ACTIVE, ENDED) and writes nothing; the batch blind to the expiry (breakExpiry)
+// (CAMPAIGN_NOT_ACTIVE, ENDED) and writes nothing; the batch blind to the expiry (pgtest.BlindToExpiry)
 // issues through it.
 func TestIssueCouponEndsAtCouponExpiry(t *testing.T) {
 	t.Parallel()
@@ -150,7 +140,7 @@ func TestIssueCouponEndsAtCouponExpiry(t *testing.T) {
 			ctx := context.Background()
 			owner, _, issueURL := expiringCampaign(t, "E")
 			if broken {
-				breakExpiry(t, owner)
+				pgtest.BlindToExpiry(t, owner)
 			}
 			expire(t, owner, "E")
 			var result string

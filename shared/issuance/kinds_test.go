@@ -13,7 +13,7 @@ import (
 )
 
 // The campaign kinds of issue 33 (00025_campaign_kinds.sql), judged inside issue_coupons_batch_v2
-// and issue_dry_run. The calls below go to the functions directly, on sessions without a
+// and issue_dry_run_batch. The calls below go to the functions directly, on sessions without a
 // lock_timeout, so that a call made to wait keeps waiting until the test lets it go.
 
 // kindsDB is one test's migrated database: its URL, a pool as its owner (set-up, counts) and a
@@ -233,14 +233,11 @@ func (r dryRun) String() string {
 		deref(r.amount), deref(r.remaining), deref(r.expires), deref(r.next))
 }
 
-// dryRun asks issue_dry_run, one member alone.
+// dryRun asks issue_dry_run_batch for one member alone, as IssueCoupon asks for a dry run that
+// no other dry run of its campaign joined.
 func (d kindsDB) dryRun(t *testing.T, campaignID, member string) dryRun {
 	t.Helper()
-	var r dryRun
-	if err := r.scan(d.issue.QueryRow(context.Background(), `SELECT `+sqlDryRunCols+` FROM issue_dry_run($1, $2)`, campaignID, member)); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return d.dryGroup(t, campaignID, member)[0]
 }
 
 // dryGroup asks issue_dry_run_batch, members as one group, and returns their answers in order.
@@ -280,7 +277,7 @@ const written = `SELECT (SELECT count(*) FROM issued_coupons) + (SELECT count(*)
 // TestDryRunAnswersAsTheIssuance: in each state a campaign and a member can be in, the dry run
 // answers what the issuance then answers (AVAILABLE for ISSUED), with the remaining coupons and
 // the next release where they apply, and writes nothing (counted with SQL). It answers alike
-// alone (issue_dry_run) and in a group (issue_dry_run_batch): the member twice in one group with
+// alone (a group of one) and in a group: the member twice in one group with
 // another member between, each entry answered as that member alone, every field compared.
 func TestDryRunAnswersAsTheIssuance(t *testing.T) {
 	t.Parallel()
@@ -342,9 +339,8 @@ func TestDryRunAnswersAsTheIssuance(t *testing.T) {
 
 // TestDryRunTakesNoLock: a dry run answers while another session holds every budget stripe of
 // the campaign and the member's month row in an open transaction, as a busy issuance does, asked
-// alone (issue_dry_run) and as a group of three entries (issue_dry_run_batch, which answers
-// both). The broken variant reads stripe 0 FOR UPDATE: it waits for the holder
-// (pg_blocking_pids), and the test sees it wait.
+// alone (a group of one) and as a group of three entries. The broken variant reads stripe 0 FOR
+// UPDATE: it waits for the holder (pg_blocking_pids), and the test sees it wait.
 func TestDryRunTakesNoLock(t *testing.T) {
 	t.Parallel()
 	for _, broken := range []bool{false, true} {
@@ -359,7 +355,7 @@ func TestDryRunTakesNoLock(t *testing.T) {
 			}
 			d.create(t, "HOT", 10, 2, map[time.Time]int32{time.Now().Add(-time.Hour): 4}, false)
 			for _, ask := range []struct{ by, sql string }{
-				{"alone", `SELECT ` + sqlDryRunCols + ` FROM issue_dry_run('HOT', 'm1')`},
+				{"alone", `SELECT ` + sqlDryRunCols + ` FROM issue_dry_run_batch('HOT', ARRAY['m1'])`},
 				// The group's answers folded into one row: AVAILABLE,AVAILABLE,AVAILABLE.
 				{"group", `SELECT string_agg(result, ',' ORDER BY i), '', '', min(amount), min(remaining_coupons), min(expires_at),
 					min(next_release_at) FROM issue_dry_run_batch('HOT', ARRAY['m1', 'm2', 'm1'])`},
@@ -576,7 +572,7 @@ func TestNextReleaseIsWhenCouponsOpen(t *testing.T) {
 				for _, got := range []struct {
 					by string
 					at *time.Time
-				}{{"issue_coupons_batch_v2", issued}, {"issue_dry_run", dry.next}} {
+				}{{"issue_coupons_batch_v2", issued}, {"issue_dry_run_batch", dry.next}} {
 					if (got.at == nil) != (c.want == nil) || (got.at != nil && !got.at.Equal(*c.want)) {
 						wrong = append(wrong, fmt.Sprintf("%s: %s answered next_release_at %v, want %v", c.campaign, got.by, got.at, c.want))
 					}

@@ -63,16 +63,15 @@ func TestLifecycle(t *testing.T) {
 }
 
 // TestLifecycleFindsIssuanceAfterExpiry shows that the model finds the seam of issue 29: run
-// against the broken variant, issue_coupons_batch judging the campaign's state without its
-// coupons' fixed expiry (its body before 00015_expiry.sql, kept here as pgtest.BreakFunction
-// replacements), which answers ISSUED past a campaign's coupons_expire_at, rapid must report a
+// against the broken variant, issue_coupons_batch_v2 judging the campaign's state without its
+// coupons' fixed expiry (its rule before 00015_expiry.sql, pgtest.BlindToExpiry), which answers ISSUED past a campaign's coupons_expire_at, rapid must report a
 // failure, and name the expiry. rapid stops at the first failing check: one check in about five
 // found it (2026-12-02), so 150 checks leave it unfound with odds far below one in a million.
 func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
 	rapidBounds(t, map[string]string{"rapid.checks": "150", "rapid.steps": "25", "rapid.shrinktime": "5s",
 		"rapid.nofailfile": "true"})
 	sys := newSystem(t, pgtest.URL(t))
-	pgtest.BreakFunction(t, sys.owner, "issue_coupons_batch_v2", noExpiry...)
+	pgtest.BlindToExpiry(t, sys.owner)
 	report, failed := failures(t, lifecycle(sys))
 	if !failed {
 		t.Fatal("rapid found no failure with issuance blind to the coupons' expiry")
@@ -80,14 +79,6 @@ func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
 	if !strings.Contains(report, expiredNote) {
 		t.Fatalf("rapid failed for another reason than the expiry:\n%s", report)
 	}
-}
-
-// noExpiry is the broken variant: issue_coupons_batch's state judged on the period and the pause
-// alone (campaign_inactive_reason without coupons_expire_at), as before 00015_expiry.sql.
-var noExpiry = [][2]string{
-	{"campaign_inactive_reason(v_starts, v_ends, v_paused, v_until, p_issued_at[k])", "campaign_inactive_reason(v_starts, v_ends, v_paused, p_issued_at[k])"},
-	{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at,", "campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at,"},
-	{"campaign_inactive_reason(b.starts_at, b.ends_at, b.paused_at, b.coupons_expire_at,", "campaign_inactive_reason(b.starts_at, b.ends_at, b.paused_at,"},
 }
 
 // system is the real parts one test database offers, logged in as production logs in.

@@ -50,3 +50,17 @@ func CallerClock(t testing.TB, db Execer) {
 		[2]string{"IF a NOT BETWEEN v_now - issue_clock_skew() AND v_now + issue_clock_skew() THEN", "IF false THEN"},
 		[2]string{"RETURN array_fill(v_now, ARRAY[cardinality(p_issued_at)]);", "RETURN p_issued_at;"})
 }
+
+// BlindToExpiry makes issue_coupons_batch_v2, in the database db connects to as its owner, the
+// broken variant of 00015_expiry.sql: the campaign's state judged on its period and its pause
+// alone, blind to its coupons' fixed expiry (coupons_expire_at), in the reads and on the stripes,
+// as before that migration. It passes campaign_inactive_reason no expiry (NULL): the rule of
+// 00010's 4-argument form, which 00029 dropped. Tests keep it to show they see an issuance past
+// the expiry; production never runs it.
+func BlindToExpiry(t testing.TB, db Execer) {
+	t.Helper()
+	BreakFunction(t, db, "issue_coupons_batch_v2",
+		[2]string{"v_paused, v_until, p_issued_at[k]", "v_paused, NULL, p_issued_at[k]"},
+		[2]string{"s.paused_at, s.coupons_expire_at, ", "s.paused_at, NULL, "},
+		[2]string{"b.paused_at, b.coupons_expire_at, ", "b.paused_at, NULL, "})
+}
