@@ -3,10 +3,14 @@
 // the database runs, in one place, whichever migration created or last replaced it.
 //
 // A function's file is NAME.sql (issue_coupon.sql), or, when NAME is overloaded, NAME followed by
-// its argument types (see [FileName]). Its first lines are comments naming the function and the
-// migration that last changed its definition; the rest is the definition. The files are
-// generated, never edited: after adding a migration that creates, replaces, alters or drops a
-// function, rewrite them with
+// its argument types (see [FileName]). Its first two lines are comments naming the function and
+// the migration that last changed its definition; then come its contract, its COMMENT ON
+// FUNCTION as obj_description reads it, one comment line per line; the rest is the definition.
+// Every function has a contract: what it does, its arguments and their units, what it answers,
+// its errors (SQLSTATE and when), and where its rule comes from. A migration that creates a
+// function gives it one. The files are
+// generated, never edited: after adding a migration that creates, replaces, alters, comments on
+// or drops a function, rewrite them with
 //
 //	go generate ./schema/current
 //
@@ -51,6 +55,10 @@ func Files() fs.FS { return embedded }
 // definitionStart begins every definition pg_get_functiondef prints.
 const definitionStart = "CREATE OR REPLACE FUNCTION "
 
+// contractPrefix begins each line of a function's contract in its file ("--" alone for an empty
+// line).
+const contractPrefix = "-- "
+
 // Definition returns the current definition of the function name (unqualified, as in
 // "issue_coupon"; with its argument types as regprocedure prints them when it is overloaded:
 // "issue_coupon(uuid,text,text,timestamp with time zone,integer,text)") and the file it is in. The definition is a CREATE OR REPLACE FUNCTION
@@ -67,7 +75,7 @@ func Definition(name string) (def, file string, err error) {
 		if err != nil {
 			return "", "", err
 		}
-		sig, body, err := split(b)
+		sig, _, body, err := split(b)
 		if err != nil {
 			return "", "", fmt.Errorf("schema/current: %s: %w", n, err)
 		}
@@ -88,14 +96,29 @@ func Definition(name string) (def, file string, err error) {
 // headerRE matches a file's first line, which names the function by its signature.
 var headerRE = regexp.MustCompile(`\A-- (\S+\(.*\)): `)
 
-// split returns the signature a file's header names and the definition after the header.
-func split(b []byte) (sig, def string, err error) {
+// split returns the signature a file's header names, the contract after the header's two lines
+// (empty when it has none) and the definition after the contract.
+func split(b []byte) (sig, contract, def string, err error) {
 	m := headerRE.FindSubmatch(b)
-	i := bytes.Index(b, []byte(definitionStart))
-	if m == nil || i < 0 {
-		return "", "", errors.New("not a generated file: no header or no " + definitionStart)
+	lines := strings.SplitAfter(string(b), "\n")
+	if m == nil || len(lines) < 3 {
+		return "", "", "", errors.New("not a generated file: no header")
 	}
-	return string(m[1]), string(b[i:]), nil
+	var c []string
+	for i, l := range lines[2:] {
+		l = strings.TrimSuffix(l, "\n")
+		switch {
+		case strings.HasPrefix(l, definitionStart):
+			return string(m[1]), strings.Join(c, "\n"), strings.Join(lines[2+i:], ""), nil
+		case l == strings.TrimSpace(contractPrefix):
+			c = append(c, "")
+		case strings.HasPrefix(l, contractPrefix):
+			c = append(c, strings.TrimPrefix(l, contractPrefix))
+		default:
+			return "", "", "", fmt.Errorf("not a generated file: line %d is neither the contract's nor %s", 3+i, definitionStart)
+		}
+	}
+	return "", "", "", errors.New("not a generated file: no " + definitionStart)
 }
 
 // function is one function of schema public as a migrated database has it.
@@ -104,14 +127,16 @@ type function struct {
 	signature string // name(argument types), as regprocedure prints it
 	args      string // the argument types alone, comma-separated
 	def       string // pg_get_functiondef
+	contract  string // obj_description: its COMMENT ON FUNCTION, empty when it has none
 	version   int64  // the migration that last changed def
 	source    string // that migration's file name
 }
 
-// functionsQuery lists every function of schema public but those of extensions: its signature
-// and pg_get_functiondef's text, sorted by signature.
+// functionsQuery lists every function of schema public but those of extensions: its signature,
+// pg_get_functiondef's text and its comment, sorted by signature.
 const functionsQuery = `
-SELECT p.proname, p.oid::regprocedure::text, oidvectortypes(p.proargtypes), pg_get_functiondef(p.oid)
+SELECT p.proname, p.oid::regprocedure::text, oidvectortypes(p.proargtypes), pg_get_functiondef(p.oid),
+       coalesce(obj_description(p.oid, 'pg_proc'), '')
   FROM pg_proc p
  WHERE p.pronamespace = 'public'::regnamespace
    AND p.prokind IN ('f', 'p')
@@ -120,8 +145,8 @@ SELECT p.proname, p.oid::regprocedure::text, oidvectortypes(p.proargtypes), pg_g
  ORDER BY 2`
 
 // Render migrates the empty database at databaseURL one migration at a time and returns the
-// files this package holds, by file name: every function of schema public with its
-// definition after the newest migration, and the migration that last changed it. The result
+// files this package holds, by file name: every function of schema public with its contract and
+// its definition after the newest migration, and the migration that last changed the definition. The result
 // depends only on the migrations and the PostgreSQL major version, so reruns give clean diffs.
 func Render(ctx context.Context, databaseURL string) (map[string][]byte, error) {
 	db, err := sql.Open("pgx", databaseURL)
@@ -157,8 +182,8 @@ func Render(ctx context.Context, databaseURL string) (map[string][]byte, error) 
 }
 
 // snapshot reads every function after migration version (file source) and returns them, each
-// with the migration that last changed it: source for one that is new or whose definition
-// differs from before's.
+// with the migration that last changed its definition: source for one that is new or whose
+// definition differs from before's (a comment changes no definition).
 func snapshot(ctx context.Context, db *sql.DB, before map[string]*function, version int64, source string) (map[string]*function, error) {
 	rows, err := db.QueryContext(ctx, functionsQuery)
 	if err != nil {
@@ -168,7 +193,7 @@ func snapshot(ctx context.Context, db *sql.DB, before map[string]*function, vers
 	now := map[string]*function{}
 	for rows.Next() {
 		f := &function{version: version, source: source}
-		if err := rows.Scan(&f.name, &f.signature, &f.args, &f.def); err != nil {
+		if err := rows.Scan(&f.name, &f.signature, &f.args, &f.def, &f.contract); err != nil {
 			return nil, fmt.Errorf("schema/current: list functions: %w", err)
 		}
 		if old, ok := before[f.signature]; ok && old.def == f.def {
@@ -192,7 +217,12 @@ func files(fns map[string]*function) map[string][]byte {
 	for _, f := range fns {
 		var b bytes.Buffer
 		fmt.Fprintf(&b, "-- %s: last changed by migration %05d (schema/migrations/%s).\n", f.signature, f.version, f.source)
-		fmt.Fprintf(&b, "-- Generated by `%s` from a migrated database (pg_get_functiondef); do not edit.\n", Regenerate)
+		fmt.Fprintf(&b, "-- Generated by `%s` from a migrated database (obj_description, pg_get_functiondef); do not edit.\n", Regenerate)
+		if c := strings.TrimSpace(f.contract); c != "" {
+			for _, l := range strings.Split(c, "\n") {
+				b.WriteString(strings.TrimRight(contractPrefix+l, " \t") + "\n")
+			}
+		}
 		b.WriteString(f.def)
 		if !strings.HasSuffix(f.def, "\n") {
 			b.WriteString("\n")
