@@ -20,16 +20,18 @@ func schemaCurrentCmd() *cobra.Command {
 	var dir string
 	c := &cobra.Command{
 		Use:   "current [--dir schema/current]",
-		Short: "Rewrite schema/current: every function's definition as a migrated database runs it",
-		Long: `Rewrite schema/current, one file per function of the schema: its definition as
-pg_get_functiondef prints it on a database migrated to the newest migration, headed by the
-migration that last changed it. Run it after adding a migration that creates, replaces, alters or
-drops a function; "go test ./schema/current" fails until the files are rewritten. The same
-command is "go generate ./schema/current".
+		Short: "Rewrite schema/current: every function's contract and definition as a migrated database has them",
+		Long: `Rewrite schema/current, one file per function of the schema: its contract (its COMMENT
+ON FUNCTION) and its definition as pg_get_functiondef prints it on a database migrated to the
+newest migration, headed by the migration that last changed the definition. Run it after adding
+a migration that creates, replaces, alters, comments on or drops a function; "go test
+./schema/current" fails until the files are rewritten. The same command is "go generate
+./schema/current".
 
 It migrates an empty database on a throwaway PostgreSQL, one migration at a time (DATABASE_URL
 is not used), writes each file whose text changed, removes the files of functions that no longer
-exist, and prints the names it wrote or removed.`,
+exist, and prints the names it wrote or removed. It exits 1, after writing, when a function has
+no contract, naming it: give it a COMMENT ON FUNCTION in a migration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
@@ -54,9 +56,17 @@ exist, and prints the names it wrote or removed.`,
 			}
 			if len(changed) == 0 {
 				fmt.Fprintf(out, "%s: %d functions, every file current (%s)\n", dir, len(files), srv.Version())
-				return nil
+			} else {
+				fmt.Fprintf(out, "%s: %d functions, rewrote %s (%s)\n", dir, len(files), strings.Join(changed, ", "), srv.Version())
 			}
-			fmt.Fprintf(out, "%s: %d functions, rewrote %s (%s)\n", dir, len(files), strings.Join(changed, ", "), srv.Version())
+			missing, err := current.WithoutContract(os.DirFS(dir))
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("%s: %d functions without a contract (COMMENT ON FUNCTION, given in a migration): %s",
+					dir, len(missing), strings.Join(missing, ", "))
+			}
 			return nil
 		},
 	}

@@ -8,7 +8,7 @@
 // FUNCTION as obj_description reads it, one comment line per line; the rest is the definition.
 // Every function has a contract: what it does, its arguments and their units, what it answers,
 // its errors (SQLSTATE and when), and where its rule comes from. A migration that creates a
-// function gives it one. The files are
+// function gives it one; [WithoutContract] names the functions that lack it. The files are
 // generated, never edited: after adding a migration that creates, replaces, alters, comments on
 // or drops a function, rewrite them with
 //
@@ -119,6 +119,31 @@ func split(b []byte) (sig, contract, def string, err error) {
 		}
 	}
 	return "", "", "", errors.New("not a generated file: no " + definitionStart)
+}
+
+// WithoutContract returns the files of fsys (a directory of generated files, as [Files]) whose
+// function has no contract, sorted: a migration created it without a COMMENT ON FUNCTION, or
+// removed its comment.
+func WithoutContract(fsys fs.FS) ([]string, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		_, contract, _, err := split(b)
+		if err != nil {
+			return nil, fmt.Errorf("schema/current: %s: %w", n, err)
+		}
+		if strings.TrimSpace(contract) == "" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // function is one function of schema public as a migrated database has it.

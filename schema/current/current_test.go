@@ -2,8 +2,10 @@ package current_test
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -67,6 +69,51 @@ func TestFilesAreCurrent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEveryFunctionHasAContract: every function of the schema has a contract, its COMMENT ON
+// FUNCTION, in its file above its definition (TestFilesAreCurrent holds the files to what a
+// migrated database has). The subtest runs the same check on the files with issue_coupon.sql
+// rendered as for a function without a comment, its header then its definition: the check names
+// that file, and it alone.
+func TestEveryFunctionHasAContract(t *testing.T) {
+	missing, err := current.WithoutContract(current.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d functions without a contract: give each a COMMENT ON FUNCTION in a migration (what it does, "+
+			"its arguments and their units, what it answers, its errors, where its rule comes from), then `%s`:\n%s",
+			len(missing), current.Regenerate, strings.Join(missing, "\n"))
+	}
+	t.Run("a contract taken out", func(t *testing.T) {
+		const name = "issue_coupon.sql"
+		fixture := fstest.MapFS{}
+		names, err := fs.Glob(current.Files(), "*.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			b, err := fs.ReadFile(current.Files(), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fixture[n] = &fstest.MapFile{Data: b}
+		}
+		def, _, err := current.Definition("issue_coupon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		header := strings.SplitAfterN(string(fixture[name].Data), "\n", 3)
+		fixture[name] = &fstest.MapFile{Data: []byte(header[0] + header[1] + def)}
+		got, err := current.WithoutContract(fixture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{name}; !slices.Equal(got, want) {
+			t.Errorf("WithoutContract = %q, want %q", got, want)
+		}
+	})
 }
 
 // TestWriteAndRerun: a second render, on another empty database, gives the same bytes (reruns
