@@ -6,48 +6,9 @@
 -- flush, never for a network round trip; and a request that the committed state already refuses
 -- is answered from reads, before any insert, so it writes nothing and rolls nothing back.
 --
--- 00010 and 00011 replace issue_coupon; what a migrated database runs is
--- schema/current/issue_coupon.sql. This header describes it as this migration made it.
---
--- issue_coupon gives member p_member_id one coupon of campaign p_campaign_id, with id p_coupon_id
--- (the caller makes it, so that it can recognise its own coupon when the answer is lost), issued
--- at p_issued_at (the service's clock) and counted against that instant's Asia/Tokyo calendar
--- month (YYYY-MM, derived here) under R3's cap p_cap_yen in yen (the member cap regulation,
--- MONTHLY_CAP_YEN, positive), and stores p_trace_parent on the outbox row. It returns one row: result (docs/api.md's result code), coupon (the coupon's id for
--- ISSUED, the member's existing coupon for ALREADY_ISSUED) and amount (yen, ISSUED).
---
--- Reads first, none of them locking; each sees the state committed when it starts (READ
--- COMMITTED takes a snapshot per statement, PostgreSQL 15 docs 13.2.1):
---   UNKNOWN_CAMPAIGN     no stripe 0, which every campaign has;
---   ALREADY_ISSUED       the member's live coupon of the campaign, even after the campaign
---                        ended (a re-send answers with the coupon, docs/api.md);
---   CAMPAIGN_NOT_ACTIVE  p_issued_at outside starts_at..ends_at;
---   MONTHLY_CAP          the member x month counter leaves no room;
---   BUDGET_EXCEEDED      no budget stripe has room.
--- Counters only grow but for an operator's acts (`couponctl reconcile --repair`, which lowers one
--- to the sum of the live coupons; from 00011, `couponctl coupon void`), so a refusal read from
--- committed counters stays true until an operator gives room. Then the writes, in the lock
--- order of docs/design.md, each judging its rule on the row it writes:
---   R2 the coupon insert, judged by the partial unique index one_coupon_per_member (a concurrent
---      insert of the same pair waits for the first to end, then inserts nothing if it committed);
---   R3 one upsert of the member x month row that creates it with the coupon's amount, or adds to
---      it only while used_yen + amount <= cap (ON CONFLICT DO UPDATE ... WHERE is judged on the
---      newest row version once its lock is held: PostgreSQL 15 docs, INSERT "ON CONFLICT Clause");
---   the outbox row (the transactional outbox; a new row, it waits on nobody);
---   R1 one budget stripe, last: one conditional add on a campaign of one stripe; on several, a
---      stripe with room that nobody holds (FOR UPDATE SKIP LOCKED), else a wait for one that the
---      committed state shows with room, starting over if its holder took that room.
--- A write that finds its rule broken by a transaction that committed after the reads (a race,
--- not the committed state the reads saw) raises SQLSTATE CI409 with the result code as its
--- message: the call's transaction rolls back, so nothing is written then either.
---
--- SECURITY DEFINER (docs/roles.md): every write of an issuance goes through the rules written
--- here, whatever the caller's table grants (coupon_issue keeps 00008's for one release, so that
--- the previous revision keeps issuing during a deploy or after a roll back). The function runs as
--- its owner, the migration's identity, with a fixed search_path (PostgreSQL 15
--- docs, CREATE FUNCTION "Writing SECURITY DEFINER Functions Safely"). lock_timeout and
--- statement_timeout are the caller's, set for the call's transaction by the statement pipelined
--- before it: statement_timeout is armed when a statement starts, so a function cannot set its own.
+-- issue_coupon is a wrapper since 00014, and issue_coupons_batch_v2 (00025) holds the rules and the
+-- lock order this migration wrote here: each function's contract is its COMMENT ON FUNCTION,
+-- printed above it in schema/current/.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 
 -- +goose StatementBegin

@@ -174,8 +174,7 @@ $$;
 REVOKE ALL ON FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) TO coupon_issue;
 
--- campaign_lock takes the lock protocol above for campaign p_campaign_id and returns its stripes,
--- newest committed, in stripe order; it raises CI404 for a campaign that does not exist.
+-- campaign_lock's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_lock(p_campaign_id text) RETURNS SETOF campaign_budgets
 LANGUAGE plpgsql VOLATILE
@@ -191,8 +190,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- campaign_change_record appends one row to campaign_changes and returns it; p_reason must say
--- something (CI422 otherwise).
+-- campaign_change_record's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_change_record(p_campaign_id text, p_at timestamptz, p_what text,
   p_before jsonb, p_after jsonb, p_reason text) RETURNS campaign_changes
@@ -213,15 +211,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- campaign_change_budget lays campaign p_campaign_id's budget out anew: p_budget_yen in yen (NULL
--- keeps it), or the present budget plus p_add_yen (negative cuts), over p_stripes budget stripes
--- (NULL keeps their number, 1 to 64). Both the budget and the issued yen are spread over the
--- stripes in whole coupons, as evenly as possible (yen no coupon can use stay on stripe 0), so
--- every stripe keeps issued_yen <= budget_yen, the stripes sum to exactly the new budget, and the
--- issued yen, summed, stay exactly what they were. It refuses (CI422), changing nothing, a budget
--- below the yen already issued or below one coupon, and more stripes than the budget has coupons.
--- It returns one campaign_changes row per thing changed (budget, stripes), none when nothing
--- changed.
+-- campaign_change_budget's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_change_budget(p_campaign_id text, p_budget_yen bigint, p_add_yen bigint,
   p_stripes integer, p_reason text) RETURNS SETOF campaign_changes
@@ -297,13 +287,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- campaign_change_state pauses (p_what 'pause'), resumes ('resume') or ends now ('end') campaign
--- p_campaign_id, or moves its period ('period': p_starts and p_ends, each kept when its
--- p_set_starts/p_set_ends is false; NULL is an open bound). Once it commits, no coupon of the
--- campaign commits while the stripes show it inactive (issue_coupon judges the stripe it
--- writes). 'end' makes the change's time the campaign's ends_at; it refuses (CI422) a campaign
--- that has not started yet (pause it, or move its period). It returns the campaign_changes row,
--- or none when the campaign already was in that state.
+-- campaign_change_state's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_change_state(p_campaign_id text, p_what text, p_starts timestamptz,
   p_ends timestamptz, p_set_starts boolean, p_set_ends boolean, p_reason text) RETURNS SETOF campaign_changes

@@ -36,9 +36,7 @@ ALTER TABLE campaign_budgets
 ALTER TABLE campaign_changes DROP CONSTRAINT what_known,
   ADD CONSTRAINT what_known CHECK (what IN ('budget', 'stripes', 'period', 'pause', 'resume', 'end', 'validity'));
 
--- coupon_expiry is when a coupon issued at p_at expires under a validity of p_days Asia/Tokyo
--- days or until p_until (NULL: no validity): the start of the Tokyo day p_days after the issue
--- day, which is the first of the p_days.
+-- coupon_expiry's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION coupon_expiry(p_at timestamptz, p_days integer, p_until timestamptz)
 RETURNS timestamptz LANGUAGE sql IMMUTABLE
 RETURN coalesce(p_until, ((p_at AT TIME ZONE 'Asia/Tokyo')::date + p_days)::timestamp AT TIME ZONE 'Asia/Tokyo');
@@ -190,9 +188,7 @@ $$;
 REVOKE ALL ON FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION issue_coupon(uuid, text, text, timestamptz, integer, text) TO coupon_issue;
 
--- grant_coupon is issue_coupon for `couponctl grant`, a bulk grant by an operator: the same rules,
--- answers and errors, and the issued coupon records the login that granted it. Only coupon_admin
--- may call it: a grant is an operator's act, as a void is.
+-- grant_coupon's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION grant_coupon(
   p_coupon_id uuid, p_campaign_id text, p_member_id text, p_issued_at timestamptz,
@@ -211,16 +207,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- coupon_void voids coupon p_coupon_id for p_reason, by the database login (session_user), and
--- gives its yen back exactly once, with the void's lock protocol (docs/design.md, "Lock order"):
--- two voids of one coupon queue on its row, and the second finds it voided; the yen go back to
--- one budget stripe holding at least them. With
--- p_allow_reissue the coupon releases its (campaign, member) pair. result is VOIDED, or, changing
--- nothing, ALREADY_VOIDED or REDEEMED (a legacy coupon tied to an order). push says what became of
--- its LINE push: sent (with the time), in flight (a relay holds the row), not sent (it never will
--- be: the relay skips a voided coupon), skipped, parked, or pruned. It raises CI404 for a coupon
--- that does not exist, CI422 for a missing reason, and XX000 when a counter holds less than the
--- coupon (run couponctl reconcile). Two voids of one coupon at once give its yen back once.
+-- coupon_void's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION coupon_void(p_coupon_id uuid, p_reason text, p_allow_reissue boolean,
   OUT result text, OUT campaign_id text, OUT member_id text, OUT month text, OUT amount_yen integer,
@@ -299,11 +286,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- campaign_change_validity sets the validity campaign p_campaign_id gives the coupons issued from
--- now on: p_valid_days Asia/Tokyo days, or until p_expire_at, or none (both NULL); coupons already
--- issued keep theirs. It takes the change protocol of 00010 (campaign_lock) and writes the history
--- row; it refuses (CI422) both at once and an instant that has passed. It returns the history row,
--- or none when the validity is unchanged.
+-- campaign_change_validity's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_change_validity(p_campaign_id text, p_valid_days integer, p_expire_at timestamptz,
   p_reason text) RETURNS SETOF campaign_changes

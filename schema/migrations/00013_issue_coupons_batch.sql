@@ -4,31 +4,9 @@
 -- flight into one call of issue_coupons_batch, so that a batch of members pays one COMMIT (one WAL
 -- flush, one synchronous replication round trip) and one budget stripe write for all of them.
 --
--- issue_coupons_batch issues campaign p_campaign_id to each member p_member_ids[i], with coupon
--- id p_coupon_ids[i] (made by the service), issued at p_issued_at[i] (R3's Asia/Tokyo month of
--- each), under R3's cap p_cap_yen, with p_trace_parents[i] on its outbox row. It answers one row
--- per member, i from 1, with what issue_coupon would have answered it alone (result, coupon,
--- amount, reason, expires_at), or result RETRY for a member it could not finish in this call
--- without waiting out of lock order (the service sends it again, with the same coupon id). It
--- raises nothing for a refusal: a member refused after its rows were written (a race, a stripe
--- short) has them deleted in the same transaction, so a refused member writes nothing that
--- commits, and the others are not held back.
---
--- Reads first, as issue_coupon's, for every member at once; a member listed twice is answered
--- once, its later entries as its first (ALREADY_ISSUED when it was issued). Then the writes, in
--- the order every writer keeps (docs/design.md, "Lock order", which has each writer's protocol
--- and why none waits in a cycle):
---   1. the coupon inserts, in member order (R2's unique index; two batches that share members
---      meet in the same order);
---   2. the member x month upserts, in member order (R3);
---   3. the outbox rows (new rows: they wait on nobody);
---   4. the budget stripes, in stripe order, last: first every stripe with room that nobody holds
---      (FOR UPDATE SKIP LOCKED), each taking as many coupons as it has room for; then, for what
---      is left, a wait for one the committed state shows with room, only for a stripe above every
---      stripe held (so two batches never wait for each other in a cycle); what is still left is
---      RETRY when some stripe has room, else BUDGET_EXCEEDED, or CAMPAIGN_NOT_ACTIVE when the
---      stripes show the campaign paused or ended.
--- The COMMIT follows as the call returns.
+-- issue_coupons_batch is the previous release's wrapper of issue_coupons_batch_v2 since 00025,
+-- which holds the rules, the answers and the lock order this migration wrote here: each
+-- function's contract is its COMMENT ON FUNCTION, printed above it in schema/current/.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 
 -- +goose StatementBegin

@@ -10,11 +10,7 @@
 -- dropped fails with XX000 "cache lookup failed".
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 
--- grant_coupons_batch is issue_coupons_batch for `couponctl grant`, an operator's bulk grant: the
--- same arguments, answers and errors, and each coupon it issues records the database login that
--- granted it (granted_by). Only coupon_admin may call it: a grant is an operator's act, as a void
--- is. The granted_by updates touch only the rows this call inserted, after the stripes: no lock
--- of another transaction is waited for out of order.
+-- grant_coupons_batch's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION grant_coupons_batch(
   p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[], p_issued_at timestamptz[],
@@ -39,10 +35,7 @@ $$;
 REVOKE ALL ON FUNCTION grant_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION grant_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_admin;
 
--- issue_coupon, for the release before this one: issue_coupons_batch for one member, with its
--- arguments checked as before (22023). The answer RETRY, which that release does not know,
--- becomes SQLSTATE 40001 serialization_failure, which it retries: nothing of the call is
--- written either way.
+-- issue_coupon's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION issue_coupon(
   p_coupon_id uuid, p_campaign_id text, p_member_id text, p_issued_at timestamptz,
@@ -68,8 +61,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- grant_coupon, for the release before this one: grant_coupons_batch for one member, RETRY
--- answered as issue_coupon answers it.
+-- grant_coupon's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION grant_coupon(
   p_coupon_id uuid, p_campaign_id text, p_member_id text, p_issued_at timestamptz,

@@ -5,9 +5,8 @@
 -- passed is never pushed: the relay's claim closes its outbox row as skipped, with its reason.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 
--- campaign_inactive_reason, as 00010's, with the campaign's fixed coupon expiry p_expire: at or
--- after it the campaign is ENDED, as at or after p_ends. 00010's overload stays: the functions of
--- earlier migrations call it.
+-- campaign_inactive_reason, as 00010's, with the campaign's fixed coupon expiry: its contract is its
+-- COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION campaign_inactive_reason(p_starts timestamptz, p_ends timestamptz, p_paused timestamptz,
   p_expire timestamptz, p_at timestamptz)
 RETURNS text LANGUAGE sql IMMUTABLE
@@ -237,22 +236,9 @@ $$;
 -- release skipped (its relay marks skipped_at and last_error only) and on rows never skipped.
 ALTER TABLE notification_outbox ADD COLUMN skip_reason text;
 
--- outbox_claim is RelayOutbox's claim (shared/outbox/outboxdb.Claim): it takes up to p_limit open
--- rows due at p_due_at for run p_run, oldest due first, skipping rows another claim holds (FOR
--- UPDATE SKIP LOCKED, in a MATERIALIZED CTE evaluated once, so one claim never takes more than
--- p_limit rows). Each row is then either closed as skipped, never to be pushed, with skip_reason
---   voided           its coupon was voided (couponctl coupon void);
---   expired          its coupon expires before the lease ends: a push sent under the lease could
---                    reach the member after the coupon's expiry;
---   no_line_account  its member has no LINE account linked (couponctl line link, outbox requeue);
--- or leased to the run for p_lease (next_attempt_at moved past it, claimed_by set), with
--- first_pushed_at set if unset, before its push goes out, so that a crash between push and mark
--- cannot lose the start of LINE's retry-key window. It returns every row it took, the closed ones
--- with their skip_reason and the leased ones with skip_reason NULL; key_expired says a leased row
--- was first pushed more than p_key_window ago. The database decides what may be pushed: a later
--- migration that adds a reason binds the relays that call this function. The body is a string,
--- not BEGIN ATOMIC, so that it pins no column: a later migration may change a column it reads
--- (TestColumnTypeChangedUnderPreparedStatements changes amount_yen).
+-- outbox_claim's contract: its COMMENT ON FUNCTION, printed above it in schema/current/. The body
+-- is a string, not BEGIN ATOMIC, so that it pins no column: a later migration may change a column
+-- it reads (TestColumnTypeChangedUnderPreparedStatements changes amount_yen).
 -- +goose StatementBegin
 CREATE FUNCTION outbox_claim(p_limit integer, p_run uuid, p_lease interval, p_due_at timestamptz,
   p_key_window interval)

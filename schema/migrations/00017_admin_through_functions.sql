@@ -15,13 +15,7 @@
 -- deployed (docs/deploy.md). Its functions call none of it.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
 
--- campaign_create creates campaign p_campaign_id: p_discount_yen yen a coupon, p_budget_yen yen
--- of budget over p_stripes budget stripes (stripe i gets an equal share of whole coupons, the
--- first stripes one more; the yen that make no whole coupon stay on stripe 0, as
--- campaign_change_budget lays them), active from p_starts to p_ends (NULL: unbounded), its
--- coupons valid p_valid_days Asia/Tokyo days or until p_expire_at (or no validity). It refuses
--- (CI422) what internal/ops/campaign's Validate refuses, and (CI409, 'exists') a campaign id that
--- exists. It returns the 'create' history row.
+-- campaign_create's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_create(p_campaign_id text, p_discount_yen integer, p_budget_yen integer, p_stripes integer,
   p_starts timestamptz, p_ends timestamptz, p_valid_days integer, p_expire_at timestamptz, p_reason text)
@@ -70,15 +64,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- counters_repair rebuilds every drifted counter from the live coupons, in the issuance's lock
--- order (docs/design.md, "Lock order"): each drifted member x month row first (locked, created
--- if missing, then counted by a new statement, so a coupon committed while it waited is
--- counted), then each drifted campaign's stripes by the change protocol (campaign_lock: stripe 0,
--- then all), its live total laid over them in stripe order, each up to its own budget. A
--- campaign whose live coupons exceed its budget is left alone and named (kind 'refused',
--- before_yen its budget, after_yen its live coupons' yen). It
--- answers one row per counter changed: kind 'usage' (key member and month) or 'campaign', with
--- the yen before and after. Each campaign changed gets a 'repair' history row with p_reason.
+-- counters_repair's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION counters_repair(p_reason text)
 RETURNS TABLE (kind text, key text, before_yen bigint, after_yen bigint)

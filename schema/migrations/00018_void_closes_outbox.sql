@@ -9,9 +9,7 @@
 -- reads skipped_at too.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue readers behind a long transaction
 
--- outbox_push_state says what became of a coupon's LINE push, from its outbox row o (NULL when it
--- has none) and when `couponctl outbox prune` deleted that row (p_pruned): pruned, no outbox row,
--- sent, skipped, parked, in flight (a relay run holds it and its lease runs), or not sent.
+-- outbox_push_state's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION outbox_push_state(p_pruned timestamptz, o notification_outbox) RETURNS text
 LANGUAGE sql STABLE

@@ -19,12 +19,7 @@ CREATE TABLE coupon_changes (
 );
 CREATE INDEX coupon_changes_coupon ON coupon_changes (coupon_id, change_id);
 
--- coupon_allow_reissue lets the member of voided coupon p_coupon_id be issued its campaign again:
--- the coupon leaves R2's index (reissue_allowed), so IssueCoupon and grant issue the pair anew
--- under R1-R3. It locks the coupon row alone (the void's first lock, docs/design.md "Lock
--- order"). result: RELEASED (with the history row's time and login), ALREADY_ALLOWED (nothing
--- changed), NOT_VOIDED (a live or redeemed coupon: nothing changed; void it with
--- --allow-reissue). CI404 for no such coupon, CI422 for a missing reason.
+-- coupon_allow_reissue's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION coupon_allow_reissue(p_coupon_id uuid, p_reason text,
   OUT result text, OUT campaign_id text, OUT member_id text, OUT voided_at timestamptz, OUT voided_by text,

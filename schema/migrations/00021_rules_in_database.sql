@@ -43,23 +43,14 @@ INSERT INTO coupon_rules_changes (before, after, reason)
 VALUES ('{}', '{"monthly_cap_yen": 2000}', 'migration 00021: R3''s cap moves from MONTHLY_CAP_YEN into the database, at its default');
 GRANT SELECT ON coupon_rules, coupon_rules_changes TO coupon_admin;
 
--- monthly_cap_yen is R3's cap in force, in yen. Its read takes coupon_rules' ACCESS SHARE lock
--- until the caller's commit, which coupon_rules_set waits for.
+-- monthly_cap_yen's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION monthly_cap_yen() RETURNS integer
 LANGUAGE sql STABLE SET search_path = public, pg_temp
 RETURN (SELECT r.monthly_cap_yen FROM coupon_rules r);
 REVOKE ALL ON FUNCTION monthly_cap_yen() FROM PUBLIC;
 
--- coupon_rules_set sets R3's cap to p_monthly_cap_yen yen (1 to 1,000,000,000) for the
--- coupons issued after it commits; coupons already issued stay. It writes the history row and
--- returns it, or nothing when the cap already is p_monthly_cap_yen. CI422 for a cap out of range
--- or a blank reason (`couponctl rules set`, as the campaign verbs).
--- It locks coupon_rules ACCESS EXCLUSIVE, so the change's time (changed_at) divides the coupons
--- exactly: it waits until every issuance that read the old cap has ended (each holds ACCESS SHARE
--- from its read, the first lock it takes, to its commit), and the issuances after it read the new
--- cap, then take their clock. Each coupon's issued_at therefore falls in the span of the cap it
--- was issued under, which is how reconcile judges R3. Issuances queue behind the change while it
--- waits, so it waits at most 1 s (55P03), as a campaign change does.
+-- coupon_rules_set, the form 00029 dropped; the form of 00026 holds its rules: its contract is its
+-- COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION coupon_rules_set(p_monthly_cap_yen integer, p_reason text)
 RETURNS SETOF coupon_rules_changes
@@ -93,18 +84,13 @@ $$;
 REVOKE ALL ON FUNCTION coupon_rules_set(integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION coupon_rules_set(integer, text) TO coupon_admin;
 
--- issue_clock_skew is how far a caller's issue time may be from the database's clock: 5 s. The
--- previous release takes its time once at a call's start and keeps it through the call's
--- retries and coalescing waits, all inside the app's 3 s timeout (docs/api.md); the 2 s more
--- cover the two clocks, Cloud Run's and Cloud SQL's, both kept by Google's NTP.
+-- issue_clock_skew's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION issue_clock_skew() RETURNS interval LANGUAGE sql IMMUTABLE RETURN interval '5 seconds';
 
--- issuance_batch_max is the most members one issuance call takes: shared/issuance's
--- MaxBatchMax, ISSUE_BATCH_MAX's ceiling.
+-- issuance_batch_max's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION issuance_batch_max() RETURNS integer LANGUAGE sql IMMUTABLE RETURN 128;
 
--- arg_array_check refuses (22023, naming p_fn and p_name) an array p_arr that is not
--- one-dimensional, counted from 1 and p_n long, or that holds a NULL unless p_nulls_ok.
+-- arg_array_check's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION arg_array_check(p_fn text, p_name text, p_arr anyarray, p_n integer, p_nulls_ok boolean)
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
@@ -121,11 +107,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- issuance_args_check refuses (22023, naming p_fn) the arguments of an issuance call that
--- shared/issuance would never send: a campaign id or a member id outside its format
--- (shared/ids: 1-64 of [A-Za-z0-9_-]; 1-128 bytes of visible ASCII), no member or more than
--- issuance_batch_max(), arrays not one per member from index 1, a NULL id or time, a coupon id
--- twice, a trace that is not a W3C traceparent (version 00; a NULL trace is none).
+-- issuance_args_check's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION issuance_args_check(p_fn text, p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
   p_issued_at timestamptz[], p_trace_parents text[])
@@ -162,10 +144,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- issue_clock is the issue time of every member of a call: the database's clock, once. It
--- refuses (22023, naming p_fn) a caller's time more than issue_clock_skew() away from it, so
--- no caller chooses a coupon's period, its month (R3) or its expiry; the previous release's
--- times, taken a moment earlier, pass.
+-- issue_clock's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION issue_clock(p_fn text, p_issued_at timestamptz[]) RETURNS timestamptz[]
 LANGUAGE plpgsql VOLATILE AS $$
@@ -418,12 +397,7 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
--- outbox_claim_args_check refuses (22023) outbox_claim's arguments that shared/outbox never
--- sends: a limit outside 1..1000 (RELAY_BATCH_SIZE's range), no run, a lease or a retry-key
--- window outside (0, 23 h] (shared/outbox's RetryKeyWindow, inside LINE's 24 hours), a due time
--- missing or after the database's clock (plus issue_clock_skew()): a caller's clock would claim
--- rows before they are due. It returns true, so that the claim can gate on it. Only this release
--- calls outbox_claim (the previous release's relay claims inline).
+-- outbox_claim_args_check's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION outbox_claim_args_check(p_limit integer, p_run uuid, p_lease interval, p_due_at timestamptz,
   p_key_window interval)

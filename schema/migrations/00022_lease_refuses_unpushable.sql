@@ -7,18 +7,7 @@
 -- back stay as they are; the row is refused under it.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
 
--- outbox_lease_refused is the BEFORE UPDATE trigger of notification_outbox below. The update it
--- sees takes a lease (a run's id set in claimed_by); it returns NULL, so that PostgreSQL neither
--- changes the row nor returns it from the statement's RETURNING, when the row's coupon is voided
--- or expires by the lease's end (NEW.next_attempt_at), outbox_claim's own rule; otherwise NEW.
--- The refused row stays open and unleased: outbox_claim closes it as skipped, with its reason,
--- on its next run. It takes no lock: it reads the coupon row by its primary key, in a snapshot
--- of its own taken after the claim locked the outbox row (READ COMMITTED, a VOLATILE function),
--- so it sees a void that committed meanwhile. A void that is still open holds the outbox row
--- (00018), which every claim skips. It runs with the rights of the statement that fires it, so it
--- reads its one table by its schema-qualified name, which no temporary table can stand in for,
--- instead of a SET search_path, which is set and restored on every call, once per leased row
--- (BenchmarkClaimLeaseGuard measures both, docs/performance.md).
+-- outbox_lease_refused's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION outbox_lease_refused() RETURNS trigger
 LANGUAGE plpgsql VOLATILE

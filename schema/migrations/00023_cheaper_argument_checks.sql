@@ -18,9 +18,7 @@
 --   * issue_clock, 15-20 us, now 10-15: the skew judged in a loop over the times, not a query.
 SET LOCAL lock_timeout = '3s'; -- give up (55P03) rather than queue issuances behind a long transaction
 
--- arg_array_fits says whether p_arr is one-dimensional, counted from 1, p_n long, and holds no
--- NULL unless p_nulls_ok; false for a NULL or empty array. A SQL expression that the planner
--- inlines into its caller.
+-- arg_array_fits's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION arg_array_fits(p_arr anyarray, p_n integer, p_nulls_ok boolean) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
@@ -30,8 +28,7 @@ $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION arg_array_fits(anyarray, integer, boolean) FROM PUBLIC;
 
--- arg_array_check refuses (22023, naming p_fn and p_name) an array p_arr that arg_array_fits
--- refuses: its shape first, then a NULL.
+-- arg_array_check's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION arg_array_check(p_fn text, p_name text, p_arr anyarray, p_n integer, p_nulls_ok boolean)
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
@@ -48,12 +45,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- issuance_args_check refuses (22023, naming p_fn) the arguments of an issuance call that
--- shared/issuance would never send: a campaign id or a member id outside its format
--- (shared/ids: 1-64 of [A-Za-z0-9_-]; 1-128 bytes of visible ASCII), no member or more than
--- issuance_batch_max(), arrays not one per member from index 1, a NULL id or time, a coupon id
--- twice, a trace that is not a W3C traceparent (version 00; a NULL trace is none). An entry's
--- faults are named in that order, the entries in theirs.
+-- issuance_args_check's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION issuance_args_check(p_fn text, p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
   p_issued_at timestamptz[], p_trace_parents text[])
@@ -92,10 +84,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- issue_clock is the issue time of every member of a call: the database's clock, once. It
--- refuses (22023, naming p_fn) a caller's time more than issue_clock_skew() away from it, so
--- no caller chooses a coupon's period, its month (R3) or its expiry; the previous release's
--- times, taken a moment earlier, pass.
+-- issue_clock's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION issue_clock(p_fn text, p_issued_at timestamptz[]) RETURNS timestamptz[]
 LANGUAGE plpgsql VOLATILE AS $$
@@ -115,9 +104,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- monthly_cap_yen is R3's cap in force, in yen. Its read takes coupon_rules' ACCESS SHARE lock
--- until the caller's commit, which coupon_rules_set waits for. It names its table by its schema,
--- which no temporary table can stand in for, instead of a SET search_path.
+-- monthly_cap_yen's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION monthly_cap_yen() RETURNS integer
 LANGUAGE plpgsql STABLE AS $$

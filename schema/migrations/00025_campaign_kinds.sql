@@ -43,13 +43,8 @@ ALTER TABLE campaign_changes DROP CONSTRAINT what_known,
                                             'repair', 'release', 'audience')) NOT VALID;
 ALTER TABLE campaign_changes VALIDATE CONSTRAINT what_known;
 
--- campaign_create, with releases and an audience: the 9-argument campaign_create (00017), which
--- stays for the previous release's couponctl, then p_release_coupons[i] coupons released at
--- p_release_at[i] (both NULL or empty: no schedule, the whole budget from the start) and
--- p_audience_only. It refuses (CI422) what campaign_create refuses, and arrays of unequal length,
--- with NULLs or not one dimension from index 1, a release at or after the campaign's end, a
--- count below 1, two releases at one instant, and releases summing above the budget's coupons
--- (budget_yen / discount_yen). Its 'create' history row names the releases and the audience.
+-- campaign_create with releases and an audience, the 12-argument form: its contract is its COMMENT
+-- ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_create(p_campaign_id text, p_discount_yen integer, p_budget_yen integer, p_stripes integer,
   p_starts timestamptz, p_ends timestamptz, p_valid_days integer, p_expire_at timestamptz, p_reason text,
@@ -102,13 +97,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- campaign_release_add releases p_coupons more coupons of campaign p_campaign_id at p_at, with a
--- 'release' history row. It takes stripe 0 (FOR UPDATE), as every change of a campaign does, so
--- that two adds, or an add and a budget change, read each other's result (docs/design.md, "Lock
--- order"); issuances do not wait for it (an instant in the future binds no issuance in flight).
--- It refuses: an unknown campaign (CI404); a campaign created without releases, which issues its
--- whole budget from its start; an instant not after the database's clock, at or after the end,
--- or already used; a count below 1; releases summing above the budget's coupons (CI422).
+-- campaign_release_add's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_release_add(p_campaign_id text, p_at timestamptz, p_coupons integer, p_reason text)
 RETURNS SETOF campaign_changes
@@ -155,15 +144,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- campaign_audience_change adds (p_add) or removes the members p_member_ids (1 to 1000 valid
--- member ids, docs/api.md) to or from the audience of audience-only campaign p_campaign_id and
--- returns how many it actually added or removed: a member already present, or already absent,
--- changes nothing, so a call run again is harmless. One 'audience' history row per call names
--- the counts. It locks the campaign's audience rows it changes, in member order, and nothing
--- else: an issuance holds its member's row (FOR KEY SHARE) from its reads to its COMMIT, so a
--- removal waits for the issuances of those members in flight, and once it returns none of them
--- commits a coupon (docs/design.md, "Lock order"). Refusals: an unknown campaign (CI404); a
--- campaign open to every member, bad ids, a missing direction or reason (CI422).
+-- campaign_audience_change's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION campaign_audience_change(p_campaign_id text, p_member_ids text[], p_add boolean, p_reason text)
 RETURNS integer
@@ -214,19 +195,12 @@ END
 $$;
 -- +goose StatementEnd
 
--- release_share is how many of p_released coupons stripe p_stripe of p_stripes may hold: an even
--- split in whole coupons, the first stripes one more (as campaign_change_budget lays a budget).
--- Each stripe's share only grows with p_released, and the shares sum to it exactly.
+-- release_share's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION release_share(p_released bigint, p_stripe integer, p_stripes bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE
 RETURN p_released / p_stripes + (p_stripe < p_released % p_stripes)::integer;
 
--- release_room is how many more coupons stripe p_stripe of campaign p_campaign_id, holding
--- p_held, may take by the schedule at p_at: its share of the coupons released by p_at, split
--- over the campaign's stripes as they are now, less p_held (below 1: none). VOLATILE, so that
--- each call reads the releases and the stripes afresh: called in the WHERE of the statement that
--- locks the stripe, it is evaluated again on the row it waited for (EvalPlanQual), after a
--- re-stripe that changed the count. The issuance calls it only for a campaign with releases.
+-- release_room's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION release_room(p_campaign_id text, p_stripe integer, p_held bigint, p_at timestamptz) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -239,18 +213,10 @@ END
 $$;
 -- +goose StatementEnd
 
--- issue_coupons_batch_v2 is issue_coupons_batch (00021, read there for the rules and the lock
--- order) with the campaign kinds of issue 33, for this release:
---   - audience-only (stripe 0's audience_only): a member without a campaign_audience row is
---     NOT_ELIGIBLE, nothing written; the rows found are held FOR KEY SHARE, first of all locks;
---   - releases (stripe 0's releases): before the first release, CAMPAIGN_NOT_ACTIVE NOT_STARTED;
---     the room of each stripe is also capped by its share of the coupons released by the
---     database's clock at the statement that writes it (release_room), in the WHERE of that
---     statement, as the period and the pause are judged: no coupon of a release commits before
---     its instant, and no more than the released count is issued;
---   - next_release_at: the next release, on BUDGET_EXCEEDED and on NOT_STARTED.
--- A campaign with neither costs no statement more than before: the two flags come with the
--- stripe 0 read, and each new condition is short-circuited behind its flag.
+-- issue_coupons_batch_v2 is issue_coupons_batch (00021) with the campaign kinds of issue 33, for this
+-- release: its contract is its COMMENT ON FUNCTION, printed above it in schema/current/. A campaign
+-- with neither kind costs no statement more than before: the two flags come with the stripe 0
+-- read, and each new condition is short-circuited behind its flag.
 -- +goose StatementBegin
 CREATE FUNCTION issue_coupons_batch_v2(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[], p_issued_at timestamp with time zone[], p_cap_yen integer, p_trace_parents text[])
  RETURNS TABLE(i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz, next_release_at timestamptz)
@@ -513,11 +479,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- issue_coupons_batch is the previous release's entry (it calls it, and issue_coupon calls it):
--- the same arguments and result columns as before, through issue_coupons_batch_v2, answering
--- only codes that release knows: NOT_ELIGIBLE, which it does not, is UNKNOWN_CAMPAIGN (the
--- campaign does not exist for that member; docs/deploy.md says why), and next_release_at is
--- not passed on.
+-- issue_coupons_batch's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION issue_coupons_batch(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
   p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
@@ -530,9 +492,7 @@ AS $$
 $$;
 -- +goose StatementEnd
 
--- grant_coupons_batch_v2 is grant_coupons_batch (00014) through issue_coupons_batch_v2: the
--- answers of this release, next_release_at included, the granting login recorded on the coupons
--- it issued.
+-- grant_coupons_batch_v2's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION grant_coupons_batch_v2(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
   p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
@@ -555,8 +515,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- grant_coupons_batch is the previous release's grant (grant_coupon calls it), through
--- grant_coupons_batch_v2, answering as issue_coupons_batch does above.
+-- grant_coupons_batch's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION grant_coupons_batch(p_campaign_id text, p_coupon_ids uuid[], p_member_ids text[],
   p_issued_at timestamptz[], p_cap_yen integer, p_trace_parents text[])
@@ -569,14 +528,8 @@ AS $$
 $$;
 -- +goose StatementEnd
 
--- issue_dry_run answers what issue_coupons_batch_v2 would answer member p_member_id of campaign
--- p_campaign_id now (the database's clock), writing nothing and locking no row: AVAILABLE (with
--- the coupon's amount and expiry), or the refusal, in the issuance's order (UNKNOWN_CAMPAIGN,
--- ALREADY_ISSUED or COUPON_VOIDED with the coupon, NOT_ELIGIBLE, CAMPAIGN_NOT_ACTIVE with its
--- reason, MONTHLY_CAP, BUDGET_EXCEEDED); remaining_coupons, the coupons the stripes can still
--- issue now (by the budget and the releases), on AVAILABLE and BUDGET_EXCEEDED; next_release_at,
--- the next scheduled release, on AVAILABLE, BUDGET_EXCEEDED and NOT_STARTED. Plain reads of the committed state: an issuance in flight may take
--- the last coupon after it answers. Malformed ids are refused with 22023.
+-- issue_dry_run, the dry run of one member (dropped by 00029): issue_dry_run_batch's contract says
+-- what a dry run answers.
 -- +goose StatementBegin
 CREATE FUNCTION issue_dry_run(p_campaign_id text, p_member_id text)
 RETURNS TABLE (result text, coupon text, amount integer, reason text, expires_at timestamptz,

@@ -37,9 +37,7 @@ END $$;
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM coupon_console;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM coupon_console;
 
--- operator_email is p_email as the console's tables keep it: trimmed, in lower case. It refuses
--- (CI422) one that is not an address: 1-64 characters of RFC 5322's dot-atom before the @, a
--- domain of dot-separated labels of letters, digits and inner hyphens after it, 254 at most.
+-- operator_email's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION operator_email(p_email text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -78,11 +76,7 @@ CREATE TABLE console_role_changes (
 );
 CREATE INDEX console_role_changes_email ON console_role_changes (email, change_id);
 
--- console_role_set gives email p_email (normalized by operator_email) the console role p_role
--- and writes the history row, which it returns; nothing when the email has that role already.
--- CI422 for a malformed email, an unknown role or a blank reason. Role changes queue on the
--- table's SHARE ROW EXCLUSIVE lock (two grants of a new email cannot both insert it); readers
--- (console_role_of) do not wait for it.
+-- console_role_set's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_role_set(p_email text, p_role text, p_reason text)
 RETURNS SETOF console_role_changes
@@ -115,10 +109,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- console_role_of is p_email's console role: viewer, operator or approver; viewer for an email
--- console_roles does not hold. CI422 for a malformed email. PL/pgSQL, as the helpers below, so
--- that each session plans its statements once (a SQL function with SET or SECURITY DEFINER is
--- planned again on every call).
+-- console_role_of's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_role_of(p_email text) RETURNS text
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -130,9 +121,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- operator_require returns p_email normalized (operator_email) when its console role is at
--- least p_need (viewer < operator < approver), and refuses (42501) the person otherwise, naming
--- p_act, what was asked. The console_* functions call it first.
+-- operator_require's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION operator_require(p_email text, p_need text, p_act text) RETURNS text
 LANGUAGE plpgsql STABLE
@@ -163,13 +152,7 @@ ALTER TABLE coupon_rules
 INSERT INTO coupon_rules_changes (before, after, reason)
 VALUES ('{}', '{"approval_above_yen": 100000}', 'migration 00026: the console''s four eyes, at the default line');
 
--- coupon_rules_set sets R3's cap (p_monthly_cap_yen, as the two-argument form) and the approval
--- line (p_approval_above_yen, 0 to 2,147,483,647 yen); NULL keeps a setting, and at least one is
--- given. It writes one history row holding the settings changed, and returns it, or nothing when
--- both already are as given. CI422 for a setting out of range or a blank reason. A cap change
--- locks coupon_rules ACCESS EXCLUSIVE, for the reason the two-argument form gives; a change of
--- the line alone locks only the row, so issuances (ACCESS SHARE) never wait for it. Either
--- waits at most 1 s (55P03).
+-- coupon_rules_set's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION coupon_rules_set(p_monthly_cap_yen integer, p_approval_above_yen bigint, p_reason text)
 RETURNS SETOF coupon_rules_changes
@@ -237,8 +220,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- change_request_lifetime is how long a request waits for its approver: 24 hours from
--- requested_at, by the database's clock; then it has lapsed and cannot be decided.
+-- change_request_lifetime's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION change_request_lifetime() RETURNS interval LANGUAGE sql IMMUTABLE RETURN interval '24 hours';
 
 -- campaign_change_request_rows: the requests as made and decided. decision is NULL while
@@ -290,9 +272,7 @@ ALTER TABLE campaign_changes
 -- voided_by, the database login; NULL for a void made with couponctl.
 ALTER TABLE issued_coupons ADD COLUMN voided_by_email text;
 
--- operator_lock_timeout sets the transaction's lock_timeout to 1 s unless the session set one of
--- its own (as couponctl's changes do, campaign.ChangeLockTimeout): a console change waits for a
--- budget stripe at most as long as an issuance does, then gives up (55P03), nothing changed.
+-- operator_lock_timeout's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION operator_lock_timeout() RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
@@ -303,8 +283,7 @@ $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION operator_lock_timeout() FROM PUBLIC;
 
--- operator_changes_mark names the person p_email (and the request p_request_id, or NULL) on the
--- history rows p_change_ids, which a change function wrote in this transaction, and returns them.
+-- operator_changes_mark's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION operator_changes_mark(p_change_ids bigint[], p_email text, p_request_id bigint)
 RETURNS SETOF campaign_changes
@@ -320,11 +299,7 @@ $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION operator_changes_mark(bigint[], text, bigint) FROM PUBLIC;
 
--- console_pause pauses (p_pause) or resumes campaign p_campaign_id for the person p_operator
--- (an operator or approver), through campaign_change_state, and returns the history row naming
--- the person: none when it was so already. 42501 for a viewer; otherwise campaign_change_state's
--- refusals (CI404, CI422, 55P03 after 1 s). Each change function below locks as the CLI's change
--- does (docs/design.md, "Lock order").
+-- console_pause's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_pause(p_campaign_id text, p_pause boolean, p_operator text, p_reason text)
 RETURNS SETOF campaign_changes
@@ -346,7 +321,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- console_end ends campaign p_campaign_id now for the person p_operator, as console_pause.
+-- console_end's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_end(p_campaign_id text, p_operator text, p_reason text)
 RETURNS SETOF campaign_changes
@@ -364,15 +339,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- console_budget changes campaign p_campaign_id's budget (p_budget_yen, or p_add_yen added,
--- negative cuts) and stripes (p_stripes), as campaign_change_budget takes them, for the person
--- p_operator (an operator or approver). A raise of more than coupon_rules.approval_above_yen over
--- the budget in force becomes a request instead (applied false, its request_id), which
--- console_decide applies once a different approver approves it; otherwise the change is applied
--- (applied true, request_id NULL) and its history rows name the person. 42501 for a viewer;
--- CI422 for nothing to change, a budget and an add together or a blank reason; otherwise
--- campaign_change_budget's refusals. It reads the line (coupon_rules, ACCESS SHARE) before it
--- locks the stripes, as an issuance reads the cap, then judges the raise on the budget it holds.
+-- console_budget's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_budget(p_campaign_id text, p_budget_yen bigint, p_add_yen bigint, p_stripes integer,
   p_operator text, p_reason text)
@@ -413,11 +380,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- console_period asks to move campaign p_campaign_id's period to start at p_starts and end at
--- p_ends (NULL keeps that bound), for the person p_operator (an operator or approver): always a
--- request (applied false, its request_id), applied by console_decide through
--- campaign_change_state once a different approver approves it. 42501 for a viewer; CI404 for no
--- such campaign; CI422 for no bound given, a start not before the end or a blank reason.
+-- console_period's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_period(p_campaign_id text, p_starts timestamptz, p_ends timestamptz, p_operator text, p_reason text)
 RETURNS TABLE (applied boolean, request_id bigint)
@@ -446,15 +409,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- console_decide approves (p_approve) or rejects request p_request_id for the person p_operator,
--- who must be an approver other than its requester, with p_reason, and returns the request as
--- decided. An approval applies the request through campaign_change_budget or
--- campaign_change_state, in the same transaction, and the history rows it writes name the
--- approver and the request. 42501 for a person who is not an approver or who made the request;
--- CI404 for no such request; CI409 for a request decided already or lapsed (by the database's
--- clock as it decides); CI422 for a blank reason; otherwise the change function's refusals, and
--- the request stays as it was. Two decisions of one request queue on its row (FOR UPDATE) and the
--- second finds it decided: a request is applied at most once.
+-- console_decide's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_decide(p_request_id bigint, p_approve boolean, p_operator text, p_reason text)
 RETURNS SETOF campaign_change_requests
@@ -510,10 +465,7 @@ END
 $$;
 -- +goose StatementEnd
 
--- console_void voids coupon p_coupon_id (allowing its reissue when p_allow_reissue) for the person
--- p_operator (an operator or approver), through coupon_void, and answers as coupon_void does
--- (VOIDED, ALREADY_VOIDED, REDEEMED and its columns), with the voiding person's email beside
--- voided_by. 42501 for a viewer; otherwise coupon_void's refusals (CI404, CI422).
+-- console_void's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 -- +goose StatementBegin
 CREATE FUNCTION console_void(p_coupon_id uuid, p_allow_reissue boolean, p_operator text, p_reason text,
   OUT result text, OUT campaign_id text, OUT member_id text, OUT month text, OUT amount_yen integer,

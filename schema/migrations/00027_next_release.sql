@@ -8,10 +8,7 @@
 -- they read the next release, and are otherwise 00025's. The previous release's entries answer no
 -- next_release_at and are unchanged.
 -- +goose StatementBegin
--- release_next is the first instant after p_now at which campaign p_campaign_id's releases open
--- more coupons: a release opens at its instant, or at the start (p_starts) if that is later, and
--- never at or after the end (p_ends) or the coupons' fixed expiry (p_until); NULL when none is to
--- come.
+-- release_next's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION release_next(p_campaign_id text, p_now timestamptz, p_starts timestamptz, p_ends timestamptz, p_until timestamptz)
 RETURNS timestamptz LANGUAGE sql STABLE SET search_path = public, pg_temp
 RETURN (SELECT min(o.at) FROM (SELECT greatest(r.at, p_starts) AS at FROM campaign_releases r WHERE r.campaign_id = p_campaign_id) o

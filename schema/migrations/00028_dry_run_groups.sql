@@ -8,18 +8,7 @@
 -- it waited for (docs/performance.md). issue_dry_run, which no release calls any more (it came
 -- after the previous release, 980de4a), answers through the batch: one body of the rules.
 -- +goose StatementBegin
--- issue_dry_run_batch answers what issue_coupons_batch_v2 would answer each member of
--- p_member_ids for campaign p_campaign_id now (the database's clock), writing nothing and locking
--- no row, one row per entry (i, its index from 1, a member given twice answered twice alike):
--- AVAILABLE (with the coupon's amount and expiry), or the refusal, in the issuance's order
--- (UNKNOWN_CAMPAIGN, ALREADY_ISSUED or COUPON_VOIDED with the coupon and its expiry,
--- NOT_ELIGIBLE, CAMPAIGN_NOT_ACTIVE with its reason, MONTHLY_CAP, BUDGET_EXCEEDED);
--- remaining_coupons, the coupons the stripes can still issue now (by the budget and the
--- releases), on AVAILABLE and BUDGET_EXCEEDED; next_release_at (release_next) on AVAILABLE,
--- BUDGET_EXCEEDED and NOT_STARTED. Plain reads of the committed state, all as of the call's
--- snapshot: an issuance in flight may take the last coupon after it answers. Malformed ids, and
--- an array that is not 1 to issuance_batch_max() members from index 1 without NULLs, are refused
--- with 22023.
+-- issue_dry_run_batch's contract: its COMMENT ON FUNCTION, printed above it in schema/current/.
 CREATE FUNCTION issue_dry_run_batch(p_campaign_id text, p_member_ids text[])
 RETURNS TABLE (i integer, result text, coupon text, amount integer, reason text, expires_at timestamptz,
                remaining_coupons integer, next_release_at timestamptz)
