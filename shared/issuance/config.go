@@ -40,13 +40,12 @@ const (
 	// timeout so that a lock wait ends as 55P03 (retryable), not 57014.
 	DefaultStatementTimeout = 2 * time.Second
 
-	// MaxAttempts bounds the attempts of one call (docs/design.md, "Timeouts and retries").
+	// MaxAttempts bounds a member's attempts lost to contention (the retry policy:
+	// [Service.run]).
 	MaxAttempts = 5
 
-	// BackoffBase and BackoffCap bound the full-jitter wait after failed attempt n (n >= 1),
-	// which is uniform in [0, min(BackoffCap, BackoffBase*2^(n-1))): at most 10, 20, 40, 80 ms
-	// before attempts 2 to 5 (shared/backoff.FullJitter; docs/design.md; M. Brooker, "Exponential
-	// Backoff And Jitter").
+	// BackoffBase and BackoffCap bound the full-jitter wait after a failed attempt (the retry
+	// policy: [Service.run]).
 	BackoffBase = 10 * time.Millisecond
 	BackoffCap  = 200 * time.Millisecond
 

@@ -20,10 +20,8 @@
 // one fixed order (docs/design.md, "Lock order"). Every request is a member of a group: alone, a
 // group of one; coalesced, the requests of its campaign that waited behind the call in flight in
 // this instance (coalesce.go, where the protocol is written). One implementation of the rules
-// and one retry policy serve both ([Service.run], run.go): 40001, 40P01, 55P03 and the answer
-// RETRY are retried with full-jitter backoff at most [MaxAttempts] times, a lost connection, a
-// lost answer settled as nothing written and 57014 while the request's time fits, 0A000 once;
-// every call ends by its group's tightest deadline ([Service.Issue]). A dry run ([Service.DryRun])
+// and one retry policy serve both: the policy is stated where it is enforced, at [Service.run]
+// (run.go). A dry run ([Service.DryRun])
 // is coalesced by the same protocol in a coalescer of its own, a group of dry runs one call of
 // issue_dry_run_batch, not retried.
 package issuance

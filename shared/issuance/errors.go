@@ -10,9 +10,9 @@ import (
 )
 
 // IsRetryable reports whether err, at any depth of wrapping (fmt.Errorf %w, errors.Join), is a
-// PostgreSQL error after which the whole transaction may be run again: 40001
+// PostgreSQL error of contention, after which the whole transaction may be run again: 40001
 // serialization_failure, 40P01 deadlock_detected or 55P03 lock_not_available. Any other error,
-// 57014 and 23505 included, is not.
+// 57014 and 23505 included, is not (what the issuance sends again: [Service.run]).
 func IsRetryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {

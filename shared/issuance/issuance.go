@@ -104,12 +104,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 // issue_coupons_batch_v2 (schema/current/issue_coupons_batch_v2.sql), pipelined in autocommit
 // behind the attempt's lock_timeout and statement_timeout. It reads first, then takes its locks
 // in the one order of docs/design.md, "Lock order", each write judging its rule on the row it
-// writes. Attempts are run again as [Service.run] says: contention (40001, 40P01, 55P03, or the
-// answer RETRY) at most [MaxAttempts] times, a lost connection, a lost answer settled as nothing
-// written or a statement_timeout while the request's time fits another attempt, 0A000 once.
+// writes. Attempts are run again by the issuance's retry policy, stated at [Service.run], which
+// answers RETRY_EXHAUSTED, nothing written, when the request's time runs out first.
 //
-// When the attempts' time ends first, the result is RETRY_EXHAUSTED: nothing was written. When
-// the call was sent but its answer lost, Issue settles it before answering (see
+// When the call was sent but its answer lost, Issue settles it before answering (see
 // [Service.settle]): ISSUED if the coupon was committed. The whole call ends inside the budget,
 // every path included, a coalesced one too (see [attemptsEnd]).
 //
@@ -151,16 +149,17 @@ func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant 
 	return a.out, a.err
 }
 
-// step is what [Service.run] does for a member after an attempt.
+// step is the class of an attempt's outcome for a member: what the retry policy of
+// [Service.run] does with it.
 type step int
 
 const (
 	answer         step = iota // the attempt's outcome, or ErrOutcomeUnknown, is the answer
 	fail                       // the caller went away, or an error that no retry mends (500)
-	retryContended             // 40001, 40P01, 55P03, RETRY: again after a wait, at most MaxAttempts
-	retryConnLost              // a connection lost with nothing written: again while time fits
-	retryTimeout               // 57014 or the call's deadline, nothing written: again while time fits
-	retryStalePlan             // 0A000, a call prepared before a migration changed its result: again at once, once
+	retryContended             // contention: 40001, 40P01, 55P03 (IsRetryable) or the answer RETRY
+	retryConnLost              // a connection lost with nothing written
+	retryTimeout               // 57014 or the call's deadline, nothing written
+	retryStalePlan             // 0A000, a call prepared before a migration changed its result
 )
 
 // classify classifies the error of an attempt made under ctx, and returns, for a failure, its

@@ -62,7 +62,7 @@ func (j *joined) quit(cause error) {
 type member struct {
 	*joined
 	attempts   int
-	contended  int // attempts lost to 40001, 40P01, 55P03 or the answer RETRY
+	contended  int // attempts lost to contention (retryContended)
 	stalePlans int // attempts lost to 0A000
 }
 
@@ -72,22 +72,36 @@ var errPanicked = errors.New("issuance: the call panicked")
 // run issues group's requests, all of one campaign (one request alone is a group of one), as
 // calls of issue_coupons_batch_v2 (grant_coupons_batch_v2 for a grant) until each is answered, and
 // answers each member once, on every path: a panic is answered to every member not yet answered
-// as an error wrapping errPanicked. One policy for every member ([classify], then [act]):
+// as an error wrapping errPanicked.
 //
-//   - a call's answer is each member's answer; a member answered RETRY (issue_coupons_batch_v2 could
-//     not place it without waiting out of lock order) goes again, as contention;
-//   - 40001, 40P01, 55P03 (contention): again after a full-jitter wait, at most [MaxAttempts]
-//     attempts lost to contention per member, then RETRY_EXHAUSTED;
+// The issuance's retry policy is this, stated here alone and enforced by [classify], [act] and
+// [pause]: one policy for every member, alone or coalesced, issued or granted. Only a failure the
+// database rolled back, or that wrote nothing, is sent again:
+//
+//   - a call's answer is each member's answer; a member answered RETRY (issue_coupons_batch_v2
+//     could not place it without waiting out of lock order) goes again, as contention;
+//   - contention, SQLSTATE 40001 serialization_failure, 40P01 deadlock_detected or 55P03
+//     lock_not_available ([IsRetryable]; the attempt's lock_timeout ends a lock wait as 55P03),
+//     or the answer RETRY: again after a full-jitter wait, at most [MaxAttempts] (5) attempts
+//     lost to contention per member, then RETRY_EXHAUSTED;
+//   - a connection lost before the call was sent, a lost answer settled as nothing written
+//     ([Service.settleLost]), or 57014 statement_timeout: again after a full-jitter wait, bounded
+//     by the member's time alone (each dead pooled connection costs one round trip);
 //   - 0A000, a call prepared before a migration changed its result: again at once, once;
-//   - a connection lost before the call was sent, a lost answer settled as nothing written, or
-//     57014 statement_timeout: again after a full-jitter wait;
-//   - the caller gone (a group of one), or an error no retry mends: that error (500); a lost
-//     answer that cannot be settled: [ErrOutcomeUnknown].
+//   - the caller gone (a group of one), or any other error: that error, never a blind retry
+//     (500); a lost answer that cannot be settled: [ErrOutcomeUnknown] (500).
 //
-// Every call ends by the deadline of the group's tightest member, its timeouts derived from
-// that member's time left, and a member is tried again, or waited for, only while its own time
-// still fits an attempt; otherwise it is answered RETRY_EXHAUSTED (nothing was written). A lost
-// answer is settled by the group's earliest call end.
+// The wait after failed attempt n is uniform in [0, min([BackoffCap], [BackoffBase] x 2^(n-1))),
+// at most 10, 20, 40 and 80 ms before attempts 2 to 5 (full jitter, [backoff.FullJitter]; M.
+// Brooker, "Exponential Backoff And Jitter"), so that members that failed together do not meet
+// again together; none is taken after 0A000 alone. A member's time is its request's budget,
+// ISSUE_BUDGET ([Config.Budget], 2.5 s by default, inside the app gateway's 3 s, [AppTimeout]),
+// of which its attempts get what [attemptsEnd] leaves (docs/api.md, "The 3 s bound"). Every call
+// ends by the deadline of the group's tightest member, its lock_timeout and statement_timeout
+// derived from that member's time left ([Config.attemptTimeouts]), and a member is tried again,
+// or waited for, only while an attempt still fits after the wait ([fits]); otherwise it is
+// answered RETRY_EXHAUSTED: nothing was written, and the same request is safe to send again. A
+// lost answer is settled by the group's earliest call end.
 func (s *Service) run(group []*joined) {
 	defer answerPanic(group)
 	s.calls(group)
