@@ -37,7 +37,7 @@ member refused after its rows were written (a race, a stripe short) has them del
 transaction, so a refused member writes nothing that commits, and the others are not held back.
 Reads first, of the committed state, none locking but the audience rows, held FOR KEY SHARE to the
 COMMIT so that an audience removal waits for the member's issuance. Then the writes, in the one
-lock order: the coupons in member order (R2, the unique index one_coupon_per_member_held), the
+lock order: the coupons in member order (R2, the unique index one_coupon_per_member), the
 member x month rows in member order (R3, an upsert only while used_yen + amount <= the cap), the
 outbox rows, and last the budget stripes (R1): first any stripe with room that nobody holds (FOR
 UPDATE SKIP LOCKED), then a wait only for a stripe above every stripe held. Each stripe's write is

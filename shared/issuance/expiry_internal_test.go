@@ -14,14 +14,15 @@ import (
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
-// TestCoalescedEndsAtCouponExpiry: the coalesced path, IssueCoupon's service as coupon_issue.
-// The campaign's call in flight is a request of member L, held at R3 by a transaction of the test
-// that issues L another campaign worth the whole month (so L's own answer is MONTHLY_CAP whatever
-// the expiry, and the lone path, issue_coupon, writes nothing). Meanwhile the campaign's fixed
-// coupon expiry passes, and 12 members ask at once, released from a barrier; once all 12 wait in
-// the campaign's queue, the test commits, and they go as coalesced calls of issue_coupons_batch.
+// TestCoalescedEndsAtCouponExpiry: the coalesced path, IssueCoupon's service as coupon_issue. The
+// campaign's call in flight is a request of member L, held at R3 by a transaction of the test that
+// issues L another campaign worth the whole month (so L's own answer is MONTHLY_CAP whatever the
+// expiry, and its call, a batch of one, writes nothing). Meanwhile the campaign's fixed coupon
+// expiry passes, and 12 members ask at once, released from a barrier; once all 12 wait in the
+// campaign's queue, the test commits, and they go as coalesced calls of issue_coupons_batch_v2.
 // Each is answered CAMPAIGN_NOT_ACTIVE (ENDED), and nothing of the campaign is written (coupons,
-// outbox, budget, usage, by SQL). The broken variant, 00013's body, issues them.
+// outbox, budget, usage, by SQL). The broken variant, blind to the expiry (pgtest.BlindToExpiry),
+// issues them.
 func TestCoalescedEndsAtCouponExpiry(t *testing.T) {
 	t.Parallel()
 	const members = 12

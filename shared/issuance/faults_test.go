@@ -317,15 +317,15 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 	}
 }
 
-// TestColumnTypeChangedUnderPreparedStatements: a migration changes amount_yen to bigint while
-// the pool's four sessions hold the call prepared (pgx's statement cache) and have run it, so
-// that PostgreSQL has planned the coupon insert inside issue_coupon on each. The fault: the ALTER
-// runs between two rounds served by the same four sessions, which the test checks on the server
-// (the backends waiting behind the campaign row in each round) along with the column's new type.
-// Every request is still ISSUED. (The coupon insert lives inside issue_coupon, whose plans
-// PL/pgSQL re-plans itself, so this migration never answers the client 0A000 "cached plan must
-// not change result type"; a change of the call's own result columns does, and is retried:
-// TestFunctionResultChangedUnderPreparedCalls.)
+// TestColumnTypeChangedUnderPreparedStatements: a migration changes amount_yen to bigint while the
+// pool's four sessions hold the call prepared (pgx's statement cache) and have run it, so that
+// PostgreSQL has planned the coupon insert inside issue_coupons_batch_v2 on each. The fault: the
+// ALTER runs between two rounds served by the same four sessions, which the test checks on the
+// server (the backends waiting behind the campaign row in each round) along with the column's new
+// type. Every request is still ISSUED. (The coupon insert lives inside issue_coupons_batch_v2,
+// whose plans PL/pgSQL re-plans itself, so this migration never answers the client 0A000 "cached
+// plan must not change result type"; a change of the call's own result columns does, and is
+// retried: TestFunctionResultChangedUnderPreparedCalls.)
 func TestColumnTypeChangedUnderPreparedStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

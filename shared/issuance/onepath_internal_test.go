@@ -470,7 +470,7 @@ func splitRun(s *Service, code string, alone bool) func([]*joined) {
 	}
 }
 
-// TestRetryAnswer: issue_coupons_batch answers RETRY for a member it cannot place without
+// TestRetryAnswer: issue_coupons_batch_v2 answers RETRY for a member it cannot place without
 // waiting out of lock order. Campaign R has two stripes with room for one coupon each; a session
 // holds stripe 0. A group of two runs: r1 takes stripe 1, r2 is answered RETRY (its rows deleted
 // in the call). r2 goes again alone, waits on stripe 0 (pg_blocking_pids shows it), and is ISSUED

@@ -87,7 +87,7 @@ func TestReSendAfterTheCampaignEnded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, 2)
-	// The real clock: issue_coupon also judges the end by the database's clock as it writes.
+	// The real clock: issue_coupons_batch_v2 also judges the end by the database's clock as it writes.
 	now := time.Now()
 	ends := now.Add(time.Hour)
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ENDS", DiscountYen: 1000, BudgetYen: 100_000, EndsAt: &ends}); err != nil {
