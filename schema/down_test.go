@@ -29,16 +29,17 @@ var (
 // undo of DDL that copies no body: plain statements, with no CREATE FUNCTION or PROCEDURE
 // (createRE), no dollar quote and no StatementBegin (bodyRE). A migration without a Down block is
 // named too.
-func downProblems(fsys fs.FS) ([]string, error) {
+func downProblems(t *testing.T, fsys fs.FS) []string {
+	t.Helper()
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
 	var out []string
 	for _, n := range names {
 		b, err := fs.ReadFile(fsys, n)
 		if err != nil {
-			return nil, err
+			t.Fatal(err)
 		}
 		_, down, ok := strings.Cut(string(b), "\n-- +goose Down\n")
 		down = "-- +goose Down\n" + down
@@ -54,7 +55,7 @@ func downProblems(fsys fs.FS) ([]string, error) {
 			out = append(out, fmt.Sprintf("%s: its Down block holds %q, not plain statements of DDL: want the refusal", n, bodyRE.FindString(down)))
 		}
 	}
-	return out, nil
+	return out
 }
 
 // TestDownBlocks: every migration's Down block is the refusal or an undo of DDL that copies no
@@ -63,11 +64,7 @@ func downProblems(fsys fs.FS) ([]string, error) {
 // DROP are not.
 func TestDownBlocks(t *testing.T) {
 	t.Parallel()
-	problems, err := downProblems(schema.Migrations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
+	for _, p := range downProblems(t, schema.Migrations()) {
 		t.Error(p)
 	}
 	t.Run("fixtures", func(t *testing.T) {
@@ -82,10 +79,7 @@ func TestDownBlocks(t *testing.T) {
 			"00005_sql_body.sql": {Data: []byte(up + "-- +goose Down\nCREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql RETURN 0;\n")},
 			"00006_no_down.sql":  {Data: []byte(up)},
 		}
-		problems, err := downProblems(fixtures)
-		if err != nil {
-			t.Fatal(err)
-		}
+		problems := downProblems(t, fixtures)
 		var named []string
 		for _, p := range problems {
 			named = append(named, p[:strings.Index(p, ":")])
