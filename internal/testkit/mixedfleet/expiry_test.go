@@ -18,9 +18,14 @@ import (
 	"github.com/mops/coupon-api/schema"
 )
 
-// leaseGuard is the migration that makes the database refuse any relay's lease on an outbox row
-// whose coupon may not be pushed.
-const leaseGuard = "00022_lease_refuses_unpushable.sql"
+// dropLeaseGuard is the broken migration of TestPreviousRelayPushesExpiredCouponsWithoutTheGuard:
+// it drops the trigger by which 00022_lease_refuses_unpushable.sql makes the database refuse any
+// relay's lease on an outbox row whose coupon may not be pushed, and leaves the rest of the schema
+// as this tree has it (later migrations name the trigger's function, so 00022 cannot be left out).
+const dropLeaseGuard = `-- +goose Up
+SET LOCAL lock_timeout = '3s';
+DROP TRIGGER outbox_lease_refused ON notification_outbox;
+`
 
 // TestPreviousRelayLeavesExpiredCoupons: after this tree's migrations, the previous release's
 // RelayOutbox, whose claim does not read a coupon's expiry, pushes a live coupon but not one
@@ -52,13 +57,13 @@ func TestPreviousRelayLeavesExpiredCoupons(t *testing.T) {
 }
 
 // TestPreviousRelayPushesExpiredCouponsWithoutTheGuard is the negative control of
-// TestPreviousRelayLeavesExpiredCoupons: on this tree's schema without 00022, the previous
-// release's relay pushes the expired coupon. The test above must be able to fail.
+// TestPreviousRelayLeavesExpiredCoupons: on this tree's schema without 00022's trigger
+// (dropLeaseGuard), the previous release's relay pushes the expired coupon. The test above must be
+// able to fail.
 func TestPreviousRelayPushesExpiredCouponsWithoutTheGuard(t *testing.T) {
-	x := pastExpiry(t, withoutMigration(t, leaseGuard))
+	x := pastExpiry(t, withMigrationAfter(t, "drop_lease_guard", dropLeaseGuard))
 	if n := x.stub.Calls(x.expired); n != 1 {
-		t.Errorf("without %s the previous release's relay pushed the expired coupon %d times, want once (the push this migration stops)",
-			leaseGuard, n)
+		t.Errorf("without 00022's trigger the previous release's relay pushed the expired coupon %d times, want once (the push it stops)", n)
 	}
 	if n := x.stub.Calls(x.live); n != 1 {
 		t.Errorf("the previous release's relay pushed the live coupon %d times, want once", n)
@@ -162,15 +167,4 @@ func relay(t *testing.T, f fleet) relayAnswer {
 		t.Fatalf("RelayOutbox on the %s release: %d %s %v", f.name, status, body, err)
 	}
 	return got
-}
-
-// withoutMigration is this tree's migrations less the one named name.
-func withoutMigration(t *testing.T, name string) fs.FS {
-	t.Helper()
-	fsys := copyMigrations(t)
-	if _, ok := fsys[name]; !ok {
-		t.Fatalf("no migration %s in this tree", name)
-	}
-	delete(fsys, name)
-	return fsys
 }

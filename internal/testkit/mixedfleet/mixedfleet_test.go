@@ -75,7 +75,7 @@ func TestPreviousReleaseBesideThisOne(t *testing.T) {
 // wrappers (docs/deploy.md, "Versioned names, thin wrappers"). Every call after it fails with
 // 42883 (undefined_function), which both releases answer 500. The check must say so.
 func TestMixedFleetCatchesARenamedIssuance(t *testing.T) {
-	run := runFleet(t, withRenamedIssuance(t))
+	run := runFleet(t, withMigrationAfter(t, "rename_issuance", renameIssuance))
 	problems := run.problems()
 	t.Log(run.summary())
 	for _, p := range problems {
@@ -87,16 +87,16 @@ func TestMixedFleetCatchesARenamedIssuance(t *testing.T) {
 	t.Errorf("a migration renaming the issuance functions under load passed the check; problems: %q", problems)
 }
 
-// withRenamedIssuance is this tree's migrations and, after the newest, the broken migration
-// described at TestMixedFleetCatchesARenamedIssuance.
-func withRenamedIssuance(t *testing.T) fs.FS {
+// withMigrationAfter is this tree's migrations and, after the newest, migration up (its text),
+// named name: a negative control's broken migration.
+func withMigrationAfter(t *testing.T, name, up string) fs.FS {
 	t.Helper()
 	newest, err := schema.Newest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	fsys := copyMigrations(t)
-	fsys[fmt.Sprintf("%05d_rename_issuance.sql", newest+1)] = &fstest.MapFile{Data: []byte(renameIssuance)}
+	fsys[fmt.Sprintf("%05d_%s.sql", newest+1, name)] = &fstest.MapFile{Data: []byte(up)}
 	return fsys
 }
 
@@ -118,6 +118,7 @@ func copyMigrations(t *testing.T) fstest.MapFS {
 	return fsys
 }
 
+// renameIssuance is the broken migration of TestMixedFleetCatchesARenamedIssuance.
 const renameIssuance = `-- +goose Up
 SET LOCAL lock_timeout = '3s';
 ALTER FUNCTION issue_coupons_batch(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_renamed;
