@@ -22,27 +22,33 @@ import (
 // The SECURITY DEFINER functions judge their own arguments (issue 30, item 2; migration 00021):
 // each is called here as the role that may call it, with the arguments a compromised caller can
 // forge, and each forgery is refused (22023, or CI422 for the rules' verb) or answered without a
-// write, the tables counted before and after. The broken variant is issue_coupons_batch with the
-// argument check of 00015 (cardinalities and NULLs only), the caller's cap and the caller's
-// clock: against it the forgeries marked wrote write, as they did on main before 00021.
+// write, the tables counted before and after. The broken variant is the issuance with the
+// argument check of 00015 (cardinalities and NULLs only) in place of 00021's: against it the
+// forgeries marked wrote write, as they did on main before 00021. Since 00031 the issuance's body
+// (issue_coupons_batch_v3) takes no issue time and no cap, so a forged time or cap has nothing
+// to reach even unchecked: the previous release's wrapper still refuses a forged time (22023).
 
-// check00015 is issue_coupons_batch's argument check before 00021, which trusted the caller's
-// array bounds, ids, cap and clock.
-const check00015 = `  IF p_campaign_id IS NULL OR p_cap_yen IS NULL OR p_cap_yen <= 0 OR n IS NULL
-     OR cardinality(p_coupon_ids) IS DISTINCT FROM n OR cardinality(p_issued_at) IS DISTINCT FROM n
-     OR cardinality(p_trace_parents) IS DISTINCT FROM n
-     OR array_position(p_member_ids, NULL) IS NOT NULL OR array_position(p_coupon_ids, NULL) IS NOT NULL
-     OR array_position(p_issued_at, NULL) IS NOT NULL THEN
+// check00015 is the issuance's argument check before 00021, which trusted the caller's array
+// bounds and ids, on the arguments issue_coupons_batch_v3 takes.
+const check00015 = `  IF p_campaign_id IS NULL OR n IS NULL
+     OR cardinality(p_coupon_ids) IS DISTINCT FROM n OR cardinality(p_trace_parents) IS DISTINCT FROM n
+     OR array_position(p_member_ids, NULL) IS NOT NULL OR array_position(p_coupon_ids, NULL) IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'issue_coupons_batch: one id, coupon id, issue time and trace per member, and a positive cap in yen';
+      MESSAGE = 'issue_coupons_batch: one id, coupon id and trace per member';
   END IF;
 `
 
-// checks00021 are the three lines 00021 put in its place.
-const checks00021 = `  PERFORM issuance_args_check('issue_coupons_batch_v2', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
-  p_cap_yen := monthly_cap_yen();
-  p_issued_at := issue_clock('issue_coupons_batch_v2', p_issued_at);
+// checks00021 is the check 00021 put in its place, as issue_coupons_batch_v3 calls it.
+const checks00021 = `  PERFORM issuance_args_check_v3('issue_coupons_batch_v3', p_campaign_id, p_coupon_ids, p_member_ids, p_trace_parents);
 `
+
+// wrapperChecks are the previous release's wrapper's checks (issue_coupons_batch_v2 and
+// grant_coupons_batch_v2): the arguments, and the issue time against the database's clock.
+func wrapperChecks(fn string) [2]string {
+	return [2]string{fmt.Sprintf(`  PERFORM issuance_args_check('%[1]s', p_campaign_id, p_coupon_ids, p_member_ids, p_issued_at, p_trace_parents);
+  PERFORM issue_clock('%[1]s', p_issued_at);
+`, fn), ""}
+}
 
 // forgery is one call with forged arguments.
 type forgery struct {
@@ -56,7 +62,9 @@ type forgery struct {
 	// (MONTHLY_CAP for a forged cap).
 	refused bool
 	// wrote says the call wrote rows before 00021: the broken variant must let it write. The
-	// others failed then too, on a constraint (an error, not 22023) or the old check.
+	// others failed then too, on a constraint (an error, not 22023) or the old check, or, a
+	// forged issue time in the future or a forged cap, have had nothing to reach since 00031
+	// (the body takes neither): the campaign's own state and R3's cap refuse them unchecked.
 	wrote bool
 }
 
@@ -96,17 +104,17 @@ var forgeries = []forgery{
 		args: `'B8', ARRAY['8d1e2c55-7f43-4d8e-9a51-0c7d6f1b2a03'::uuid, '8d1e2c55-7f43-4d8e-9a51-0c7d6f1b2a03'], ARRAY['m1', 'm2'], ` + twoTimes + `, 2000, ` + twoNulls},
 	{name: "a trace that is no traceparent", batch: true, refused: true, wrote: true,
 		args: `'B8', ARRAY[gen_random_uuid()], ARRAY['m1'], ARRAY[now()], 2000, ARRAY['<script>']`},
-	{name: "issued_at => '2030-06-15', in a campaign that starts in 2030 (issue 30)", batch: true, refused: true, wrote: true,
+	{name: "issued_at => '2030-06-15', in a campaign that starts in 2030 (issue 30)", batch: true, refused: true,
 		args: `'FUTURE', ARRAY[gen_random_uuid()], ARRAY['m1'], ARRAY['2030-06-15 10:00+09'::timestamptz], 2000, ARRAY[NULL]::text[]`},
 	{name: "an issue time in another month", batch: true, refused: true, wrote: true,
 		args: `'B8', ARRAY[gen_random_uuid()], ARRAY['m1'], ARRAY[now() - interval '40 days'], 2000, ARRAY[NULL]::text[]`},
-	{name: "a cap of 1,000,000 yen for a 3,000 yen coupon", batch: true, wrote: true,
+	{name: "a cap of 1,000,000 yen for a 3,000 yen coupon", batch: true,
 		args: `'BIG', ARRAY[gen_random_uuid()], ARRAY['m1'], ARRAY[now()], 1000000, ARRAY[NULL]::text[]`},
-	{name: "one: issued_at => '2030-06-15' (issue 30)", refused: true, wrote: true,
+	{name: "one: issued_at => '2030-06-15' (issue 30)", refused: true,
 		args: `gen_random_uuid(), 'FUTURE', 'm1', '2030-06-15 10:00+09', 2000, NULL`},
 	{name: "one: an empty member id", refused: true,
 		args: `gen_random_uuid(), 'B8', '', now(), 2000, NULL`},
-	{name: "one: a cap of 1,000,000 yen for a 3,000 yen coupon", wrote: true,
+	{name: "one: a cap of 1,000,000 yen for a 3,000 yen coupon",
 		args: `gen_random_uuid(), 'BIG', 'm1', now(), 1000000, NULL`},
 }
 
@@ -210,13 +218,15 @@ func TestForgedArgumentsRefused(t *testing.T) {
 	}
 }
 
-// TestForgedArgumentsPassTheOldCheck is TestForgedArgumentsRefused's broken variant: with
-// issue_coupons_batch's check of 00015 back, each forgery marked wrote writes, as on main before
-// 00021, so the test above fails on it.
+// TestForgedArgumentsPassTheOldCheck is TestForgedArgumentsRefused's broken variant: with the
+// issuance's check of 00015 back (and the wrapper's checks gone), each forgery marked wrote
+// writes, as on main before 00021, so the test above fails on it.
 func TestForgedArgumentsPassTheOldCheck(t *testing.T) {
 	t.Parallel()
 	d := newForgeryDB(t)
-	pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", [2]string{checks00021, check00015})
+	pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v3", [2]string{checks00021, check00015})
+	pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", wrapperChecks("issue_coupons_batch_v2"))
+	pgtest.BreakFunction(t, d.owner, "grant_coupons_batch_v2", wrapperChecks("grant_coupons_batch_v2"))
 	for _, f := range forgeries {
 		if !f.wrote {
 			continue
@@ -349,7 +359,7 @@ func TestTraceFormatIsW3C(t *testing.T) {
 	for _, w := range traceRefusals(t, pool) {
 		t.Error(w)
 	}
-	pgtest.BreakFunction(t, pool, "issuance_args_check", [2]string{"AND substr(p_trace_parents[k], 53, 1) = '-'", ""},
+	pgtest.BreakFunction(t, pool, "issuance_args_check_v3", [2]string{"AND substr(p_trace_parents[k], 53, 1) = '-'", ""},
 		[2]string{"AND substr(p_trace_parents[k], 36, 1) = '-'", ""})
 	if wrong := traceRefusals(t, pool); len(wrong) != 2 {
 		t.Errorf("without the dashes' places: %d traces judged wrong (%q), want the 2 with their dashes moved (the fixture no longer shows it)", len(wrong), wrong)

@@ -155,7 +155,7 @@ func TestConsoleViewerRefused(t *testing.T) {
 			problems = append(problems, fmt.Sprintf("%d changes and requests after the viewers' calls, want 0", n))
 		}
 		if _, err := d.console.Exec(ctx, `SELECT * FROM console_pause('C', true, $1, 'stop')`, "OP@example.com"); err != nil {
-			t.Fatalf("the operator's pause: %v", err)
+			return append(problems, fmt.Sprintf("the operator's pause: %v", err)) // the broken variant's viewer ended C
 		}
 		if n := d.int64(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'C' AND paused_at IS NOT NULL`); n != 4 {
 			t.Fatalf("after the operator's pause: %d stripes paused, want 4", n)
@@ -520,6 +520,34 @@ func TestConsoleBudgetReadsTheLineFirst(t *testing.T) {
 		}
 		if b := d.budget(t); len(problems) == 0 && b != consoleBudget+1000 {
 			problems = append(problems, fmt.Sprintf("budget after the raise: %d, want %d", b, consoleBudget+1000))
+		}
+		return problems
+	})
+}
+
+// TestConsoleBudgetOfAnEndedCampaign: a budget change of an ended campaign through the console is
+// refused (CI422, naming its end) under the campaign's lock, before any request is filed, a raise
+// above the approval line included: no change, no request left to lapse unseen. The broken
+// variant, console_budget without campaign_refuse_ended (as before 00031), files the raise above
+// the line as a request that no approval can apply.
+func TestConsoleBudgetOfAnEndedCampaign(t *testing.T) {
+	variants(t, func(t *testing.T, d consoleDB) {
+		pgtest.BreakFunction(t, d.owner, "console_budget", [2]string{"  PERFORM campaign_refuse_ended(v_first, 'budget change', issue_now());", ""})
+	}, func(t *testing.T, d consoleDB) []string {
+		ctx := context.Background()
+		if _, err := d.console.Exec(ctx, `SELECT * FROM console_end('C', $1, 'over')`, op); err != nil {
+			t.Fatal(err)
+		}
+		line := d.int64(t, `SELECT approval_above_yen FROM coupon_rules`)
+		var problems []string
+		for _, add := range []int64{1000, line + 1000} {
+			_, err := d.console.Exec(ctx, `SELECT * FROM console_budget('C', NULL, $1, NULL, $2, 'more')`, add, op)
+			if sqlStateOf(err) != "CI422" || !strings.Contains(err.Error(), "has ended") {
+				problems = append(problems, fmt.Sprintf("a raise of %d yen of the ended campaign: %v, want CI422 naming its end", add, err))
+			}
+		}
+		if n := d.int64(t, `SELECT count(*) FROM campaign_change_request_rows`) + d.int64(t, `SELECT count(*) FROM campaign_changes WHERE what = 'budget'`); n != 0 {
+			problems = append(problems, fmt.Sprintf("%d budget changes and requests of the ended campaign, want none", n))
 		}
 		return problems
 	})

@@ -28,9 +28,8 @@ import (
 //   - 00011: issue_coupon as 00011 wrote it (the previous release's own body, with the rules as
 //     they were then), created as issue_coupon_00011;
 //   - 00027: issue_coupons_batch_v2 as 00027 wrote it, created as issue_coupons_batch_v2_00027;
-//   - current: issue_coupons_batch_v2 as migrated. While no migration after 00027 replaces it,
-//     00027 and current are the same text: an A/A control, whose difference is the run-to-run
-//     spread of the measure;
+//   - current and current-again: issue_coupons_batch_v3 as migrated (the one judge, 00031), on
+//     two sessions: an A/A control, whose difference is the run-to-run spread of the measure;
 //   - scalar: issue_coupon_scalar_fixture (testdata/issue_one_scalar.sql), the current rules for
 //     one member written as a single-member body, without the batch's arrays
 //     (TestScalarFixtureAnswersAsBatchOfOne holds it to the batch's answers and rows);
@@ -60,7 +59,10 @@ func BenchmarkIssuanceBackendCPU(b *testing.B) {
 	}
 	defer owner.Close(ctx)
 	for _, def := range []string{
-		oldBody(b, "00011_after_issuance.sql", "CREATE FUNCTION issue_coupon(", "\n$$;", "CREATE FUNCTION issue_coupon_00011("),
+		// 00011's body called campaign_inactive_reason's 4-argument form, which 00029 dropped: the
+		// 5-argument form with no expiry is the same rule.
+		strings.NewReplacer("paused_at, p_issued_at)", "paused_at, NULL, p_issued_at)", "paused_at, greatest(", "paused_at, NULL, greatest(").Replace(
+			oldBody(b, "00011_after_issuance.sql", "CREATE FUNCTION issue_coupon(", "\n$$;", "CREATE FUNCTION issue_coupon_00011(")),
 		oldBody(b, "00027_next_release.sql", "CREATE OR REPLACE FUNCTION public.issue_coupons_batch_v2(", "\n$function$;",
 			"CREATE OR REPLACE FUNCTION public.issue_coupons_batch_v2_00027("),
 		scalarFixture(b), interfaceFixture(b), leanFixture(b, "set"), leanFixture(b, "per_member"),
@@ -88,6 +90,18 @@ ANALYZE`); err != nil {
 	}
 	var member atomic.Int64
 	call := func(b *testing.B, conn *pgx.Conn, fn, campaignID string, n int) {
+		if fn == fnCurrent {
+			ids, members, traces := make([]uuid.UUID, n), make([]string, n), make([]*string, n)
+			for k := range n {
+				ids[k], members[k] = uuid.New(), fmt.Sprintf("m%d", member.Add(1))
+			}
+			var issued int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE result = 'ISSUED') FROM `+fn+`($1, $2, $3, $4)`,
+				campaignID, ids, members, traces).Scan(&issued); err != nil || issued != n {
+				b.Fatalf("%s: %d of %d issued, %v", fn, issued, n, err)
+			}
+			return
+		}
 		if fn == "issue_coupon_00011" || fn == fnScalar {
 			var res string
 			args := []any{uuid.New(), campaignID, fmt.Sprintf("m%d", member.Add(1)), time.Now()}
@@ -121,7 +135,7 @@ ANALYZE`); err != nil {
 		one      bool
 	}{
 		{"00011", "issue_coupon_00011", true}, {"00027", "issue_coupons_batch_v2_00027", false},
-		{"current", "issue_coupons_batch_v2", false}, {"scalar", fnScalar, true}, {"interface", fnInterface, true},
+		{"current", fnCurrent, false}, {"current-again", fnCurrent, false}, {"scalar", fnScalar, true}, {"interface", fnInterface, true},
 		{"lean-set", fnLeanSet, false}, {"lean-per-member", fnLeanPerMember, false},
 	} {
 		conn, err := pgx.Connect(ctx, url)
@@ -168,6 +182,9 @@ ANALYZE`); err != nil {
 		})
 	}
 }
+
+// fnCurrent is the issuance's body as migrated: the current interface, four arguments.
+const fnCurrent = "issue_coupons_batch_v3"
 
 // oldBody is the function definition of migration file that starts at from and ends with to
 // (included), its head replaced by as: an earlier body of a function under a name of its own.

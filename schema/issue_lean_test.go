@@ -13,8 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Bodies of the rules beside issue_coupons_batch_v2 for BenchmarkIssuanceBackendCPU, each held to
-// the batch's answers and rows by TestLeanFixturesAnswerAsTheBatch.
+// Bodies of the rules beside the issuance's for BenchmarkIssuanceBackendCPU, each held to the
+// batch's answers and rows (issue_coupons_batch_v2, the previous release's interface, which
+// answers through issue_coupons_batch_v3) by TestLeanFixturesAnswerAsTheBatch.
 const (
 	fnInterface     = "issue_batch_interface_fixture"
 	fnLeanSet       = "issue_batch_lean_set_fixture"
@@ -23,8 +24,9 @@ const (
 
 // leanFixture is the definition of fnLeanSet (kind "set") or fnLeanPerMember (kind
 // "per_member"): testdata/issue_batch_lean.sql with the member phase of
-// testdata/issue_batch_lean_<kind>.sql and the stripe loops of issue_coupons_batch_v2's current
-// text (every entry's instant v_at where it has v_latest, the same instant).
+// testdata/issue_batch_lean_<kind>.sql and the stripe loops of issue_coupons_batch_v3's current
+// text (the campaign's amount and kind in the template's variables, where it reads them from its
+// verdict v).
 func leanFixture(t testing.TB, kind string) string {
 	t.Helper()
 	tmpl, err := template.ParseFiles("testdata/issue_batch_lean.sql")
@@ -35,17 +37,17 @@ func leanFixture(t testing.TB, kind string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	current, err := os.ReadFile("current/issue_coupons_batch_v2.sql")
+	current, err := os.ReadFile("current/issue_coupons_batch_v3.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const from, to = "  -- 4. R1 and the campaign's state", "  IF cardinality(v_left) > 0 THEN\n    -- Not placed"
+	const from, to = "    -- 4. R1 and the campaign's state", "    IF cardinality(v_left) > 0 THEN\n      -- Not placed"
 	i := strings.Index(string(current), from)
 	j := strings.Index(string(current), to)
 	if i < 0 || j < i {
-		t.Fatalf("current/issue_coupons_batch_v2.sql: no stripe loops between %q and %q", from, to)
+		t.Fatalf("current/issue_coupons_batch_v3.sql: no stripe loops between %q and %q", from, to)
 	}
-	stripes := strings.ReplaceAll(string(current[i:j]), "v_latest", "v_at")
+	stripes := strings.NewReplacer("v.discount_yen", "v_amount", "v.releases", "v_releases").Replace(string(current[i:j]))
 	var def strings.Builder
 	if err := tmpl.Execute(&def, struct{ Name, Members, Stripes string }{"issue_batch_lean_" + kind + "_fixture", string(members), stripes}); err != nil {
 		t.Fatal(err)

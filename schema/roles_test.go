@@ -99,7 +99,7 @@ func issueWork(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := schema.Check(ctx, pool); err != nil {
 		return err
 	}
-	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return rolesDay }})
+	svc, err := issuance.New(pool, issuance.Config{})
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func TestIssueRole(t *testing.T) {
 	ctx := context.Background()
 	db := newRoleDB(t, "coupon_issue")
 	createIssueCampaigns(t, db.owner)
-	pgtest.CallerClock(t, db.owner) // issueWork issues on rolesDay
+	pgtest.SetClock(t, db.owner, rolesDay) // issueWork issues on rolesDay
 	if err := issueWork(ctx, db.as); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ var issueOutsideTheFunction = []forbidden{
 // database where coupon_issue was granted too much (a budget's UPDATE), the forbidden-write
 // check reports the budget write, and where coupon_console was granted the CLI's pause
 // (campaign_change_state, a change that names no person), the console's check reports that
-// call; where it was granted too little (no EXECUTE of issue_coupons_batch, which IssueCoupon
+// call; where it was granted too little (no EXECUTE of issue_coupons_batch_v3, which IssueCoupon
 // calls), its real work fails.
 func TestRolesTestSeesWrongGrants(t *testing.T) {
 	t.Parallel()
@@ -246,11 +246,11 @@ func TestRolesTestSeesWrongGrants(t *testing.T) {
 
 	tooLittle := newRoleDB(t, "coupon_issue")
 	createIssueCampaigns(t, tooLittle.owner)
-	if _, err := tooLittle.owner.Exec(ctx, `REVOKE EXECUTE ON FUNCTION issue_coupons_batch FROM coupon_issue`); err != nil {
+	if _, err := tooLittle.owner.Exec(ctx, `REVOKE EXECUTE ON FUNCTION issue_coupons_batch_v3 FROM coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	if err := issueWork(ctx, tooLittle.as); err == nil {
-		t.Error("without EXECUTE of issue_coupons_batch: the issuances passed, want them to fail")
+		t.Error("without EXECUTE of issue_coupons_batch_v3: the issuances passed, want them to fail")
 	}
 }
 
@@ -612,7 +612,7 @@ func TestConsoleRole(t *testing.T) {
 		{`SELECT count(*) FROM notification_outbox`, "the push state"},
 		{`SELECT approval_above_yen FROM coupon_rules`, "the approval line"},
 		{`SELECT count(*) FROM campaign_audience`, "the audience's size"},
-		{`SELECT count(release_next('CON', now(), NULL, NULL, NULL))`, "the next release"},
+		{`SELECT count(*) FROM campaign_state('CON', issue_now())`, "the state and the next release"},
 		{`SELECT count(*) FROM console_pause('CON', true, 'op@example.com', 'check')`, "a pause"},
 		{`SELECT count(*) FROM console_pause('CON', false, 'op@example.com', 'checked')`, "a resume"},
 		{`SELECT count(*) FROM console_budget('CON', NULL, 1000, NULL, 'op@example.com', 'a little more')`, "a small raise"},

@@ -4,8 +4,9 @@
 // The tables and what each serializes are described in migrations/00002_issuance.sql and in
 // docs/api.md ("Tables"). The functions the migrations define, as a migrated database runs them,
 // are in current/ (package [github.com/mops/coupon-api/schema/current]), one file per function;
-// the issuance transaction is current/issue_coupons_batch.sql, one implementation for every
-// caller (00014_one_issuance.sql).
+// the issuance transaction is current/issue_coupons_batch_v3.sql, one implementation for every
+// caller (00014_one_issuance.sql; since 00031_one_judge_one_clock.sql under that name, the
+// previous releases' calls its wrappers).
 package schema
 
 import (

@@ -28,7 +28,7 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-// freshCouponPerRun is a broken grant_coupons_batch kept as a fixture: it voids, with reissue, the
+// freshCouponPerRun is a broken grant_coupons_batch_v3 kept as a fixture: it voids, with reissue, the
 // coupon a member already holds and issues another, so that each run mints a fresh coupon id
 // (R1-R3 hold: the void gives the yen back first). It is what "a re-run issues nothing new"
 // rules out.
@@ -380,7 +380,7 @@ func TestGrantKilledAndRerun(t *testing.T) {
 			t.Logf("the first run, killed, left %d coupons", len(first))
 
 			if c.broken != nil {
-				pgtest.BreakFunction(t, d.owner, "grant_coupons_batch_v2", c.broken...)
+				pgtest.BreakFunction(t, d.owner, "grant_coupons_batch_v3", c.broken...)
 			}
 			code, stdout, stderr2 := couponctlBin(t, []string{"DATABASE_URL=" + d.admin},
 				"grant", "--campaign", "GRANT", "--members", path, "--out", csvPath)
@@ -472,7 +472,7 @@ func TestGrantIdempotent(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := newGrantDB(t, campaign.Campaign{ID: "ONCE", DiscountYen: 500, BudgetYen: 1_000_000})
 			if c.broken != nil {
-				pgtest.BreakFunction(t, d.owner, "grant_coupons_batch_v2", c.broken...)
+				pgtest.BreakFunction(t, d.owner, "grant_coupons_batch_v3", c.broken...)
 			}
 			t.Setenv("DATABASE_URL", d.admin)
 			path, members := memberFile(t, "o", 200)

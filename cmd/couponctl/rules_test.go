@@ -97,7 +97,7 @@ func TestRulesSetBindsEveryIssuance(t *testing.T) {
 		t.Errorf("reconcile after the lowering: exit %d, want 0 (early's 2,000 yen were issued under 2,000)\n%s%s", code, out, errOut)
 	}
 
-	pgtest.BreakFunction(t, owner, "issue_coupons_batch_v2", [2]string{"  p_cap_yen := monthly_cap_yen();\n", ""})
+	pgtest.BreakFunction(t, owner, "issue_coupons_batch_v3", [2]string{"  v_cap := monthly_cap_yen();\n", "  v_cap := 2000;\n"})
 	var r string
 	if err := owner.QueryRow(ctx, `SELECT result FROM issue_coupon(gen_random_uuid(), 'CAP-C', 'late', now(), 2000, NULL)`).Scan(&r); err != nil || r != "ISSUED" {
 		t.Fatalf("the caller's 2,000 yen cap after the lowering: %s %v, want ISSUED (the broken variant)", r, err)

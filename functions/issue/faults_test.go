@@ -29,8 +29,7 @@ func faultHandler(t testing.TB, pool *pgxpool.Pool, cfg issuance.Config) *Handle
 	if err := campaign.Create(context.Background(), pool, campaign.Campaign{ID: "OPEN", DiscountYen: 1000, BudgetYen: 10_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Now = func() time.Time { return time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo) }
-	pgtest.CallerClock(t, pool)
+	pgtest.SetClock(t, pool, time.Date(2026, 9, 20, 10, 0, 0, 0, issuance.Tokyo))
 	h, err := newHandler(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -37,8 +37,7 @@ func newTestHandler(t *testing.T, cfg issuance.Config) (*Handler, *pgxpool.Pool)
 			t.Fatal(err)
 		}
 	}
-	cfg.Now = func() time.Time { return now }
-	pgtest.CallerClock(t, pool) // now is the database's issue time too
+	pgtest.SetClock(t, pool, now)
 	h, err := newHandler(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -78,8 +78,8 @@ func BenchmarkIssueCouponTelemetry(b *testing.B) {
 			if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "BENCH", DiscountYen: 1, BudgetYen: 1 << 30}); err != nil {
 				b.Fatal(err)
 			}
-			pgtest.CallerClock(b, pool)
-			h, err := newHandler(pool, issuance.Config{Now: func() time.Time { return now }})
+			pgtest.SetClock(b, pool, now)
+			h, err := newHandler(pool, issuance.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}

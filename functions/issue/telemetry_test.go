@@ -72,7 +72,7 @@ func newTraced(t *testing.T, cfg issuance.Config) *traced {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgtest.CallerClock(t, owner) // before the traced pool: no span of it
+	pgtest.SetClock(t, owner, now) // before the traced pool: no span of it
 	_ = owner.Close(ctx)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -88,7 +88,6 @@ func newTraced(t *testing.T, cfg issuance.Config) *traced {
 	if err := campaign.Create(ctx, tr.pool, campaign.Campaign{ID: "OPEN", DiscountYen: 1000, BudgetYen: 10000}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Now = func() time.Time { return now }
 	h, err := newHandler(tr.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -185,11 +184,12 @@ func TestTelemetryIssuedAndAlreadyIssued(t *testing.T) {
 	if len(spans) != 2 {
 		t.Fatalf("%d issuance spans, want 2", len(spans))
 	}
-	for i, result := range []string{"ISSUED", "ALREADY_ISSUED"} {
+	// The month is the one the database stamped on the coupon issued: none on ALREADY_ISSUED.
+	for i, want := range []struct{ result, month string }{{"ISSUED", "2026-09"}, {"ALREADY_ISSUED", ""}} {
 		a := attrs(spans[i].Attributes)
-		if a[telemetry.AttrCampaign].AsString() != "OPEN" || a[telemetry.AttrResult].AsString() != result ||
-			a[telemetry.AttrAttempts].AsInt64() != 1 || a[telemetry.AttrMonth].AsString() != "2026-09" {
-			t.Errorf("span %d attributes %v, want OPEN %s 1 attempt 2026-09", i, spans[i].Attributes, result)
+		if a[telemetry.AttrCampaign].AsString() != "OPEN" || a[telemetry.AttrResult].AsString() != want.result ||
+			a[telemetry.AttrAttempts].AsInt64() != 1 || a[telemetry.AttrMonth].AsString() != want.month {
+			t.Errorf("span %d attributes %v, want OPEN %s 1 attempt month %q", i, spans[i].Attributes, want.result, want.month)
 		}
 		if len(spans[i].Events) != 0 {
 			t.Errorf("span %d events %v, want none", i, spans[i].Events)
@@ -389,8 +389,8 @@ func TestUnreachableCollectorNeverFailsARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	pgtest.CallerClock(t, pool)
-	h, err := newHandler(pool, issuance.Config{Now: func() time.Time { return now }})
+	pgtest.SetClock(t, pool, now)
+	h, err := newHandler(pool, issuance.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

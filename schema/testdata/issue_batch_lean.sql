@@ -5,7 +5,8 @@
 -- BenchmarkIssuanceBackendCPU runs them as the "lean-set" and "lean-per-member" variants;
 -- TestLeanFixturesAnswerAsTheBatch holds both to the batch's answers and rows. Of the template's
 -- placeholders, Stripes is the batch's stripe loops (R1), read from
--- schema/current/issue_coupons_batch_v2.sql at each run with its v_latest as v_at, and Members the
+-- schema/current/issue_coupons_batch_v3.sql at each run with its verdict's amount and kind as
+-- v_amount and v_releases, and Members the
 -- member phase (the reads, R2's and R3's writes) of one of them:
 -- - issue_batch_lean_set.sql: set-based, as 00027 (one cursor over the members for the reads,
 --   each write one statement over unnest);

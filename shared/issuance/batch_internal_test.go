@@ -409,7 +409,7 @@ func TestBatchTimeoutsFollowTheTightestMember(t *testing.T) {
 	now := time.Now()
 	var group []*joined
 	for i, left := range []time.Duration{1800 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond} {
-		r := request{memberID: fmt.Sprintf("t%d", i), campaignID: "B", month: Month(now)}
+		r := request{memberID: fmt.Sprintf("t%d", i), campaignID: "B"}
 		_, span := startIssue(ctx, r)
 		group = append(group, &joined{ctx: ctx, req: r, couponID: fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i),
 			deadline: now.Add(left), callEnd: now.Add(left + db.CancelGrace + ResolveTimeout), span: span,

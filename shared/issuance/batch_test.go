@@ -190,7 +190,7 @@ CREATE TRIGGER gate_second_insert BEFORE INSERT ON issued_coupons FOR EACH ROW E
 				t.Fatal(err)
 			}
 			if broken {
-				pgtest.BreakFunction(t, pool, "issue_coupons_batch_v2", [2]string{"     ORDER BY u.m\n", "     ORDER BY u.o\n"})
+				pgtest.BreakFunction(t, pool, "issue_coupons_batch_v3", [2]string{"       ORDER BY u.m\n", "       ORDER BY u.o\n"})
 			}
 			gate := connect(t, dbURL)
 			if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, insertGate); err != nil {
@@ -256,9 +256,9 @@ func TestSellOutByBatches(t *testing.T) {
 			}
 			if broken {
 				// One stripe per batch, the rest refused: the prototype's way.
-				pgtest.BreakFunction(t, pool, "issue_coupons_batch_v2",
-					[2]string{"    v_left := v_left[v_take + 1 :];\n", "    v_left := v_left[v_take + 1 :];\n    EXIT;\n"},
-					[2]string{"s.issued_yen / v_amount, clock_timestamp()) > 0)) THEN 'RETRY'", "s.issued_yen / v_amount, clock_timestamp()) > 0)) THEN 'BUDGET_EXCEEDED'"})
+				pgtest.BreakFunction(t, pool, "issue_coupons_batch_v3",
+					[2]string{"      v_left := v_left[v_take + 1 :];\n", "      v_left := v_left[v_take + 1 :];\n      EXIT;\n"},
+					[2]string{"WHEN v_later.remaining_coupons > 0 THEN 'RETRY'", "WHEN v_later.remaining_coupons > 0 THEN 'BUDGET_EXCEEDED'"})
 			}
 			svcs := services(t, pool, issuance.Config{BatchMax: 16})
 			refused, late := sellOutBatchOf16(t, pool, svcs[0])
@@ -366,8 +366,8 @@ func TestOneMembersRaceFailsOnlyIt(t *testing.T) {
 				}
 			}
 			if broken {
-				pgtest.BreakFunction(t, pool, "issue_coupons_batch_v2", [2]string{
-					"  -- A concurrent issuance used the member's room this month: its coupon goes.\n",
+				pgtest.BreakFunction(t, pool, "issue_coupons_batch_v3", [2]string{
+					"    -- A concurrent issuance used the member's room this month: its coupon goes.\n",
 					"  IF cardinality(v_kept) < cardinality(v_written) THEN RAISE EXCEPTION USING ERRCODE = 'CI409', MESSAGE = 'MONTHLY_CAP'; END IF;\n"})
 			}
 			rival := connect(t, dbURL)

@@ -19,8 +19,9 @@ import (
 // member who has used all of it asks for a coupon of the cap's size, and for the largest coupon
 // a campaign may hold (2^31-1 yen), through ISSUE_BATCH_MAX=1 and coalesced calls: each answers
 // MONTHLY_CAP, never an error (500), and the tables hold the one coupon. The negative control
-// lifts coupon_rules' CHECK and sets the cap to 2^31-1, after a coupon of 2e9 yen: PostgreSQL
-// ends the next issuance in 22003, numeric value out of range, the 500 the bound prevents.
+// lifts coupon_rules' CHECK and sets the cap to 2^31-1: a coupon of 2e9 yen whose issuance's
+// judge read the member's month before another of 2e9 yen committed meets it at the usage write,
+// and PostgreSQL ends it in 22003, numeric value out of range, the 500 the bound prevents.
 func TestLargestCapNeverOverflows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -55,7 +56,7 @@ func TestLargestCapNeverOverflows(t *testing.T) {
 		}
 	}
 
-	pool := pgtest.Pool(t, 2)
+	pool := pgtest.Pool(t, 3) // the first call's, the second's and the watch for its wait
 	for _, id := range []string{"BIG-A", "BIG-B"} {
 		if err := campaign.Create(ctx, pool, campaign.Campaign{ID: id, DiscountYen: 2_000_000_000, BudgetYen: 2_000_000_000}); err != nil {
 			t.Fatal(err)
@@ -68,14 +69,30 @@ func TestLargestCapNeverOverflows(t *testing.T) {
 		UPDATE coupon_rules SET monthly_cap_yen = 2147483647`); err != nil {
 		t.Fatal(err)
 	}
-	call := `SELECT result FROM issue_coupon(gen_random_uuid(), $1, 'm1', now(), $2, NULL)`
+	// The second call's judge reads m1's month before the first commits (the first holds its
+	// usage row), so it reaches the usage write, which adds 2e9 to 2e9 once the first commits.
+	call := `SELECT result FROM issue_coupons_batch_v3($1, ARRAY[gen_random_uuid()], ARRAY['m1'], ARRAY[NULL]::text[])`
+	first, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
 	var result string
-	if err := pool.QueryRow(ctx, call, "BIG-A", math.MaxInt32).Scan(&result); err != nil || result != "ISSUED" {
+	var pid int
+	if err := first.QueryRow(ctx, call, "BIG-A").Scan(&result); err != nil || result != "ISSUED" {
 		t.Fatalf("negative control, the first coupon at cap 2^31-1: %s %v, want ISSUED", result, err)
 	}
+	if err := first.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- pool.QueryRow(ctx, call, "BIG-B").Scan(&result) }()
+	pgtest.WaitBlockedBy(t, pool, pid, 1)
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var pgErr *pgconn.PgError
-	if err := pool.QueryRow(ctx, call, "BIG-B", math.MaxInt32).Scan(&result); !errors.As(err, &pgErr) ||
-		pgErr.Code != pgerrcode.NumericValueOutOfRange {
+	if err := <-second; !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.NumericValueOutOfRange {
 		t.Errorf("negative control, the second coupon at cap 2^31-1: %s %v, want 22003: the control no longer shows the overflow", result, err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 // Coalescing (docs/design.md, "Coalescing a hot campaign") is flat combining per campaign, in
 // each instance, with no timer. Every request is one member of a group that one call answers:
-// an issuance's group one call of issue_coupons_batch_v2 ([Service.run]), a dry run's one call of
+// an issuance's group one call of issue_coupons_batch_v3 ([Service.run]), a dry run's one call of
 // issue_dry_run_batch ([Service.runDry]), each kind through a coalescer of its own, so that a dry
 // run never waits behind an issuance's call nor an issuance behind a dry run's. The coalescer
 // decides the groups. Its protocol, written only here:

@@ -17,7 +17,7 @@ const (
 	// every issuance reads; `couponctl rules set` changes it.
 	DefaultMonthlyCapYen = 2000
 
-	// MaxMonthlyCapYen bounds R3's cap, in yen (coupon_rules' CHECK): issue_coupons_batch_v2 adds a
+	// MaxMonthlyCapYen bounds R3's cap, in yen (coupon_rules' CHECK): issue_coupons_batch_v3 adds a
 	// coupon's yen to a member's used_yen, a PostgreSQL integer (int4), before comparing with
 	// the cap. used_yen stays at most the cap, and a coupon above the cap is MONTHLY_CAP before
 	// any sum, so the sum stays at most twice the cap: 2,000,000,000 below int4's 2,147,483,647.
@@ -110,11 +110,6 @@ type Config struct {
 	// campaign"). Dry runs ([Service.DryRun]) are coalesced apart from the issuances, by the same
 	// bound. 1 turns coalescing off. Default [DefaultBatchMax]; at most [MaxBatchMax].
 	BatchMax int
-	// Now is the service's clock: the issue time each call sends, and the month an answer
-	// names. The database issues at its own time and refuses a sent time more than 5 s
-	// from it (issue_clock_skew(), migration 00021). Default time.Now. Tests that issue on a fixed date inject one, with
-	// the database taking it (pgtest.CallerClock).
-	Now func() time.Time
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -130,9 +125,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchMax == 0 {
 		c.BatchMax = DefaultBatchMax
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }
@@ -196,7 +188,6 @@ func ConfigFromEnv() (Config, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return c, fmt.Errorf("issuance: %w", err)
 	}
-	c = c.WithDefaults() // only Now is still zero here
 	return c, c.Validate()
 }
 

@@ -60,7 +60,8 @@ func TestDryRunHerdHoldsOneConnection(t *testing.T) {
 			}
 			pgtest.BreakFunction(t, owner, "issue_dry_run_batch",
 				[2]string{" STABLE SECURITY DEFINER", " VOLATILE SECURITY DEFINER"},
-				[2]string{"WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;", "WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;"})
+				[2]string{"  SELECT * INTO v FROM campaign_judge(p_campaign_id, v_at);",
+					"  PERFORM FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;\n  SELECT * INTO v FROM campaign_judge(p_campaign_id, v_at);"})
 			cfg, err := pgxpool.ParseConfig(dbURL)
 			if err != nil {
 				t.Fatal(err)

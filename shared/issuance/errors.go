@@ -50,7 +50,7 @@ func (e *connLostError) Error() string { return fmt.Sprintf("issuance: connectio
 func (e *connLostError) Unwrap() error { return e.err }
 
 // isStalePlan reports whether err is 0A000 "cached plan must not change result type": a migration
-// changed issue_coupons_batch_v2's result columns under a call prepared on a pooled connection. pgx drops
+// changed issue_coupons_batch_v3's result columns under a call prepared on a pooled connection. pgx drops
 // the statement from its cache on any error, so one more attempt prepares it afresh.
 func isStalePlan(err error) bool {
 	var pgErr *pgconn.PgError

@@ -49,8 +49,8 @@ func prodPool(t *testing.T, databaseURL string, maxConns int) *pgxpool.Pool {
 	return pool
 }
 
-// faultService is a Service on pool with cfg and the fixed clock (which the database takes:
-// pgtest.CallerClock), after creating campaigns of
+// faultService is a Service on pool with cfg and the database's clock set to faultDay
+// (pgtest.SetClock), after creating campaigns of
 // 1,000 yen coupons with a budget of 10,000,000 yen.
 func faultService(t *testing.T, pool *pgxpool.Pool, cfg issuance.Config, campaigns ...string) *issuance.Service {
 	t.Helper()
@@ -59,8 +59,7 @@ func faultService(t *testing.T, pool *pgxpool.Pool, cfg issuance.Config, campaig
 			t.Fatal(err)
 		}
 	}
-	cfg.Now = func() time.Time { return faultDay }
-	pgtest.CallerClock(t, pool)
+	pgtest.SetClock(t, pool, faultDay)
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +184,8 @@ func TestRestartDuringSilverWeek(t *testing.T) {
 	if err := silverweek.CreateCampaigns(ctx, pool, silverweek.Campaigns); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.CallerClock(t, pool)
-	svc, err := issuance.New(pool, issuance.Config{Budget: 1500 * time.Millisecond, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond, Now: func() time.Time { return faultDay }})
+	pgtest.SetClock(t, pool, faultDay)
+	svc, err := issuance.New(pool, issuance.Config{Budget: 1500 * time.Millisecond, StatementTimeout: time.Second, LockTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -217,8 +217,9 @@ func judgeHerd(t *testing.T, owner *pgxpool.Pool, run herdRun) []string {
 //   - the release judged before the writes (releaseOnlyByReads): calls that read room before the
 //     last released coupon went write past it, coupons of the next release commit before its
 //     instant;
-//   - the release judged by the service's clock, 2 s fast (pgtest.CallerClock, the issue time
-//     the service sends, as before 00021): coupons commit before the first release's instant.
+//   - the release judged by a clock 2 s fast (pgtest.ShiftClock: issue_now() ahead of the clock
+//     that stamps the commits, as the service's clock was when it sent the issue time, before
+//     00021): coupons commit before the first release's instant.
 func TestHerdAtTheReleaseSecond(t *testing.T) {
 	t.Parallel()
 	for _, v := range []struct {
@@ -227,11 +228,10 @@ func TestHerdAtTheReleaseSecond(t *testing.T) {
 	}{
 		{"correct", nil},
 		{"broken: judged by the reads", func(t *testing.T, owner *pgxpool.Pool, _ *issuance.Config) {
-			pgtest.BreakFunction(t, owner, "issue_coupons_batch_v2", releaseOnlyByReads...)
+			pgtest.BreakFunction(t, owner, "issue_coupons_batch_v3", releaseOnlyByReads...)
 		}},
-		{"broken: judged by the service's clock 2 s fast", func(t *testing.T, owner *pgxpool.Pool, cfg *issuance.Config) {
-			pgtest.CallerClock(t, owner)
-			cfg.Now = func() time.Time { return time.Now().Add(2 * time.Second) }
+		{"broken: judged by a clock 2 s fast", func(t *testing.T, owner *pgxpool.Pool, _ *issuance.Config) {
+			pgtest.ShiftClock(t, owner, 2*time.Second)
 		}},
 	} {
 		// One after the other: each herd has the machine's cores to itself.

@@ -32,11 +32,11 @@ const (
 	ResultRetryExhausted    Result = "RETRY_EXHAUSTED"     // contention or timeouts outlasted the budget; safe to re-send
 )
 
-// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupons_batch_v2 on the campaign's
-// budget stripes (campaign_inactive_reason, schema/current).
+// The reasons of CAMPAIGN_NOT_ACTIVE (docs/api.md), judged by issue_coupons_batch_v3 by its judge
+// (campaign_judge) and on the campaign's budget stripes (campaign_inactive_reason, schema/current).
 const (
 	ReasonNotStarted = "NOT_STARTED" // before starts_at, or before the campaign's first release
-	ReasonEnded      = "ENDED"       // at or after ends_at or coupons_expire_at, by the request's time or the commit's
+	ReasonEnded      = "ENDED"       // at or after ends_at or coupons_expire_at, by the call's issue time or the stripe write's clock
 	ReasonPaused     = "PAUSED"      // paused by an operator (couponctl campaign pause)
 )
 
@@ -51,7 +51,8 @@ type Outcome struct {
 	ExpiresAt *time.Time
 	// AmountYen is the coupon's face value in yen (ISSUED).
 	AmountYen int
-	// Month is the Asia/Tokyo calendar month the coupon counts against, YYYY-MM (ISSUED).
+	// Month is the Asia/Tokyo calendar month the coupon counts against, YYYY-MM (ISSUED): the
+	// month of the instant the database stamped, never the service's clock.
 	Month string
 	// Reason says why the campaign is not active (CAMPAIGN_NOT_ACTIVE): [ReasonNotStarted],
 	// [ReasonEnded] or [ReasonPaused].
@@ -101,8 +102,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 // The request is a member of a group, alone or coalesced with the requests of its campaign that
 // arrive while a call for it is in flight (docs/design.md, "Coalescing a hot campaign"; off when
 // [Config.BatchMax] is 1). Each attempt is one call to PostgreSQL, one network round trip:
-// issue_coupons_batch_v2 (schema/current/issue_coupons_batch_v2.sql), pipelined in autocommit
-// behind the attempt's lock_timeout and statement_timeout. It reads first, then takes its locks
+// issue_coupons_batch_v3 (schema/current/issue_coupons_batch_v3.sql), pipelined in autocommit
+// behind the attempt's lock_timeout and statement_timeout. It takes the issue time from the
+// database's clock and judges first (issue_judge, on the committed state), then takes its locks
 // in the one order of docs/design.md, "Lock order", each write judging its rule on the row it
 // writes. Attempts are run again by the issuance's retry policy, stated at [Service.run], which
 // answers RETRY_EXHAUSTED, nothing written, when the request's time runs out first.
@@ -119,7 +121,7 @@ func (s *Service) Issue(ctx context.Context, memberID, campaignID string) (Outco
 }
 
 // Grant is [Service.Issue] for `couponctl grant`, an operator's bulk grant, through
-// grant_coupons_batch_v2 (00025_campaign_kinds.sql), never coalesced: the same rules, answers,
+// grant_coupons_batch_v3 (00031_one_judge_one_clock.sql), never coalesced: the same rules, answers,
 // retries, settlement and errors; the coupon records the database login that granted it. The
 // pool's user must be in coupon_admin.
 func (s *Service) Grant(ctx context.Context, memberID, campaignID string) (Outcome, error) {
@@ -135,7 +137,7 @@ func (s *Service) issue(ctx context.Context, memberID, campaignID string, grant 
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	req := request{memberID: memberID, campaignID: campaignID, month: Month(s.cfg.Now()), grant: grant}
+	req := request{memberID: memberID, campaignID: campaignID, grant: grant}
 	ctx, span := startIssue(ctx, req)
 	defer func() { span.end(ctx, out, err) }()
 	j := &joined{ctx: ctx, req: req, couponID: uuid.NewString(), deadline: deadline, callEnd: callEnd, span: span,
@@ -184,8 +186,7 @@ func classify(ctx context.Context, err error) (step, error) {
 
 type request struct {
 	memberID, campaignID string
-	month                string // the Asia/Tokyo month of the service's clock when the request came
-	grant                bool   // a bulk grant (Service.Grant): grant_coupons_batch_v2, not issue_coupons_batch_v2
+	grant                bool // a bulk grant (Service.Grant): grant_coupons_batch_v3, not issue_coupons_batch_v3
 }
 
 // call is the statement of r's attempts.
@@ -230,22 +231,22 @@ func beforeSend(ctx context.Context, err error, closed bool) error {
 	return err
 }
 
-// outcomeOf turns the call's result row into the [Outcome] of r.
-func outcomeOf(r request, result string, coupon *string, amount *int, reason *string) (Outcome, error) {
+// outcomeOf turns the call's result row into an [Outcome].
+func outcomeOf(result string, coupon *string, amount *int, reason, month *string) (Outcome, error) {
 	out := Outcome{Result: Result(result)}
 	switch out.Result {
 	case ResultIssued:
-		if coupon == nil || amount == nil {
-			return Outcome{}, fmt.Errorf("issuance: ISSUED without a coupon id or an amount")
+		if coupon == nil || amount == nil || month == nil {
+			return Outcome{}, fmt.Errorf("issuance: ISSUED without a coupon id, an amount or a month")
 		}
-		out.CouponID, out.AmountYen, out.Month = *coupon, *amount, r.month
+		out.CouponID, out.AmountYen, out.Month = *coupon, *amount, *month
 	case ResultAlreadyIssued, ResultCouponVoided:
 		if coupon == nil {
 			return Outcome{}, fmt.Errorf("issuance: %s without the member's coupon id", result)
 		}
 		out.CouponID = *coupon
 	case ResultCampaignNotActive:
-		if reason == nil || (*reason != ReasonNotStarted && *reason != ReasonEnded && *reason != ReasonPaused) {
+		if !knownReason(reason) {
 			return Outcome{}, fmt.Errorf("issuance: CAMPAIGN_NOT_ACTIVE without a reason")
 		}
 		out.Reason = *reason
@@ -254,6 +255,11 @@ func outcomeOf(r request, result string, coupon *string, amount *int, reason *st
 		return Outcome{}, fmt.Errorf("issuance: the call answered %q, not a result code", result)
 	}
 	return out, nil
+}
+
+// knownReason says reason is one of CAMPAIGN_NOT_ACTIVE's.
+func knownReason(reason *string) bool {
+	return reason != nil && (*reason == ReasonNotStarted || *reason == ReasonEnded || *reason == ReasonPaused)
 }
 
 // settlement is the connection of its own that settles lost answers: the lost call's session is
@@ -320,11 +326,11 @@ func (st *settlement) unknown(err error) error {
 //
 // If the session's end could not be confirmed, or the look-up fails, it returns [ErrOutcomeUnknown].
 func (st *settlement) lookup(r request, couponID string) (Outcome, error) {
-	var existing string
+	var existing, month string
 	var amount int
 	var voided bool
 	var expires *time.Time
-	err := st.conn.QueryRow(st.ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount, &voided, &expires)
+	err := st.conn.QueryRow(st.ctx, sqlCouponOf, r.campaignID, r.memberID).Scan(&existing, &amount, &voided, &expires, &month)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && st.ended:
 		return Outcome{}, &connLostError{st.lost.err}
@@ -335,7 +341,7 @@ func (st *settlement) lookup(r request, couponID string) (Outcome, error) {
 	case voided:
 		return Outcome{Result: ResultCouponVoided, CouponID: existing}, nil
 	case existing == couponID:
-		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: r.month, ExpiresAt: expires}, nil
+		return Outcome{Result: ResultIssued, CouponID: existing, AmountYen: amount, Month: month, ExpiresAt: expires}, nil
 	}
 	return Outcome{Result: ResultAlreadyIssued, CouponID: existing, ExpiresAt: expires}, nil
 }

@@ -43,10 +43,7 @@ func setup(t *testing.T, maxConns int32, budgetA int, cfg issuance.Config) bundl
 	if err := silverweek.CreateCampaigns(ctx, pool, campaigns); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Now == nil {
-		cfg.Now = func() time.Time { return silverWeekDay }
-		pgtest.CallerClock(t, pool)
-	}
+	pgtest.SetClock(t, pool, silverWeekDay)
 	svc, err := issuance.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -70,8 +70,8 @@ func (d kindsDB) issueAsync(campaignID, member string) <-chan called {
 // still refuse from the committed state (release_share), but the statements that lock and write
 // a stripe no longer cap it by release_room.
 var releaseOnlyByReads = [][2]string{
-	{"(NOT v_releases OR release_room(", "(true OR release_room("},
-	{"CASE WHEN v_releases THEN release_room(", "CASE WHEN false THEN release_room("},
+	{"(NOT v.releases OR release_room(", "(true OR release_room("},
+	{"CASE WHEN v.releases THEN release_room(", "CASE WHEN false THEN release_room("},
 }
 
 // TestReleaseCapsTheStripeWrite: a release is judged on the stripe, in the statement that locks
@@ -88,7 +88,7 @@ func TestReleaseCapsTheStripeWrite(t *testing.T) {
 			t.Parallel()
 			d := newKindsDB(t)
 			if broken {
-				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", releaseOnlyByReads...)
+				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v3", releaseOnlyByReads...)
 			}
 			d.create(t, "DROP", 10, 1, map[time.Time]int32{time.Now().Add(-time.Hour): 2, time.Now().Add(time.Hour): 8}, false)
 			hold := pgtest.HoldCampaign(t, d.url, "DROP")
@@ -135,7 +135,7 @@ func TestAudienceRemovalIsFinal(t *testing.T) {
 			ctx := context.Background()
 			d := newKindsDB(t)
 			if broken {
-				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v2", [2]string{" ORDER BY a.member_id FOR KEY SHARE)", ")"})
+				pgtest.BreakFunction(t, d.owner, "issue_coupons_batch_v3", [2]string{" ORDER BY a.member_id FOR KEY SHARE)", ")"})
 			}
 			d.create(t, "AUD", 10, 1, nil, true)
 			if _, err := d.owner.Exec(ctx, `SELECT campaign_audience_change('AUD', '{m1}', true, 'test')`); err != nil {
@@ -351,7 +351,8 @@ func TestDryRunTakesNoLock(t *testing.T) {
 			if broken {
 				pgtest.BreakFunction(t, d.owner, "issue_dry_run_batch",
 					[2]string{" STABLE SECURITY DEFINER", " VOLATILE SECURITY DEFINER"},
-					[2]string{"WHERE b.campaign_id = p_campaign_id AND b.stripe = 0;", "WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;"})
+					[2]string{"  SELECT * INTO v FROM campaign_judge(p_campaign_id, v_at);",
+						"  PERFORM FROM campaign_budgets b WHERE b.campaign_id = p_campaign_id AND b.stripe = 0 FOR UPDATE;\n  SELECT * INTO v FROM campaign_judge(p_campaign_id, v_at);"})
 			}
 			d.create(t, "HOT", 10, 2, map[time.Time]int32{time.Now().Add(-time.Hour): 4}, false)
 			for _, ask := range []struct{ by, sql string }{
@@ -536,8 +537,8 @@ func TestNextReleaseIsWhenCouponsOpen(t *testing.T) {
 			ctx := context.Background()
 			d := newKindsDB(t)
 			if broken {
-				pgtest.BreakFunction(t, d.owner, "release_next", [2]string{"GREATEST(r.at, release_next.p_starts)", "r.at"},
-					[2]string{"(o.at < LEAST(release_next.p_ends, release_next.p_until, 'infinity'::timestamp with time zone))", "true"})
+				pgtest.BreakFunction(t, d.owner, "release_next", [2]string{"greatest(r.at, p_starts)", "r.at"},
+					[2]string{"o.at < least(p_ends, p_until, 'infinity')", "true"})
 			}
 			now := scalar[time.Time](t, d.owner, `SELECT clock_timestamp()`)
 			starts, early, late := now.Add(2*time.Hour), now.Add(time.Hour), now.Add(3*time.Hour)

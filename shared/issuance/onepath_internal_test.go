@@ -199,7 +199,7 @@ func brokenLead(s *Service, j *joined, group []*joined) (Outcome, error) {
 // newJoined is a request of member for campaignID with s's budget, as Issue makes it.
 func newJoined(t *testing.T, s *Service, campaignID, member string) *joined {
 	now := time.Now()
-	r := request{memberID: member, campaignID: campaignID, month: Month(now)}
+	r := request{memberID: member, campaignID: campaignID}
 	callEnd := now.Add(s.cfg.Budget)
 	deadline := attemptsEnd(callEnd)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -494,7 +494,7 @@ CREATE TRIGGER count_r2 BEFORE INSERT ON issued_coupons FOR EACH ROW WHEN (NEW.m
 	now := time.Now()
 	var group []*joined
 	for _, m := range []string{"r1", "r2"} {
-		r := request{memberID: m, campaignID: "R", month: Month(now)}
+		r := request{memberID: m, campaignID: "R"}
 		callEnd := now.Add(f.svc.cfg.Budget)
 		jctx, cancel := context.WithDeadline(ctx, attemptsEnd(callEnd))
 		t.Cleanup(cancel)

@@ -1,8 +1,8 @@
 package issuance
 
 // The statements of one issuance attempt, and of settling an attempt whose answer was lost.
-// The issuance transaction itself is issue_coupons_batch_v2, in
-// schema/current/issue_coupons_batch_v2.sql: read it there, top to bottom, in the order it
+// The issuance transaction itself is issue_coupons_batch_v3, in
+// schema/current/issue_coupons_batch_v3.sql: read it there, top to bottom, in the order it
 // takes its locks.
 
 // sqlTimeoutsSet sets lock_timeout ($1) and statement_timeout ($2) for the call's transaction only
@@ -11,22 +11,18 @@ package issuance
 // survives the call into the pooled session. PostgreSQL 15 docs, 20.11.1 "Statement Behavior".
 const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
-// sqlIssueBatch is one call of a group, one request alone included: issue_coupons_batch_v2
-// (schema/current/issue_coupons_batch_v2.sql), the whole transaction in one call, committed when
-// the pipeline's Sync arrives, which travels with it. It answers one row per member: its index from
-// 1, the result code (RETRY: send it again), the coupon id (ISSUED, the member's coupon for
-// ALREADY_ISSUED, the voided one for COUPON_VOIDED), the amount in yen (ISSUED), the reason of
-// CAMPAIGN_NOT_ACTIVE, the coupon's expiry and the campaign's next release (BUDGET_EXCEEDED,
-// NOT_STARTED). $1 campaign_id, then one each per member: $2
-// coupon ids (made by the service), $3 member ids, $4 issue times (the service's clock: the
-// database refuses one more than 5 s from its own, and issues at its own); $5 NULL (the previous
-// release's cap, which the database ignores: it reads R3's from coupon_rules), $6 trace parents.
-// Malformed arguments are refused with 22023 (schema/current/issuance_args_check.sql).
-const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at FROM issue_coupons_batch_v2($1, $2, $3, $4, $5, $6)`
+// sqlIssueBatch is one call of a group, one request alone included: issue_coupons_batch_v3
+// (schema/current/issue_coupons_batch_v3.sql, its contract in its comment), the whole
+// transaction in one call, committed when the pipeline's Sync arrives, which travels with it.
+// $1 campaign_id, then one each per member: $2 coupon ids (made by the service), $3 member ids,
+// $4 trace parents. The database decides the issue time and R3's cap. It answers one row per
+// member: its index from 1, the result code (RETRY: send it again), the coupon id, the amount,
+// the reason of CAMPAIGN_NOT_ACTIVE, the coupon's expiry, the campaign's next release, and the
+// month and instant the database stamped (ISSUED).
+const sqlIssueBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at, month FROM issue_coupons_batch_v3($1, $2, $3, $4)`
 
-// sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch_v2, an operator's grant
-// (00025_campaign_kinds.sql).
-const sqlGrantBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at FROM grant_coupons_batch_v2($1, $2, $3, $4, $5, $6)`
+// sqlGrantBatch is [sqlIssueBatch] through grant_coupons_batch_v3, an operator's grant.
+const sqlGrantBatch = `SELECT i, result, coupon, amount, reason, expires_at, next_release_at, month FROM grant_coupons_batch_v3($1, $2, $3, $4)`
 
 // sqlDryRunBatch is issue_dry_run_batch (schema/current/issue_dry_run_batch.sql): what
 // [sqlIssueBatch] would answer each of members $2 (text[]) of campaign $1 now, from plain reads,
@@ -52,7 +48,8 @@ SELECT coalesce(bool_and(pg_terminate_backend(pid, $3)), true)
 
 // sqlCouponOf is the coupon that holds the member's pair with the campaign, if any, once no
 // session that could insert it is in flight: its id, amount in yen, whether it was voided (a
-// void with reissue allowed releases the pair) and its expiry. $1 campaign_id, $2 member_id.
+// void with reissue allowed releases the pair), its expiry and its month (stamped by the
+// database). $1 campaign_id, $2 member_id.
 const sqlCouponOf = `
-SELECT coupon_id::text, amount_yen, voided_at IS NOT NULL, expires_at FROM issued_coupons
+SELECT coupon_id::text, amount_yen, voided_at IS NOT NULL, expires_at, month FROM issued_coupons
  WHERE campaign_id = $1 AND member_id = $2 AND NOT legacy_duplicate AND NOT reissue_allowed`

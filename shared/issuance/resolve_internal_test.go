@@ -40,8 +40,8 @@ func lostAttempt(t *testing.T, s *Service, dbURL, member string) (*pgx.Conn, *an
 		t.Fatal(err)
 	}
 	var result string
-	if err := conn.QueryRow(ctx, sqlIssueBatch, "LOST", []string{lost.couponID}, []string{member}, []time.Time{time.Now()},
-		nil, []*string{nil}).Scan(nil, &result, nil, nil, nil, nil, nil); err != nil || result != string(ResultIssued) {
+	if err := conn.QueryRow(ctx, sqlIssueBatch, "LOST", []string{lost.couponID}, []string{member},
+		[]*string{nil}).Scan(nil, &result, nil, nil, nil, nil, nil, nil); err != nil || result != string(ResultIssued) {
 		t.Fatalf("the call: %s %v, want ISSUED", result, err)
 	}
 	return conn, lost

@@ -70,7 +70,7 @@ type member struct {
 var errPanicked = errors.New("issuance: the call panicked")
 
 // run issues group's requests, all of one campaign (one request alone is a group of one), as
-// calls of issue_coupons_batch_v2 (grant_coupons_batch_v2 for a grant) until each is answered, and
+// calls of issue_coupons_batch_v3 (grant_coupons_batch_v3 for a grant) until each is answered, and
 // answers each member once, on every path: a panic is answered to every member not yet answered
 // as an error wrapping errPanicked.
 //
@@ -78,7 +78,7 @@ var errPanicked = errors.New("issuance: the call panicked")
 // [pause]: one policy for every member, alone or coalesced, issued or granted. Only a failure the
 // database rolled back, or that wrote nothing, is sent again:
 //
-//   - a call's answer is each member's answer; a member answered RETRY (issue_coupons_batch_v2
+//   - a call's answer is each member's answer; a member answered RETRY (issue_coupons_batch_v3
 //     could not place it without waiting out of lock order) goes again, as contention;
 //   - contention, SQLSTATE 40001 serialization_failure, 40P01 deadlock_detected or 55P03
 //     lock_not_available ([IsRetryable]; the attempt's lock_timeout ends a lock wait as 55P03),
@@ -291,10 +291,10 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
-// resultRetry is issue_coupons_batch_v2's answer for a member it could not finish in this call.
+// resultRetry is issue_coupons_batch_v3's answer for a member it could not finish in this call.
 const resultRetry Result = "RETRY"
 
-// attempt runs one call for pending, all of one campaign: issue_coupons_batch_v2 (grant_coupons_batch_v2
+// attempt runs one call for pending, all of one campaign: issue_coupons_batch_v3 (grant_coupons_batch_v3
 // for a grant), pipelined behind its lock_timeout and statement_timeout (derived from left, the
 // tightest member's time) in one round trip. It returns an outcome per member, in order (RETRY
 // for a member to send again), or an error: a statement's (the call was rolled back), a
@@ -311,18 +311,15 @@ func (s *Service) attempt(ctx context.Context, pending []*member, left time.Dura
 		return nil, beforeSend(ctx, err, conn.Conn().IsClosed())
 	}
 	n := len(pending)
-	// The issue time sent is the clock's now, at each attempt: the database refuses one more than
-	// 5 s from its own (and issues at its own), and a retry comes up to a budget after its request.
-	at := s.cfg.Now()
-	couponIDs, memberIDs, issuedAt, traces := make([]string, n), make([]string, n), make([]time.Time, n), make([]*string, n)
+	couponIDs, memberIDs, traces := make([]string, n), make([]string, n), make([]*string, n)
 	for i, m := range pending {
-		couponIDs[i], memberIDs[i], issuedAt[i], traces[i] = m.couponID, m.req.memberID, at, traceParent(m.ctx)
+		couponIDs[i], memberIDs[i], traces[i] = m.couponID, m.req.memberID, traceParent(m.ctx)
 	}
 	lockTimeout, statementTimeout := s.cfg.attemptTimeouts(left)
 	outs := make([]Outcome, n)
 	b := &pgx.Batch{}
 	b.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
-	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, issuedAt, nil, traces).
+	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, traces).
 		Query(func(rows pgx.Rows) error { return scanAnswers(rows, pending, outs) })
 	return outs, afterSend(ctx, conn.SendBatch(ctx, b).Close(), outs, sess)
 }
@@ -332,10 +329,10 @@ func scanAnswers(rows pgx.Rows, pending []*member, outs []Outcome) error {
 	for rows.Next() {
 		var i int
 		var result string
-		var coupon, reason *string
+		var coupon, reason, month *string
 		var amount *int
 		var expires, next *time.Time
-		if err := rows.Scan(&i, &result, &coupon, &amount, &reason, &expires, &next); err != nil {
+		if err := rows.Scan(&i, &result, &coupon, &amount, &reason, &expires, &next, &month); err != nil {
 			return err
 		}
 		if i < 1 || i > len(pending) {
@@ -345,7 +342,7 @@ func scanAnswers(rows pgx.Rows, pending []*member, outs []Outcome) error {
 			outs[i-1] = Outcome{Result: resultRetry}
 			continue
 		}
-		out, err := outcomeOf(pending[i-1].req, result, coupon, amount, reason)
+		out, err := outcomeOf(result, coupon, amount, reason, month)
 		if err != nil {
 			return err
 		}

@@ -87,14 +87,12 @@ func TestReSendAfterTheCampaignEnded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, 2)
-	// The real clock: issue_coupons_batch_v2 also judges the end by the database's clock as it writes.
 	now := time.Now()
 	ends := now.Add(time.Hour)
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ENDS", DiscountYen: 1000, BudgetYen: 100_000, EndsAt: &ends}); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.CallerClock(t, pool) // now moves past the end below
-	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return now }})
+	svc, err := issuance.New(pool, issuance.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +100,7 @@ func TestReSendAfterTheCampaignEnded(t *testing.T) {
 	if err != nil || first.Result != issuance.ResultIssued {
 		t.Fatalf("during the campaign: %+v %v", first, err)
 	}
-	now = ends.Add(time.Minute)
+	pgtest.SetClock(t, pool, ends.Add(time.Minute))
 	if out, err := svc.Issue(ctx, "m1", "ENDS"); err != nil || out.Result != issuance.ResultAlreadyIssued || out.CouponID != first.CouponID {
 		t.Errorf("re-send after the end: %+v %v, want ALREADY_ISSUED with %s", out, err, first.CouponID)
 	}
@@ -121,10 +119,10 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "ARGS", DiscountYen: 1000, BudgetYen: 100_000}); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.CallerClock(t, pool) // the month of a time in September, which the database's clock is not
 	call := `SELECT result FROM issue_coupon(gen_random_uuid(), $1, $2, $3, $4, NULL)`
 	// 2026-09-30 23:30 in Tokyo is 14:30 UTC: September in Tokyo, whatever the session says.
 	lateSeptember := time.Date(2026, 9, 30, 14, 30, 0, 0, time.UTC)
+	pgtest.SetClock(t, pool, lateSeptember)
 	for _, bad := range []struct {
 		campaign, member any
 		cap              any
@@ -148,7 +146,7 @@ func TestIssueCouponChecksItsArguments(t *testing.T) {
 	}
 }
 
-// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupons_batch_v2 with one
+// TestFunctionResultChangedUnderPreparedCalls: a migration replaces issue_coupons_batch_v3 with one
 // whose amount is bigint (answering through the old one, renamed) while the pooled connection holds the call prepared, so the next call fails
 // with 0A000 "cached plan must not change result type". The service prepares it afresh and
 // answers ISSUED.
@@ -165,12 +163,14 @@ func TestFunctionResultChangedUnderPreparedCalls(t *testing.T) {
 	// through it.
 	owner := connect(t, dbURL)
 	if _, err := owner.Exec(ctx, `
-ALTER FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]) RENAME TO issue_coupons_batch_before;
-CREATE FUNCTION issue_coupons_batch_v2(c text, ids uuid[], ms text[], ats timestamptz[], cap integer, tps text[])
-RETURNS TABLE (i integer, result text, coupon text, amount bigint, reason text, expires_at timestamptz, next_release_at timestamptz)
+ALTER FUNCTION issue_coupons_batch_v3(text, uuid[], text[], text[]) RENAME TO issue_coupons_batch_before;
+CREATE FUNCTION issue_coupons_batch_v3(c text, ids uuid[], ms text[], tps text[])
+RETURNS TABLE (i integer, result text, coupon text, amount bigint, reason text, expires_at timestamptz, next_release_at timestamptz,
+               month text, issued_at timestamptz)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
-AS $$ SELECT b.i, b.result, b.coupon, b.amount::bigint, b.reason, b.expires_at, b.next_release_at FROM issue_coupons_batch_before(c, ids, ms, ats, cap, tps) b $$;
-GRANT EXECUTE ON FUNCTION issue_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[]) TO coupon_issue`); err != nil {
+AS $$ SELECT b.i, b.result, b.coupon, b.amount::bigint, b.reason, b.expires_at, b.next_release_at, b.month, b.issued_at
+        FROM issue_coupons_batch_before(c, ids, ms, tps) b $$;
+GRANT EXECUTE ON FUNCTION issue_coupons_batch_v3(text, uuid[], text[], text[]) TO coupon_issue`); err != nil {
 		t.Fatal(err)
 	}
 	out, err := svc.Issue(ctx, "after", "RESULT")

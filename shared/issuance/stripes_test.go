@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,8 +26,8 @@ func striped(t *testing.T, maxConns int32, coupons, stripes int) bundle {
 	if err := campaign.Create(context.Background(), pool, c); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.CallerClock(t, pool)
-	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return silverWeekDay }})
+	pgtest.SetClock(t, pool, silverWeekDay)
+	svc, err := issuance.New(pool, issuance.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +167,8 @@ func TestSilverWeekStriped(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			pgtest.CallerClock(t, pool)
-			svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return silverWeekDay }})
+			pgtest.SetClock(t, pool, silverWeekDay)
+			svc, err := issuance.New(pool, issuance.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,10 +39,10 @@ type issueSpan struct {
 	attempt  int
 }
 
-// startIssue starts the call's span with its campaign and month.
+// startIssue starts the call's span with its campaign.
 func startIssue(ctx context.Context, r request) (context.Context, *issueSpan) {
 	ctx, span := otel.Tracer(telemetry.ScopeName).Start(ctx, SpanName, trace.WithAttributes(
-		telemetry.AttrCampaign.String(r.campaignID), telemetry.AttrMonth.String(r.month)))
+		telemetry.AttrCampaign.String(r.campaignID)))
 	return ctx, &issueSpan{span: span, campaign: r.campaignID, start: time.Now()}
 }
 
@@ -70,8 +70,9 @@ func (s *issueSpan) waiting(wait time.Duration) {
 	s.failed = nil
 }
 
-// end records the call's result on the span and in the metrics, and ends the span. A caller
-// that went away is recorded as cancelled, not as a database error.
+// end records the call's result (and an issued coupon's month, as the database stamped it) on
+// the span and in the metrics, and ends the span. A caller that went away is recorded as
+// cancelled, not as a database error.
 func (s *issueSpan) end(ctx context.Context, out Outcome, err error) {
 	s.waiting(0) // the last attempt's failure, if any: no attempt followed it
 	result := string(out.Result)
@@ -85,6 +86,9 @@ func (s *issueSpan) end(ctx context.Context, out Outcome, err error) {
 		s.span.SetStatus(codes.Error, err.Error())
 	}
 	s.span.SetAttributes(telemetry.AttrResult.String(result), telemetry.AttrAttempts.Int(out.Attempts))
+	if out.Month != "" {
+		s.span.SetAttributes(telemetry.AttrMonth.String(out.Month))
+	}
 	s.span.End()
 	// A cancelled call's ctx is done; the metric is recorded all the same.
 	telemetry.Global().RecordIssuance(context.WithoutCancel(ctx), s.campaign, result, out.Attempts, time.Since(s.start))

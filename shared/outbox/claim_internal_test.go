@@ -96,7 +96,7 @@ func TestClaimClosesVoidedAndExpiredCoupons(t *testing.T) {
 			case inline:
 				res = deliverClaimedBy(t, r, previousClaim)
 			case noExpiry:
-				pgtest.BreakFunction(t, pool, "outbox_claim", [2]string{"WHEN i.expires_at <= now() + p_lease THEN 'expired'", ""})
+				pgtest.BreakFunction(t, pool, "outbox_claim", [2]string{"WHEN i.expires_at <= issue_now() + p_lease THEN 'expired'", ""})
 				pgtest.BreakFunction(t, pool, "outbox_lease_refused", [2]string{"OR c.expires_at <= NEW.next_attempt_at", ""})
 				fallthrough
 			default:

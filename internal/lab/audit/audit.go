@@ -21,7 +21,7 @@
 //   - R1-R3, the counters and one outbox row per coupon, by SQL (internal/ops/reconcile).
 //
 // Refusals are checked only where the final state proves them wrong whenever they were answered.
-// That holds because the counters only grow while the traffic runs (issue_coupon adds to them;
+// That holds because the counters only grow while the traffic runs (the issuance adds to them;
 // `couponctl reconcile --repair` lowers one, and a void gives a coupon's yen back, stamped with
 // its voided_at), every change of a budget, a period or a pause is in the campaign's history
 // (campaign_changes), and campaigns are never deleted:
@@ -426,9 +426,10 @@ func after(t *time.Time, u time.Time) bool { return t != nil && t.After(u) }
 
 // checkPairs finds coupons of the log's pairs, live or voided, that no answer of the log explains. A coupon
 // is explained when an answer of its pair said ISSUED with its id; or an answer of its pair was
-// indeterminate; or it was written before the log began, by the service's clock, with the clock
-// skew for slack: issued_at before the log's first send time less the skew, so not the log's to
-// explain (load re-run with an earlier run's seed sends that run's pairs again); or, within the
+// indeterminate; or it was written before the log began, by the database's clock (issued_at,
+// issue_now()) against the log's, with the clock skew for slack: issued_at before the log's first
+// send time less the skew, so not the log's to explain (load re-run with an earlier run's seed
+// sends that run's pairs again); or, within the
 // skew around that first send time, where the clocks cannot say which came first, when an answer
 // of its pair said ALREADY_ISSUED with its id. A coupon written later than that needs its ISSUED
 // answer: an ALREADY_ISSUED to a double tap does not explain a coupon whose own request was

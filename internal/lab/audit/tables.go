@@ -18,7 +18,8 @@ type pair struct{ campaign, member string }
 type memberMonth struct{ member, month string }
 
 // pairCoupon is a coupon of one of the log's pairs that is not a legacy duplicate: its id,
-// issued_at (the service's clock when it wrote it), and when it was voided (nil when live).
+// issued_at (the database's clock when it issued it, issue_now()), and when it was voided (nil
+// when live).
 type pairCoupon struct {
 	id       string
 	issuedAt time.Time
@@ -35,7 +36,7 @@ type coupon struct {
 }
 
 // campaignRow is what the refusal checks read of a campaign: its stripe 0 (every campaign has
-// one; issue_coupon reads it) and whether any stripe has room for one more coupon.
+// one; the issuance's judge reads it) and whether any stripe has room for one more coupon.
 type campaignRow struct {
 	createdAt                  time.Time
 	discountYen                int

@@ -216,7 +216,7 @@ type SoldOutResult struct {
 	Rules string `json:"rules"`
 }
 
-// RowsPerIssue is the member rows one issuance writes (schema/current/issue_coupons_batch_v2.sql):
+// RowsPerIssue is the member rows one issuance writes (schema/current/issue_coupons_batch_v3.sql):
 // the coupon insert, the member x month usage row's insert or
 // update and the outbox insert. The budget stripe's update is counted apart
 // ([SoldOutResult.StripeUpdates]): a coalesced call makes one for all its members on a stripe.

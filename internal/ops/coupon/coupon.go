@@ -185,6 +185,9 @@ type Coupon struct {
 	IssuedAt                 time.Time
 	// ExpiresAt is nil for a coupon of a campaign without validity.
 	ExpiresAt *time.Time
+	// Expired says its expiry has passed, judged by the database at its clock (issue_now()),
+	// as the relay judges what it may push.
+	Expired bool
 	// GrantedBy is the login of the `couponctl grant` that issued it, "" for IssueCoupon's.
 	GrantedBy  string
 	RedeemedAt *time.Time
@@ -205,7 +208,7 @@ type Coupon struct {
 
 const sqlShow = `
 SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.issued_at, c.expires_at,
-       coalesce(c.granted_by, ''), c.redeemed_at,
+       coalesce(c.expires_at <= issue_now(), false), coalesce(c.granted_by, ''), c.redeemed_at,
        CASE WHEN o.sent_at IS NOT NULL THEN 'sent' WHEN o.skipped_at IS NOT NULL THEN 'skipped'
             WHEN o.parked_at IS NOT NULL THEN 'parked' WHEN o.coupon_id IS NOT NULL THEN 'open'
             WHEN c.outbox_pruned_at IS NOT NULL THEN 'pruned' ELSE 'none' END,
@@ -228,7 +231,7 @@ func ForMember(ctx context.Context, db Rows, member, campaignID string) ([]Coupo
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c Coupon, err error) {
 		return c, r.Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
-			&c.ExpiresAt, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+			&c.ExpiresAt, &c.Expired, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
 			&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
 	})
 	if err != nil {
@@ -249,7 +252,7 @@ func Show(ctx context.Context, db Querier, id string) (Coupon, error) {
 		return c, err
 	}
 	err := db.QueryRow(ctx, sqlShow, id).Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
-		&c.ExpiresAt, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+		&c.ExpiresAt, &c.Expired, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
 		&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, fmt.Errorf("%w: %s", ErrNotFound, id)

@@ -413,7 +413,6 @@ func TestExpiry(t *testing.T) {
 		campaign.Campaign{ID: "DAYS7", DiscountYen: 100, BudgetYen: 100_000, CouponValidDays: 7},
 		campaign.Campaign{ID: "FIXED", DiscountYen: 100, BudgetYen: 100_000, CouponsExpireAt: &fixed},
 		campaign.Campaign{ID: "NONE", DiscountYen: 100, BudgetYen: 100_000})
-	pgtest.CallerClock(t, d.pool) // the issue times below are the database's too
 	for _, c := range []struct {
 		at       time.Time
 		campaign string
@@ -426,7 +425,8 @@ func TestExpiry(t *testing.T) {
 		{time.Date(2026, 11, 30, 23, 59, 59, 0, issuance.Tokyo), "FIXED", &fixed},
 		{time.Date(2026, 11, 30, 23, 59, 59, 0, issuance.Tokyo), "NONE", nil},
 	} {
-		svc, err := issuance.New(d.pool, issuance.Config{Now: func() time.Time { return c.at }})
+		pgtest.SetClock(t, d.pool, c.at)
+		svc, err := issuance.New(d.pool, issuance.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,6 +435,24 @@ func TestExpiry(t *testing.T) {
 			out, err := svc.Issue(ctx, member, c.campaign)
 			if err != nil || out.Result != want || !sameTime(out.ExpiresAt, c.want) {
 				t.Errorf("%s issued at %s: %+v %v, want %s expiring %v", c.campaign, c.at, out, err, want, c.want)
+			}
+		}
+		// Expired is the database's judgement at its clock: not a microsecond before the expiry,
+		// at it.
+		if c.want == nil {
+			continue
+		}
+		list, err := coupon.ForMember(ctx, d.pool, member, c.campaign)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("%s's coupons: %v %v", member, list, err)
+		}
+		for _, at := range []struct {
+			clock   time.Time
+			expired bool
+		}{{c.want.Add(-time.Microsecond), false}, {*c.want, true}} {
+			pgtest.SetClock(t, d.pool, at.clock)
+			if got, err := coupon.Show(ctx, d.pool, list[0].ID); err != nil || got.Expired != at.expired {
+				t.Errorf("%s's coupon at %s: expired %t (%v), want %t", member, at.clock, got.Expired, err, at.expired)
 			}
 		}
 	}

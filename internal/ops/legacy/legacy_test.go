@@ -84,8 +84,8 @@ func migrate(t testing.TB, pool *pgxpool.Pool) {
 
 func service(t *testing.T, pool *pgxpool.Pool) *issuance.Service {
 	t.Helper()
-	pgtest.CallerClock(t, pool) // septDay is the database's issue time too
-	svc, err := issuance.New(pool, issuance.Config{Now: func() time.Time { return septDay }})
+	pgtest.SetClock(t, pool, septDay)
+	svc, err := issuance.New(pool, issuance.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,10 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -39,28 +41,37 @@ func BreakFunction(t testing.TB, db Execer, name string, replacements ...[2]stri
 	}
 }
 
-// CallerClock makes the database that db connects to as its owner issue at the time each
-// issuance call sends (the service's clock, [issuance.Config.Now]), as before migration 00021,
-// instead of at its own clock with a 5 s skew allowed: issue_clock, broken by [BreakFunction].
-// It is for the tests that issue on a fixed date (a Silver Week day, a month's last second);
-// production never runs it, and TestForgedArgumentsRefused shows what it lets through.
-func CallerClock(t testing.TB, db Execer) {
+// SetClock makes the database that db connects to as its owner read at, standing still, where
+// it reads its clock: issue_now() (schema/current/issue_now.sql), replaced with a constant. It is
+// for the tests that issue on a fixed date (a Silver Week day, a month's last second); call it
+// again to move the clock. Every instant the database's functions judge by comes from
+// issue_now(), so the issuance, the dry run, the state, the changes and the relay's expiry see
+// the moved clock; the relay's due times, sent from its own clock, are refused past it
+// (outbox_claim_args_check), and column defaults (notification_outbox.next_attempt_at) keep
+// the real clock.
+func SetClock(t testing.TB, db Execer, at time.Time) {
 	t.Helper()
-	BreakFunction(t, db, "issue_clock",
-		[2]string{"IF a NOT BETWEEN v_now - issue_clock_skew() AND v_now + issue_clock_skew() THEN", "IF false THEN"},
-		[2]string{"RETURN array_fill(v_now, ARRAY[cardinality(p_issued_at)]);", "RETURN p_issued_at;"})
+	BreakFunction(t, db, "issue_now", [2]string{"RETURN clock_timestamp()",
+		"RETURN " + quoteLiteral(at.UTC().Format(time.RFC3339Nano)) + "::timestamp with time zone"})
 }
 
-// BlindToExpiry makes issue_coupons_batch_v2, in the database db connects to as its owner, the
-// broken variant of 00015_expiry.sql: the campaign's state judged on its period and its pause
-// alone, blind to its coupons' fixed expiry (coupons_expire_at), in the reads and on the stripes,
-// as before that migration. It passes campaign_inactive_reason no expiry (NULL): the rule of
-// 00010's 4-argument form, which 00029 dropped. Tests keep it to show they see an issuance past
-// the expiry; production never runs it.
+// ShiftClock makes the database that db connects to as its owner read its clock moved by d,
+// still running: issue_now() replaced with clock_timestamp() plus d.
+func ShiftClock(t testing.TB, db Execer, d time.Duration) {
+	t.Helper()
+	BreakFunction(t, db, "issue_now", [2]string{"RETURN clock_timestamp()",
+		"RETURN clock_timestamp() + " + quoteLiteral(fmt.Sprintf("%d microseconds", d.Microseconds())) + "::interval"})
+}
+
+// BlindToExpiry makes the issuance, in the database db connects to as its owner, the broken
+// variant of 00015_expiry.sql: the campaign's state judged on its period and its pause alone,
+// blind to its coupons' fixed expiry (coupons_expire_at), in the judge (campaign_judge) and on
+// the stripes (issue_coupons_batch_v3), as before that migration. It passes
+// campaign_inactive_reason no expiry (NULL): the rule of 00010's 4-argument form, which 00029
+// dropped. Tests keep it to show they see an issuance past the expiry; production never runs it.
 func BlindToExpiry(t testing.TB, db Execer) {
 	t.Helper()
-	BreakFunction(t, db, "issue_coupons_batch_v2",
-		[2]string{"v_paused, v_until, p_issued_at[k]", "v_paused, NULL, p_issued_at[k]"},
-		[2]string{"s.paused_at, s.coupons_expire_at, ", "s.paused_at, NULL, "},
-		[2]string{"b.paused_at, b.coupons_expire_at, ", "b.paused_at, NULL, "})
+	BreakFunction(t, db, "campaign_judge",
+		[2]string{"f.paused_at, f.coupons_expire_at, campaign_judge.p_at)", "f.paused_at, NULL, campaign_judge.p_at)"})
+	BreakFunction(t, db, "issue_coupons_batch_v3", [2]string{"s.paused_at, s.coupons_expire_at, v_now)", "s.paused_at, NULL, v_now)"})
 }
