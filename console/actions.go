@@ -52,30 +52,15 @@ func (a *actions) call(ctx context.Context, sql string, args []any, scan ...any)
 }
 
 // state pauses, resumes or ends campaign id as person; a change that finds the campaign already
-// so is "unchanged". A resume of an ended campaign is refused, as couponctl campaign resume
-// refuses it: resuming clears the pause and leaves the end where it is.
+// so is "unchanged". What may be done to an ended campaign the change functions decide, under
+// its lock (campaign_refuse_ended): a pause or a resume of one is refused (CI422).
 func (a *actions) state(ctx context.Context, id, action, person, reason string) (outcome, error) {
 	var n int
 	var err error
-	switch action {
-	case "end":
+	if action == "end" {
 		err = a.call(ctx, sqlEnd, []any{id, person, reason}, &n)
-	case "resume":
-		var st campaign.Status
-		st, err = campaign.Show(ctx, a.pool, id)
-		if errors.Is(err, campaign.ErrNotFound) {
-			return outcome{}, errNotFound(fmt.Sprintf("キャンペーン %s はありません", id))
-		}
-		if err == nil && st.State(time.Now()) == campaign.StateEnded {
-			return outcome{}, errRefusedGo(fmt.Sprintf("キャンペーン %s は %s に終了しています。再開では終了日時は動きません。"+
-				"couponctl campaign update %s --ends T --reason TEXT で終了日時を動かしてください（何も変更していません）",
-				id, jstPtr(st.EndsAt), id))
-		}
-		fallthrough
-	default:
-		if err == nil {
-			err = a.call(ctx, sqlPause, []any{id, action == "pause", person, reason}, &n)
-		}
+	} else {
+		err = a.call(ctx, sqlPause, []any{id, action == "pause", person, reason}, &n)
 	}
 	if err != nil {
 		return outcome{}, err

@@ -128,7 +128,6 @@ func (s *server) listPage(w http.ResponseWriter, r *http.Request) {
 // campaignView is the campaign page's data.
 type campaignView struct {
 	campaign.Status
-	State    string
 	Points   []Point
 	Chart    template.HTML
 	Requests []Request
@@ -148,9 +147,9 @@ func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("キャンペーン %s はありません", id), "/")
 		return
 	}
-	v := campaignView{Status: st, State: st.State(p.Now)}
+	v := campaignView{Status: st}
 	if err == nil {
-		v.Points, err = s.reads.burndown(ctx, st, p.Now)
+		v.Points, err = s.reads.burndown(ctx, st, st.At) // the last point at the database's clock
 	}
 	if err == nil {
 		v.Requests, err = s.reads.requests(ctx, id)
@@ -172,7 +171,7 @@ func (s *server) burndownJSON(w http.ResponseWriter, r *http.Request) {
 	st, err := campaign.Show(r.Context(), s.reads.pool, id)
 	var points []Point
 	if err == nil {
-		points, err = s.reads.burndown(r.Context(), st, time.Now())
+		points, err = s.reads.burndown(r.Context(), st, st.At) // the last point at the database's clock
 	}
 	switch {
 	case errors.Is(err, campaign.ErrNotFound):

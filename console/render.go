@@ -19,6 +19,7 @@ var funcs = template.FuncMap{
 	"jst":    func(t time.Time) string { return tokyoTime(t) },
 	"jstp":   jstPtr,
 	"state":  stateJa,
+	"over":   over,
 	"what":   whatJa,
 	"json":   jsonText,
 	"perMin": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
@@ -61,10 +62,18 @@ func jstPtr(t *time.Time) string {
 	return tokyoTime(*t)
 }
 
+// stateJa is a campaign state (campaign_state's code, the database's judgement) in the team's
+// words.
 func stateJa(s string) string {
 	return map[string]string{campaign.StateActive: "発行中", campaign.StatePaused: "一時停止中",
-		campaign.StateEnded: "終了", campaign.StateNotStarted: "開始前"}[s]
+		campaign.StateSoldOut: "完売", campaign.StateWaitingRelease: "本日分終了",
+		campaign.StateNotStarted: "開始前", campaign.StateEnded: "終了", campaign.StateExpired: "有効期限切れ"}[s]
 }
+
+// over says a campaign in state s has ended (its end or its coupons' expiry passed): the
+// database refuses a pause, a resume or a budget change of it (campaign_refuse_ended), and its
+// end has passed or its coupons no longer issue, so the page offers none of those, nor an end.
+func over(s string) bool { return s == campaign.StateEnded || s == campaign.StateExpired }
 
 func whatJa(s string) string {
 	if ja, ok := map[string]string{"budget": "予算", "stripes": "ストライプ", "period": "期間", "pause": "一時停止",

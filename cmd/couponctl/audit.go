@@ -30,7 +30,7 @@ A violation is:
     wrong then; one they do not contradict may still have been wrong, which no table can say);
   - a live coupon of one of the log's (campaign, member) pairs that no answer said ISSUED for,
     while every answer of the pair was determinate, unless it predates the log: issued_at (the
-    service's clock) more than 1 s (the clock skew allowed) before the log's first request, or
+    database's clock) more than 1 s (the clock skew allowed) before the log's first request, or
     within that second of it and named by an ALREADY_ISSUED answer of its pair (a load re-run
     with an earlier run's seed). The log must hold every request for its pairs while it ran, as
     load's and drill's do: their member ids are their run's own;

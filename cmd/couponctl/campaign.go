@@ -90,7 +90,11 @@ a refusal by the database exits 1; either way nothing is created.`,
 			if err != nil {
 				return err
 			}
-			for _, w := range def.Warnings(set.MonthlyCapYen, time.Now()) {
+			s, err := campaign.Show(cmd.Context(), pool, def.ID)
+			if err != nil {
+				return err
+			}
+			for _, w := range def.Warnings(set.MonthlyCapYen, s.State) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			return nil
@@ -149,11 +153,9 @@ func createStripes(f *pflag.FlagSet, def *campaign.Campaign, expectedRPS int) er
 }
 
 // checkExpiryFlag refuses (a usage error: exit 2) the --coupons-expire expires of a campaign
-// to create, def: one that has passed, or one at or before its start ([campaign.CheckExpiry]).
+// to create, def, at or before its start ([campaign.CheckExpiry]). One that has passed the
+// database refuses, judged by its clock (campaign_create).
 func checkExpiryFlag(def campaign.Campaign, expires string) error {
-	if def.CouponsExpireAt != nil && !def.CouponsExpireAt.After(time.Now()) {
-		return flagError("--coupons-expire %s has passed: every coupon would be issued expired", expires)
-	}
 	if _, err := expiryCheck(def.StartsAt, def.EndsAt, def.CouponsExpireAt); err != nil {
 		return flagError("campaign %s: %w", def.ID, err)
 	}
@@ -186,15 +188,15 @@ func campaignShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			writeCampaign(cmd.OutOrStdout(), s, time.Now())
+			writeCampaign(cmd.OutOrStdout(), s)
 			return nil
 		},
 	}
 }
 
-// writeCampaign writes one campaign as campaign show does, its state at now.
-func writeCampaign(w io.Writer, s campaign.Status, now time.Time) {
-	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\n", s.ID, state(s, now), s.DiscountYen)
+// writeCampaign writes one campaign as campaign show does.
+func writeCampaign(w io.Writer, s campaign.Status) {
+	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\n", s.ID, state(s), s.DiscountYen)
 	writeCounts(w, s)
 	fmt.Fprintf(w, "stripes    %d\n", s.Stripes)
 	fmt.Fprintf(w, "period     %s .. %s\nvalidity   %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt), validity(s.Campaign))
@@ -212,41 +214,32 @@ func validity(c campaign.Campaign) string {
 	return "no expiry"
 }
 
-// campaignState is [campaign.Status.State] as state calls it: a variable, so that a test can
-// swap in its broken variant (expiry_test.go).
-var campaignState = campaign.Status.State
-
-// state is s's state at now, with when it was paused, when its coupons expired if that ended
-// it, when its first release comes if it waits for it, and whether an active campaign's budget
-// or released coupons are spent.
-func state(s campaign.Status, now time.Time) string {
-	switch st := campaignState(s, now); {
-	case st == campaign.StatePaused:
-		return st + " since " + fmtTime(s.PausedAt)
-	case st == campaign.StateEnded && (s.EndsAt == nil || now.Before(*s.EndsAt)):
-		return st + " (its coupons expired " + fmtTime(s.CouponsExpireAt) + ")"
-	case st == campaign.StateActive && s.RemainingYen() < s.DiscountYen:
-		return st + " (budget spent)"
-	case len(s.Schedule) > 0:
-		return st + releaseState(s, st, now)
-	default:
-		return st
+// state is s's state as the database judged it (campaign_state, [campaign.Status.State]) in
+// campaign show's words: with when it was paused, when its coupons expired if that ended it,
+// when its first release comes if it waits for it, and whether an open campaign's budget or
+// released coupons are spent.
+func state(s campaign.Status) string {
+	switch s.State {
+	case campaign.StatePaused:
+		return "paused since " + fmtTime(s.PausedAt)
+	case campaign.StateEnded:
+		return "ended"
+	case campaign.StateExpired:
+		return "ended (its coupons expired " + fmtTime(s.CouponsExpireAt) + ")"
+	case campaign.StateNotStarted:
+		if s.OpensAt != nil && (s.StartsAt == nil || !s.OpensAt.Equal(*s.StartsAt)) {
+			return "not started (first release at " + fmtTime(s.OpensAt) + ")"
+		}
+		return "not started"
+	case campaign.StateWaitingRelease:
+		return "active (released coupons taken; next release at " + fmtTime(s.NextReleaseAt) + ")"
+	case campaign.StateSoldOut:
+		if len(s.Schedule) > 0 && s.RemainingYen() >= s.DiscountYen {
+			return "active (released coupons taken; no release to come)"
+		}
+		return "active (budget spent)"
 	}
-}
-
-// releaseState is what state adds for a campaign with releases in state st at now: when the
-// first release comes if the campaign waits for it, or that the released coupons are taken and
-// when the next release comes.
-func releaseState(s campaign.Status, st string, now time.Time) string {
-	switch {
-	case st == campaign.StateNotStarted && (s.StartsAt == nil || !now.Before(*s.StartsAt)):
-		return " (first release at " + fmtTime(&s.Schedule[0].At) + ")"
-	case st != campaign.StateActive || s.AvailableCoupons() > 0:
-		return ""
-	case s.NextReleaseAt != nil:
-		return " (released coupons taken; next release at " + fmtTime(s.NextReleaseAt) + ")"
-	}
-	return " (released coupons taken; no release to come)"
+	return "active"
 }
 
 func campaignListCmd() *cobra.Command {
@@ -264,16 +257,17 @@ func campaignListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			writeCampaignList(cmd.OutOrStdout(), list, time.Now())
+			writeCampaignList(cmd.OutOrStdout(), list)
 			return nil
 		},
 	}
 }
 
-// writeCampaignList writes list as a table, amounts in yen and in coupons (issued/budget), periods
-// in Asia/Tokyo time, releases and audience, and each campaign's state at now: active, paused,
-// ended or not started.
-func writeCampaignList(w io.Writer, list []campaign.Status, now time.Time) {
+// writeCampaignList writes list as a table, amounts in yen and in coupons (issued/budget), the
+// coupons the database says can still be issued now (by the budget and the releases), periods in
+// Asia/Tokyo time, releases and audience, and each campaign's state as the database judged it
+// ([state]).
+func writeCampaignList(w io.Writer, list []campaign.Status) {
 	if len(list) == 0 {
 		fmt.Fprintln(w, "no campaigns (couponctl campaign create adds one)")
 		return
@@ -282,8 +276,8 @@ func writeCampaignList(w io.Writer, list []campaign.Status, now time.Time) {
 	fmt.Fprintln(tw, "campaign\tdiscount_yen\tbudget_yen\tissued_yen\tremaining_yen\tcoupons_issued/budget\tremaining_coupons\tstarts\tends\tkind\tstate")
 	for _, s := range list {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%s\t%s\t%s\t%s\n", s.ID, s.DiscountYen, s.BudgetYen, s.IssuedYen,
-			s.RemainingYen(), s.IssuedYen/s.DiscountYen, s.BudgetYen/s.DiscountYen, s.RemainingYen()/s.DiscountYen,
-			fmtTime(s.StartsAt), fmtTime(s.EndsAt), kinds(s), state(s, now))
+			s.RemainingYen(), s.IssuedYen/s.DiscountYen, s.BudgetYen/s.DiscountYen, s.RemainingCoupons,
+			fmtTime(s.StartsAt), fmtTime(s.EndsAt), kinds(s), state(s))
 	}
 	_ = tw.Flush()
 }

@@ -277,33 +277,15 @@ func checkChangeRanges(f *pflag.FlagSet, stripes, validDays int) error {
 	return nil
 }
 
-// changeRanges and campaignResume are checkChangeRanges and resumeUnlessEnded as the verbs call
-// them: variables, so that a test can swap in their broken variants (campaign_refusals_test.go).
-var (
-	changeRanges   = checkChangeRanges
-	campaignResume = resumeUnlessEnded
-)
+// changeRanges is checkChangeRanges as the verbs call it: a variable, so that a test can swap in
+// its broken variant (campaign_refusals_test.go).
+var changeRanges = checkChangeRanges
 
 func campaignResumeCmd() *cobra.Command {
 	return stateCmd("resume", "Resume a paused campaign",
 		`Resume a paused campaign: it issues again within its period and budget. An ended campaign
 is refused (exit 1, nothing changed): resuming does not move its end; "campaign update --ends T"
-does.`, campaignResume)
-}
-
-// resumeUnlessEnded resumes campaign id, refusing one that has ended: a resume changes only the
-// pause, and the campaign would stay closed (before, its history said "resume changed").
-func resumeUnlessEnded(ctx context.Context, db campaign.Querier, id, reason string) (*campaign.Change, error) {
-	s, err := campaign.Show(ctx, db, id)
-	if err != nil {
-		return nil, err
-	}
-	if s.State(time.Now()) == campaign.StateEnded {
-		return nil, fmt.Errorf("campaign %s has ended, at %s: resume does not reopen it; move its end with "+
-			"couponctl campaign update %s --ends T --reason TEXT (and resume it if it is paused); nothing changed",
-			id, tokyoTime(s.EndsAt), id)
-	}
-	return campaign.Resume(ctx, db, id, reason)
+does. The database judges it, under the campaign's lock.`, campaign.Resume)
 }
 
 func campaignEndCmd() *cobra.Command {
@@ -355,7 +337,7 @@ func runChange(cmd *cobra.Command, id string, change func(context.Context, campa
 	if err != nil {
 		return err
 	}
-	writeCampaign(w, s, time.Now())
+	writeCampaign(w, s)
 	return nil
 }
 

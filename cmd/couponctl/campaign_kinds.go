@@ -200,8 +200,11 @@ func writeCounts(w io.Writer, s campaign.Status) {
 func writeKinds(w io.Writer, s campaign.Status) {
 	if len(s.Schedule) > 0 {
 		open, released := s.OpenReleases()
-		fmt.Fprintf(w, "released   %d of %d coupons, in %d of %d releases; %d coupons to take now\n",
-			released, s.ReleasedCoupons(), open, len(s.Schedule), s.AvailableCoupons())
+		fmt.Fprintf(w, "released   %d of %d coupons, in %d of %d releases", released, s.ReleasedCoupons(), open, len(s.Schedule))
+		if s.State == campaign.StateActive || s.State == campaign.StateSoldOut || s.State == campaign.StateWaitingRelease {
+			fmt.Fprintf(w, "; %d coupons to take now", s.RemainingCoupons)
+		}
+		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "releases\tat (Asia/Tokyo)\tcoupons\treleased so far\topen")
 		for _, r := range s.Schedule {

@@ -293,7 +293,7 @@ func TestGrantOnACampaignWithReleases(t *testing.T) {
 	}
 	path, _ := memberFile(t, "r", 3)
 	for _, c := range []struct{ id, want string }{
-		{"LATER", "couponctl: grant: campaign LATER starts at 2099-01-01T10:00:00+09:00: every member would answer CAMPAIGN_NOT_ACTIVE"},
+		{"LATER", "couponctl: grant: campaign LATER opens with a release at 2099-01-01T10:00:00+09:00: the 3 members without its coupon would answer CAMPAIGN_NOT_ACTIVE; run the grant then, or add an earlier release"},
 		{"TAKEN", "couponctl: grant: campaign TAKEN's released coupons are taken: the 3 members without its coupon would answer " +
 			"BUDGET_EXCEEDED; run the grant after its next release, at 2099-01-01T10:00:00+09:00; nothing was issued"},
 	} {

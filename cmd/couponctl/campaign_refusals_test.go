@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // TestCampaignUpdateOutOfRangeExitsTwo: campaign update's out-of-range values (--stripes 0,
@@ -42,22 +44,31 @@ func updateRangesCheck(t *testing.T, v *verdict) {
 // TestResumeOfAnEndedCampaign: campaign resume of an ended (and paused) campaign is refused,
 // exit 1, naming campaign update --ends, and changes nothing (before: it answered "resume
 // changed", wrote a 'resume' row in the history and left the campaign closed). Counted with SQL.
-// Shown red on the broken variant, campaign.Resume called whatever the campaign's state.
+// Shown red on the broken variant, campaign_change_state without its refusal of an ended
+// campaign (campaign_refuse_ended), which resumes whatever the campaign's state.
 func TestResumeOfAnEndedCampaign(t *testing.T) {
 	checkAndBreak(t, resumeEndedCheck, brokenVariant{"resume blind to the end", func(t *testing.T) {
-		swap(t, &campaignResume, campaign.Resume)
+		swap(t, &resumeEndedBreak, func(t *testing.T, owner *pgxpool.Pool) {
+			pgtest.BreakFunction(t, owner, "campaign_change_state", [2]string{"    PERFORM campaign_refuse_ended(v_first, p_what, v_at);\n", ""})
+		})
 	}})
 }
 
+// resumeEndedBreak installs resumeEndedCheck's broken variant in the database owner connects to:
+// nothing, unless TestResumeOfAnEndedCampaign swaps the variant in.
+var resumeEndedBreak = func(*testing.T, *pgxpool.Pool) {}
+
 func resumeEndedCheck(t *testing.T, v *verdict) {
-	longAgo, past := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
-	d := newGrantDB(t, campaign.Campaign{ID: "OVER", DiscountYen: 500, BudgetYen: 10_000, StartsAt: &longAgo, EndsAt: &past})
+	ends := time.Now().Add(time.Hour)
+	d := newGrantDB(t, campaign.Campaign{ID: "OVER", DiscountYen: 500, BudgetYen: 10_000, EndsAt: &ends})
 	if _, err := campaign.Pause(context.Background(), d.owner, "OVER", "paused before its end"); err != nil {
 		t.Fatal(err)
 	}
+	pgtest.SetClock(t, d.owner, ends.Add(time.Hour))
+	resumeEndedBreak(t, d.owner)
 	t.Setenv("DATABASE_URL", d.admin)
 	code, stdout, stderr := grantCLI("campaign", "resume", "OVER", "--reason", "r")
-	if code != 1 || !strings.Contains(stderr, "couponctl: campaign OVER has ended") ||
+	if code != 1 || !strings.Contains(stderr, "campaign OVER has ended") ||
 		!strings.Contains(stderr, "couponctl campaign update OVER --ends T") {
 		v.Errorf("resume of an ended campaign: exit %d, want 1 naming campaign update --ends\n%s%s", code, stdout, stderr)
 	}

@@ -472,7 +472,7 @@ func showMember(cmd *cobra.Command, pool *pgxpool.Pool, member, campaignID strin
 
 // couponState is a coupon's state at now as show prints it: voided, redeemed, expired (at or
 // after its expires_at: it is no longer valid, and the relay never pushes it), else live.
-func couponState(c coupon.Coupon, now time.Time) string {
+func couponState(c coupon.Coupon) string {
 	switch {
 	case c.VoidedAt != nil && c.ReissueAllowed:
 		return "voided (reissue allowed)"
@@ -480,7 +480,7 @@ func couponState(c coupon.Coupon, now time.Time) string {
 		return "voided"
 	case c.RedeemedAt != nil:
 		return "redeemed"
-	case c.ExpiresAt != nil && !now.Before(*c.ExpiresAt):
+	case c.Expired:
 		return "expired"
 	}
 	return "live"
@@ -498,9 +498,8 @@ func writeMemberCoupons(w io.Writer, member, campaignID string, list []coupon.Co
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUPON_ID\tCAMPAIGN\tSTATE\tYEN\tMONTH\tISSUED_AT\tPUSH")
-	now := time.Now()
 	for _, c := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.CampaignID, couponState(c, now), c.AmountYen, c.Month,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.CampaignID, couponState(c), c.AmountYen, c.Month,
 			tokyoTime(&c.IssuedAt), c.Push)
 	}
 	_ = tw.Flush()
@@ -513,7 +512,7 @@ func writeCoupon(w io.Writer, c coupon.Coupon) {
 		}
 		return t.In(issuance.Tokyo).Format(time.RFC3339)
 	}
-	state := couponState(c, time.Now())
+	state := couponState(c)
 	fmt.Fprintf(w, "coupon      %s\nstate       %s\ncampaign    %s\nmember      %s\namount      %d yen\nmonth       %s\n",
 		c.ID, state, c.CampaignID, c.MemberID, c.AmountYen, c.Month)
 	fmt.Fprintf(w, "issued at   %s\nexpires at  %s\n", c.IssuedAt.In(issuance.Tokyo).Format(time.RFC3339), at(c.ExpiresAt))

@@ -9,35 +9,23 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
 )
 
 // TestExpiredCampaignShowsEnded: a campaign whose fixed coupon expiry has passed (moved to the
 // database's now, as the clock would) is ended in campaign show and campaign list, with when its
 // coupons expired; outbox status counts skipped rows by reason, a row the previous release
-// skipped (no skip_reason) by its last_error. The broken variant, the state judged as before
-// 82220a1 (stateBlindToExpiry), shows the campaign active: the check finds it.
+// skipped (no skip_reason) by its last_error. The broken variant, the judge blind to the coupons'
+// expiry as before 82220a1 (pgtest.BlindToExpiry), shows the campaign active: the check finds it.
 func TestExpiredCampaignShowsEnded(t *testing.T) {
 	checkAndBreak(t, expiredShowsEndedCheck, brokenVariant{"the state blind to the coupons' expiry", func(t *testing.T) {
-		swap(t, &campaignState, stateBlindToExpiry)
+		swap(t, &expiredBreak, func(t *testing.T, owner *pgxpool.Pool) { pgtest.BlindToExpiry(t, owner) })
 	}})
 }
 
-// stateBlindToExpiry is the broken variant of [campaign.Status.State] kept as a fixture: its rule
-// before 82220a1, ended only at EndsAt, so a campaign whose fixed coupon expiry has passed stays
-// active in campaign show and list (issue 29).
-func stateBlindToExpiry(s campaign.Status, now time.Time) string {
-	switch {
-	case s.EndsAt != nil && !now.Before(*s.EndsAt):
-		return campaign.StateEnded
-	case s.PausedAt != nil:
-		return campaign.StatePaused
-	case s.StartsAt != nil && now.Before(*s.StartsAt), len(s.Schedule) > 0 && !s.Schedule[0].Open:
-		return campaign.StateNotStarted
-	}
-	return campaign.StateActive
-}
+// expiredBreak installs expiredShowsEndedCheck's broken variant in the database owner connects
+// to: nothing, unless TestExpiredCampaignShowsEnded swaps the variant in.
+var expiredBreak = func(*testing.T, *pgxpool.Pool) {}
 
 // expiredShowsEndedCheck is TestExpiredCampaignShowsEnded's check: it records in v each output
 // that lacks what it should say.
@@ -55,6 +43,7 @@ func expiredShowsEndedCheck(t *testing.T, v *verdict) {
 		t.Fatal(err)
 	}
 	t.Cleanup(owner.Close)
+	expiredBreak(t, owner)
 	if _, err := owner.Exec(ctx, `UPDATE campaign_budgets SET coupons_expire_at = now() WHERE campaign_id = 'EXP';
 WITH c AS (
   INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen)

@@ -279,29 +279,36 @@ func grantEnd(ctx context.Context, errOut io.Writer, job grantJob, sum grantSumm
 	return nil
 }
 
-// grantPlan is what the tables say before a grant sends anything.
+// grantPlan is what the judge says of the list before a grant sends anything.
 type grantPlan struct {
 	login    string
 	campaign campaign.Status
-	held     int // members of the list holding a live coupon of the campaign
-	voided   int // members whose coupon of the campaign was voided, without reissue
+	held     int  // members of the list holding a live coupon of the campaign
+	voided   int  // members whose coupon of the campaign was voided, without reissue
+	room     *int // the coupons the campaign can still issue now, when the judge gives it
 }
 
-// sqlGrantAllowed is the login and whether it may call grant_coupons_batch_v2, the grant's call
-// (shared/issuance), as a member of coupon_admin or a superuser.
+// sqlGrantAllowed is the login and whether it may call grant_coupons_batch_v3 (a member of
+// coupon_admin, or a superuser).
 const sqlGrantAllowed = `
-SELECT current_user, has_function_privilege('grant_coupons_batch_v2(text, uuid[], text[], timestamptz[], integer, text[])', 'EXECUTE')`
+SELECT current_user, has_function_privilege('grant_coupons_batch_v3(text, uuid[], text[], text[])', 'EXECUTE')`
 
-// sqlGrantHeld counts the members of $2 whose pair with campaign $1 is held (R2's index): by a
-// live coupon, or by a voided one without reissue.
-const sqlGrantHeld = `
-SELECT count(*) FILTER (WHERE voided_at IS NULL), count(*) FILTER (WHERE voided_at IS NOT NULL)
-  FROM issued_coupons
- WHERE campaign_id = $1 AND member_id = ANY($2) AND NOT legacy_duplicate AND NOT reissue_allowed`
+// sqlGrantCheck is the one judge's answer to each member of $2 for campaign $1 now, counted by
+// result and reason (grant_check, schema/current/grant_check.sql), most first.
+const sqlGrantCheck = `SELECT result, coalesce(reason, ''), members, remaining_coupons, next_release_at, opens_at FROM grant_check($1, $2)`
+
+// grantCount is one row of [sqlGrantCheck].
+type grantCount struct {
+	result, reason string
+	members        int
+	remaining      *int
+	next, opens    *time.Time
+}
 
 // checkGrant refuses, before anything is issued, a grant that cannot issue a coupon: a login
-// outside coupon_admin, a campaign that does not exist or is not active, a coupon above the
-// monthly cap capYen, a spent budget with members still to grant. Otherwise it returns the plan.
+// outside coupon_admin, a campaign that does not exist, or a list of which the judge would issue
+// no member a coupon now because of the campaign (not active, no coupon left, every member at
+// R3's cap). Otherwise it returns the plan.
 func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPlan, error) {
 	var p grantPlan
 	var allowed bool
@@ -314,70 +321,109 @@ func checkGrant(ctx context.Context, pool *pgxpool.Pool, job grantJob) (grantPla
 			p.login, pgx.Identifier{p.login}.Sanitize())
 	}
 	id := job.campaignID
-	s, err := campaign.Show(ctx, pool, id)
-	if errors.Is(err, campaign.ErrNotFound) {
+	rows, err := pool.Query(ctx, sqlGrantCheck, id, job.members)
+	if err != nil {
+		return p, fmt.Errorf("grant: %w", err)
+	}
+	var c grantCount
+	counts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (grantCount, error) {
+		err := row.Scan(&c.result, &c.reason, &c.members, &c.remaining, &c.next, &c.opens)
+		return c, err
+	})
+	if err != nil {
+		return p, fmt.Errorf("grant: %w", err)
+	}
+	by := map[issuance.Result]grantCount{}
+	for _, c := range counts {
+		by[issuance.Result(c.result)] = c
+		if c.remaining != nil {
+			p.room = c.remaining
+		}
+	}
+	if _, ok := by[issuance.ResultUnknownCampaign]; ok {
 		return p, fmt.Errorf("grant: campaign %s does not exist (couponctl campaign list shows every campaign); nothing was issued", id)
 	}
-	if err != nil {
+	p.held, p.voided = by[issuance.ResultAlreadyIssued].members, by[issuance.ResultCouponVoided].members
+	if p.campaign, err = campaign.Show(ctx, pool, id); err != nil {
 		return p, err
 	}
-	p.campaign = s
-	if err := grantNotActive(s); err != nil {
-		return p, err
+	if _, ok := by[issuance.ResultAvailable]; ok {
+		return p, nil
 	}
-	set, _, err := rules.Show(ctx, pool)
-	if err != nil {
-		return p, fmt.Errorf("grant: %w", err)
-	}
-	if s.DiscountYen > set.MonthlyCapYen {
-		return p, fmt.Errorf("grant: campaign %s gives %d yen coupons, above the %d yen monthly cap (couponctl rules show): "+
-			"every member would answer MONTHLY_CAP; nothing was issued", id, s.DiscountYen, set.MonthlyCapYen)
-	}
-	if err := pool.QueryRow(ctx, sqlGrantHeld, id, job.members).Scan(&p.held, &p.voided); err != nil {
-		return p, fmt.Errorf("grant: %w", err)
-	}
-	if rest := len(job.members) - p.held - p.voided; rest > 0 && s.AvailableCoupons() == 0 {
-		return p, noRoom(s, rest)
-	}
-	return p, nil
+	return p, nothingToGrant(ctx, pool, p.campaign, by)
 }
 
-// grantNotActive is the refusal of a grant on campaign s when s is not active now (ended,
-// paused, not started), saying what to do; nil when it is active.
-func grantNotActive(s campaign.Status) error {
-	id := s.ID
-	at := func(t *time.Time) string { return t.In(issuance.Tokyo).Format(time.RFC3339) }
-	switch s.State(time.Now()) {
-	case campaign.StateEnded:
-		if s.EndsAt == nil || time.Now().Before(*s.EndsAt) {
-			return fmt.Errorf("grant: campaign %s ended when its coupons expired at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-				"give it a later expiry first (couponctl campaign update %s --coupons-expire T --reason TEXT); nothing was issued",
-				id, at(s.CouponsExpireAt), id)
+// nothingToGrant is the refusal of a grant on campaign s to whose members the judge (by) would
+// issue nothing now, saying what to do; nil when they all hold its coupon already.
+func nothingToGrant(ctx context.Context, pool *pgxpool.Pool, s campaign.Status, by map[issuance.Result]grantCount) error {
+	if c, ok := by[issuance.ResultCampaignNotActive]; ok {
+		return grantNotActive(s, c)
+	}
+	if c, ok := by[issuance.ResultBudgetExceeded]; ok {
+		return noRoom(s, c.members, c.next)
+	}
+	if c, ok := by[issuance.ResultMonthlyCap]; ok {
+		set, _, err := rules.Show(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("grant: %w", err)
 		}
-		return fmt.Errorf("grant: campaign %s ended at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-			"move its end first (couponctl campaign update %s --ends T --reason TEXT); nothing was issued", id, at(s.EndsAt), id)
-	case campaign.StatePaused:
-		return fmt.Errorf("grant: campaign %s is paused since %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-			"resume it first (couponctl campaign resume %s --reason TEXT); nothing was issued", id, at(s.PausedAt), id)
-	case campaign.StateNotStarted:
-		return fmt.Errorf("grant: campaign %s starts at %s: every member would answer CAMPAIGN_NOT_ACTIVE; "+
-			"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
-			id, at(s.OpensAt()), id)
+		why := fmt.Sprintf("their months are at the %d yen monthly cap", set.MonthlyCapYen)
+		if s.DiscountYen > set.MonthlyCapYen {
+			why = fmt.Sprintf("campaign %s gives %d yen coupons, above the %d yen monthly cap", s.ID, s.DiscountYen, set.MonthlyCapYen)
+		}
+		return fmt.Errorf("grant: %s (couponctl rules show): the %d members without its coupon would answer MONTHLY_CAP; "+
+			"nothing was issued", why, c.members)
+	}
+	if c, ok := by[issuance.ResultNotEligible]; ok {
+		return fmt.Errorf("grant: the %d members without its coupon are outside campaign %s's audience and would answer "+
+			"NOT_ELIGIBLE: add them first (couponctl campaign audience add %s --members FILE --reason TEXT); nothing was issued",
+			c.members, s.ID, s.ID)
 	}
 	return nil
 }
 
+// grantNotActive is the refusal of a grant on campaign s, whose c.members members the judge says
+// would answer CAMPAIGN_NOT_ACTIVE now for c.reason (ENDED, PAUSED, NOT_STARTED), saying what to
+// do.
+func grantNotActive(s campaign.Status, c grantCount) error {
+	id := s.ID
+	who := fmt.Sprintf("the %d members without its coupon would answer CAMPAIGN_NOT_ACTIVE", c.members)
+	switch {
+	case c.reason == issuance.ReasonEnded && s.State == campaign.StateExpired:
+		return fmt.Errorf("grant: campaign %s ended when its coupons expired at %s: %s; "+
+			"give it a later expiry first (couponctl campaign update %s --coupons-expire T --reason TEXT); nothing was issued",
+			id, tokyoTime(s.CouponsExpireAt), who, id)
+	case c.reason == issuance.ReasonEnded:
+		return fmt.Errorf("grant: campaign %s ended at %s: %s; "+
+			"move its end first (couponctl campaign update %s --ends T --reason TEXT); nothing was issued", id, tokyoTime(s.EndsAt), who, id)
+	case c.reason == issuance.ReasonPaused:
+		return fmt.Errorf("grant: campaign %s is paused since %s: %s; "+
+			"resume it first (couponctl campaign resume %s --reason TEXT); nothing was issued", id, tokyoTime(s.PausedAt), who, id)
+	case c.opens == nil:
+		return fmt.Errorf("grant: campaign %s has not started and no release of it opens before its end or its coupons' expiry: %s; "+
+			"add one first (couponctl campaign update %s --release AT=N --reason TEXT); nothing was issued", id, who, id)
+	case s.StartsAt == nil || !c.opens.Equal(*s.StartsAt):
+		return fmt.Errorf("grant: campaign %s opens with a release at %s: %s; "+
+			"run the grant then, or add an earlier release (couponctl campaign update %s --release AT=N --reason TEXT); nothing was issued",
+			id, tokyoTime(c.opens), who, id)
+	}
+	return fmt.Errorf("grant: campaign %s starts at %s: %s; "+
+		"run the grant then, or move its start (couponctl campaign update %s --starts T --reason TEXT); nothing was issued",
+		id, tokyoTime(c.opens), who, id)
+}
+
 // noRoom is the refusal of a grant to rest members on campaign s, which can issue no coupon
-// now: its budget is spent, or the coupons its releases have given so far are taken.
-func noRoom(s campaign.Status, rest int) error {
+// now: its budget is spent, or the coupons its releases have given so far are taken (next: the
+// next release, if one is to come).
+func noRoom(s campaign.Status, rest int, next *time.Time) error {
 	id := s.ID
 	if s.RemainingYen() >= s.DiscountYen {
-		next := "no release is to come: add one (couponctl campaign update " + id + " --release AT=N --reason TEXT)"
-		if s.NextReleaseAt != nil {
-			next = "run the grant after its next release, at " + tokyoTime(s.NextReleaseAt)
+		then := "no release is to come: add one (couponctl campaign update " + id + " --release AT=N --reason TEXT)"
+		if next != nil {
+			then = "run the grant after its next release, at " + tokyoTime(next)
 		}
 		return fmt.Errorf("grant: campaign %s's released coupons are taken: the %d members without its coupon would answer "+
-			"BUDGET_EXCEEDED; %s; nothing was issued", id, rest, next)
+			"BUDGET_EXCEEDED; %s; nothing was issued", id, rest, then)
 	}
 	return fmt.Errorf("grant: campaign %s has %d yen of budget left, less than one %d yen coupon: the %d members "+
 		"without its coupon would answer BUDGET_EXCEEDED; raise its budget first "+
@@ -398,7 +444,10 @@ func (p grantPlan) write(w io.Writer, job grantJob) {
 		fmt.Fprintf(w, "grant: %d of them had its coupon voided: they answer COUPON_VOIDED\n", p.voided)
 	}
 	rest := len(job.members) - p.held - p.voided
-	if room := s.AvailableCoupons(); room < rest && len(s.Schedule) > 0 {
+	if p.room == nil {
+		return
+	}
+	if room := *p.room; room < rest && len(s.Schedule) > 0 {
 		fmt.Fprintf(w, "grant: its releases so far leave room for %d more coupons and %d members are to be granted: "+
 			"at least %d will answer BUDGET_EXCEEDED\n", room, rest, rest-room)
 	} else if room < rest {

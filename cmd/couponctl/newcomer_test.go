@@ -68,18 +68,19 @@ func TestSimChecksChartFirst(t *testing.T) {
 	}
 }
 
-// TestCampaignListTable: amounts in yen and in coupons, Tokyo periods, and each campaign's state.
+// TestCampaignListTable: amounts in yen and in coupons, Tokyo periods, and each campaign's state
+// as the database judged it, in campaign list's words.
 func TestCampaignListTable(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	past, future := now.Add(-48*time.Hour), now.Add(48*time.Hour)
 	var b bytes.Buffer
 	writeCampaignList(&b, []campaign.Status{
-		{Campaign: campaign.Campaign{ID: "OPEN", DiscountYen: 1000, BudgetYen: 100000}, IssuedYen: 3000},
-		{Campaign: campaign.Campaign{ID: "SOON", DiscountYen: 500, BudgetYen: 1000, StartsAt: &future}},
-		{Campaign: campaign.Campaign{ID: "OVER", DiscountYen: 500, BudgetYen: 1000, EndsAt: &past}},
-		{Campaign: campaign.Campaign{ID: "SPENT", DiscountYen: 500, BudgetYen: 1000}, IssuedYen: 1000},
-		{Campaign: campaign.Campaign{ID: "HELD", DiscountYen: 500, BudgetYen: 1000}, PausedAt: &past},
-	}, now)
+		{Campaign: campaign.Campaign{ID: "OPEN", DiscountYen: 1000, BudgetYen: 100000}, IssuedYen: 3000, State: campaign.StateActive, RemainingCoupons: 97},
+		{Campaign: campaign.Campaign{ID: "SOON", DiscountYen: 500, BudgetYen: 1000, StartsAt: &future}, State: campaign.StateNotStarted, OpensAt: &future},
+		{Campaign: campaign.Campaign{ID: "OVER", DiscountYen: 500, BudgetYen: 1000, EndsAt: &past}, State: campaign.StateEnded},
+		{Campaign: campaign.Campaign{ID: "SPENT", DiscountYen: 500, BudgetYen: 1000}, IssuedYen: 1000, State: campaign.StateSoldOut},
+		{Campaign: campaign.Campaign{ID: "HELD", DiscountYen: 500, BudgetYen: 1000}, PausedAt: &past, State: campaign.StatePaused},
+	})
 	got := b.String()
 	for _, want := range []string{
 		"campaign", "remaining_yen", "state",
@@ -94,7 +95,7 @@ func TestCampaignListTable(t *testing.T) {
 		}
 	}
 	b.Reset()
-	writeCampaignList(&b, nil, now)
+	writeCampaignList(&b, nil)
 	if !strings.Contains(b.String(), "no campaigns") {
 		t.Errorf("empty list: %q", b.String())
 	}

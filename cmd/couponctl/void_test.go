@@ -175,24 +175,23 @@ func voidCorrectionCheck(t *testing.T, v *verdict, replacements [][2]string) {
 	}
 }
 
-// TestCouponStateExpired: coupon show calls a live coupon past its expires_at expired, not live
-// (a new user read "state live" on a coupon that had expired); a voided or redeemed one keeps
-// that state, and one without validity stays live.
+// TestCouponStateExpired: coupon show calls a live coupon past its expires_at (the database's
+// judgement, coupon.Coupon.Expired) expired, not live (a new user read "state live" on a coupon
+// that had expired); a voided or redeemed one keeps that state, and one without validity stays
+// live.
 func TestCouponStateExpired(t *testing.T) {
-	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	past, future := now.Add(-time.Second), now.Add(time.Second)
+	past := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		c    coupon.Coupon
 		want string
 	}{
-		{coupon.Coupon{ExpiresAt: &past}, "expired"},
-		{coupon.Coupon{ExpiresAt: &now}, "expired"},
-		{coupon.Coupon{ExpiresAt: &future}, "live"},
+		{coupon.Coupon{ExpiresAt: &past, Expired: true}, "expired"},
+		{coupon.Coupon{ExpiresAt: &past}, "live"},
 		{coupon.Coupon{}, "live"},
-		{coupon.Coupon{ExpiresAt: &past, VoidedAt: &past}, "voided"},
-		{coupon.Coupon{ExpiresAt: &past, RedeemedAt: &past}, "redeemed"},
+		{coupon.Coupon{ExpiresAt: &past, Expired: true, VoidedAt: &past}, "voided"},
+		{coupon.Coupon{ExpiresAt: &past, Expired: true, RedeemedAt: &past}, "redeemed"},
 	} {
-		if got := couponState(c.c, now); got != c.want {
+		if got := couponState(c.c); got != c.want {
 			t.Errorf("couponState(%+v) = %q, want %q", c.c, got, c.want)
 		}
 	}

@@ -84,34 +84,32 @@ type Status struct {
 	// campaign has one).
 	AudienceSize int
 	// NextReleaseAt is when the releases open more coupons next, the instant IssueCoupon names
-	// as next_release_at (release_next, schema/migrations/00027_next_release.sql: a release
-	// before the start opens at the start, one at or after the end never); nil when none is to
-	// come.
+	// as next_release_at (release_next, schema/current/release_next.sql: a release before the
+	// start opens at the start, one at or after the end never); nil when none is to come.
 	NextReleaseAt *time.Time
+	// State is the campaign's state for people as the database judges it at [Status.At]
+	// (campaign_state, schema/current/campaign_state.sql: the judgement IssueCoupon and the dry
+	// run use): one of the State constants. No code of this module derives a state.
+	State string
+	// OpensAt is when a campaign in [StateNotStarted] opens: its start, or its first release.
+	OpensAt *time.Time
+	// RemainingCoupons is how many more coupons the campaign's budget stripes can issue at At, by
+	// its budget and what its releases have released (a voided coupon counts back).
+	RemainingCoupons int
+	// At is the database's clock (issue_now()) when it was read.
+	At time.Time
 }
 
-// The states of a campaign at an instant ([Status.State]).
+// The states of a campaign (campaign_state's codes).
 const (
-	StateActive     = "active"
-	StatePaused     = "paused"
-	StateEnded      = "ended"
-	StateNotStarted = "not started"
+	StateActive         = "ACTIVE"          // open, with coupons left
+	StatePaused         = "PAUSED"          // paused by an operator
+	StateSoldOut        = "SOLD_OUT"        // open, its budget or its releases spent, no release to come
+	StateWaitingRelease = "WAITING_RELEASE" // open, the released coupons taken, a release to come
+	StateNotStarted     = "NOT_STARTED"     // before its start or its first release
+	StateEnded          = "ENDED"           // its end passed
+	StateExpired        = "EXPIRED"         // its coupons' fixed expiry passed, its end not
 )
-
-// State is the campaign's state at now: ended (at or after EndsAt or CouponsExpireAt), else
-// paused, else not started (before StartsAt or the first release), else active, the order in which the issuance names
-// the reason of CAMPAIGN_NOT_ACTIVE (campaign_inactive_reason, schema/current).
-func (s Status) State(now time.Time) string {
-	switch {
-	case s.EndsAt != nil && !now.Before(*s.EndsAt), s.CouponsExpireAt != nil && !now.Before(*s.CouponsExpireAt):
-		return StateEnded
-	case s.PausedAt != nil:
-		return StatePaused
-	case s.StartsAt != nil && now.Before(*s.StartsAt), len(s.Schedule) > 0 && !s.Schedule[0].Open:
-		return StateNotStarted
-	}
-	return StateActive
-}
 
 // RemainingYen is what the budget still allows, in yen.
 func (s Status) RemainingYen() int { return s.BudgetYen - s.IssuedYen }
@@ -191,10 +189,11 @@ func tokyo(t *time.Time) string { return t.In(jst).Format(time.RFC3339) }
 
 var jst = time.FixedZone("JST", 9*60*60)
 
-// Warnings lists what is legal about c but probably not meant, given R3's cap capYen: a coupon
-// above the cap (every request would be MONTHLY_CAP), a budget that leaves yen no coupon can use,
-// a period that has already ended at now, coupons that expire before the period ends.
-func (c Campaign) Warnings(capYen int, now time.Time) []string {
+// Warnings lists what is legal about c but probably not meant, given R3's cap capYen and the
+// state the database judges it in, created (state, [Status.State]): a coupon above the cap
+// (every request would be MONTHLY_CAP), a budget that leaves yen no coupon can use, a campaign
+// that has already ended, coupons that expire before the period ends.
+func (c Campaign) Warnings(capYen int, state string) []string {
 	var w []string
 	if c.DiscountYen > capYen {
 		w = append(w, fmt.Sprintf("a %d yen coupon is above the %d yen monthly cap: every request will be MONTHLY_CAP", c.DiscountYen, capYen))
@@ -202,7 +201,7 @@ func (c Campaign) Warnings(capYen int, now time.Time) []string {
 	if rest := c.BudgetYen % c.DiscountYen; rest != 0 {
 		w = append(w, fmt.Sprintf("the budget leaves %d yen that no %d yen coupon can use", rest, c.DiscountYen))
 	}
-	if c.EndsAt != nil && !c.EndsAt.After(now) {
+	if state == StateEnded || state == StateExpired {
 		w = append(w, "the campaign has already ended: every request will be CAMPAIGN_NOT_ACTIVE")
 	}
 	if expiry, _ := CheckExpiry(c.StartsAt, c.EndsAt, c.CouponsExpireAt); expiry != "" {
@@ -263,13 +262,20 @@ const (
 	sqlStateExists = "CI409"
 )
 
-// statusColumns are a [Status] read from campaign_budgets b grouped by campaign_id: the
-// definition, written alike on every stripe, the stripes' sums, the audience's size and the next
-// release by the database's clock.
-const statusColumns = `campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at),
-coalesce(min(coupon_valid_days), 0), min(coupons_expire_at), bool_or(audience_only),
-(SELECT count(*) FROM campaign_audience a WHERE a.campaign_id = b.campaign_id)::integer,
-release_next(campaign_id, clock_timestamp(), min(starts_at), min(ends_at), min(coupons_expire_at))`
+// sqlStatus reads [Status] rows from campaign_budgets b grouped by campaign_id, the campaigns
+// that its WHERE clause (%s) picks, in id order: the definition, written alike on every stripe,
+// the stripes' sums, the audience's size, and the database's judgement at its clock, read once
+// (campaign_state).
+const sqlStatus = `
+WITH now AS (SELECT issue_now() AS at)
+SELECT s.*, st.state, st.opens_at, st.next_release_at, st.remaining_coupons, now.at
+  FROM (SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at),
+               coalesce(min(coupon_valid_days), 0), min(coupons_expire_at), bool_or(audience_only),
+               (SELECT count(*) FROM campaign_audience a WHERE a.campaign_id = b.campaign_id)::integer
+          FROM campaign_budgets b %s GROUP BY campaign_id) s
+ CROSS JOIN now
+ CROSS JOIN LATERAL campaign_state(s.campaign_id, now.at) st
+ ORDER BY s.campaign_id`
 
 // reader runs queries: a pool, a connection or a transaction.
 type reader interface {
@@ -302,13 +308,14 @@ func List(ctx context.Context, db reader) ([]Status, error) {
 // read reads the campaigns that where (a WHERE clause of campaign_budgets b, or "") picks, in id
 // order, with their releases.
 func read(ctx context.Context, db reader, where string, args ...any) ([]Status, error) {
-	rows, err := db.Query(ctx, `SELECT `+statusColumns+` FROM campaign_budgets b `+where+` GROUP BY campaign_id ORDER BY campaign_id`, args...)
+	rows, err := db.Query(ctx, fmt.Sprintf(sqlStatus, where), args...)
 	if err != nil {
 		return nil, err
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
 		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
-			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize, &s.NextReleaseAt)
+			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize,
+			&s.State, &s.OpensAt, &s.NextReleaseAt, &s.RemainingCoupons, &s.At)
 		return s, err
 	})
 	if err != nil || len(list) == 0 {

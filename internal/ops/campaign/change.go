@@ -111,10 +111,9 @@ func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, er
 	if c.Empty() {
 		return nil, fmt.Errorf("%w: campaign %s: nothing to change", ErrRefused, id)
 	}
+	// The period and the validity first: they may reopen an ended campaign, which then takes the
+	// budget and releases of the same update (the change functions refuse those of an ended one).
 	b := &pgx.Batch{}
-	if c.BudgetYen != nil || c.AddBudgetYen != nil || c.Stripes != nil {
-		b.Queue(sqlChangeBudget, id, c.BudgetYen, c.AddBudgetYen, c.Stripes, c.Reason)
-	}
 	if c.SetStarts || c.SetEnds {
 		b.Queue(sqlChangeState, id, "period", c.StartsAt, c.EndsAt, c.SetStarts, c.SetEnds, c.Reason)
 	}
@@ -124,6 +123,9 @@ func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, er
 			days = &c.ValidDays
 		}
 		b.Queue(sqlChangeValid, id, days, c.ExpireAt, c.Reason)
+	}
+	if c.BudgetYen != nil || c.AddBudgetYen != nil || c.Stripes != nil {
+		b.Queue(sqlChangeBudget, id, c.BudgetYen, c.AddBudgetYen, c.Stripes, c.Reason)
 	}
 	for _, r := range c.Releases {
 		b.Queue(sqlReleaseAdd, id, r.At, r.Coupons, c.Reason)

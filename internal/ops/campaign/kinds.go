@@ -95,7 +95,7 @@ type ReleaseStatus struct {
 // coupons released up to it and whether it is open by the database's clock (the one the
 // issuance judges by).
 const sqlReleases = `
-SELECT campaign_id, at, coupons, sum(coupons) OVER (PARTITION BY campaign_id ORDER BY at)::integer, at <= clock_timestamp()
+SELECT campaign_id, at, coupons, sum(coupons) OVER (PARTITION BY campaign_id ORDER BY at)::integer, at <= issue_now()
   FROM campaign_releases WHERE campaign_id = ANY($1) ORDER BY campaign_id, at`
 
 // readReleases fills in the releases of list's campaigns.
@@ -128,27 +128,6 @@ func (s Status) OpenReleases() (open, released int) {
 		}
 	}
 	return open, released
-}
-
-// OpensAt is when a campaign that has not started ([Status.State]) opens: its first release
-// when that is still to come after its start, else its start.
-func (s Status) OpensAt() *time.Time {
-	if len(s.Schedule) > 0 && !s.Schedule[0].Open && (s.StartsAt == nil || s.Schedule[0].At.After(*s.StartsAt)) {
-		return &s.Schedule[0].At
-	}
-	return s.StartsAt
-}
-
-// AvailableCoupons is how many more coupons the campaign could issue now, by its budget and, for
-// a campaign with releases, by what its releases have given so far (a voided coupon counts
-// back). It does not look at the period or a pause ([Status.State] does).
-func (s Status) AvailableCoupons() int {
-	avail := s.RemainingYen() / s.DiscountYen
-	if len(s.Schedule) > 0 {
-		_, released := s.OpenReleases()
-		avail = min(avail, released-s.IssuedYen/s.DiscountYen)
-	}
-	return max(avail, 0)
 }
 
 // sqlReleaseAdd adds a release through campaign_release_add (00025_campaign_kinds.sql), which

@@ -108,9 +108,8 @@ func newSystem(t *testing.T, url string) *system {
 		return svc
 	}
 	s := &system{owner: pool(url), admin: pool(pgtest.LoginAs(t, url, "coupon_admin"))}
-	// The model sets its instants, and judges each step, by this machine's clock, which also
-	// stamps each request (issuance.Config.Now); the database judges them by its own
-	// (clock_timestamp): they must be one clock.
+	// The model sets its instants, and judges each step, by this machine's clock; the database
+	// judges them by its own (issue_now(), clock_timestamp()): they must be one clock.
 	var dbNow time.Time
 	t0 := time.Now()
 	if err := s.owner.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
@@ -446,14 +445,25 @@ func (c *check) stateChange(t *rapid.T, what string, verb func(context.Context, 
 	}
 }
 
+// pause pauses a campaign: refused once it has ended (campaign_refuse_ended), nothing when it is
+// paused.
 func (c *check) pause(t *rapid.T) {
-	c.stateChange(t, "pause", campaign.Pause, func(mc *mCampaign, _ time.Time) (bool, error) { return !mc.paused, nil },
-		func(mc *mCampaign, _ *campaign.Change) { mc.paused = true })
+	c.stateChange(t, "pause", campaign.Pause, func(mc *mCampaign, at time.Time) (bool, error) {
+		if mc.inactive(at) == issuance.ReasonEnded {
+			return false, errRefused
+		}
+		return !mc.paused, nil
+	}, func(mc *mCampaign, _ *campaign.Change) { mc.paused = true })
 }
 
+// resume resumes a campaign: refused once it has ended, nothing when it is not paused.
 func (c *check) resume(t *rapid.T) {
-	c.stateChange(t, "resume", campaign.Resume, func(mc *mCampaign, _ time.Time) (bool, error) { return mc.paused, nil },
-		func(mc *mCampaign, _ *campaign.Change) { mc.paused = false })
+	c.stateChange(t, "resume", campaign.Resume, func(mc *mCampaign, at time.Time) (bool, error) {
+		if mc.inactive(at) == issuance.ReasonEnded {
+			return false, errRefused
+		}
+		return mc.paused, nil
+	}, func(mc *mCampaign, _ *campaign.Change) { mc.paused = false })
 }
 
 // end ends a campaign now: refused before it starts, nothing when it has ended, else its
@@ -470,17 +480,30 @@ func (c *check) end(t *rapid.T) {
 // update runs campaign.Update of a campaign with ch and judges it: rows is how many history rows
 // the model says it writes, or errRefused.
 func (c *check) update(t *rapid.T, mc *mCampaign, ch campaign.Changes, rows int, werr error) {
+	got, err := c.updated(mc, ch)
+	if jerr := judgeUpdate(mc, got, err, rows, werr); jerr != nil {
+		c.fatalf(t, "%v", jerr)
+	}
+}
+
+// updated runs campaign.Update of mc with ch and returns its history rows and error.
+func (c *check) updated(mc *mCampaign, ch campaign.Changes) ([]campaign.Change, error) {
 	ch.Reason = reason
-	got, err := campaign.Update(context.Background(), c.sys.admin, mc.id, ch)
-	t.Logf("  %d history rows, %v", len(got), err)
+	return campaign.Update(context.Background(), c.sys.admin, mc.id, ch)
+}
+
+// judgeUpdate compares an update's history rows got and error err with the model's rows and
+// werr.
+func judgeUpdate(mc *mCampaign, got []campaign.Change, err error, rows int, werr error) error {
 	switch {
 	case werr != nil && !errors.Is(err, campaign.ErrRefused):
-		c.fatalf(t, "update %s: %v, the model says refused", mc.id, err)
+		return fmt.Errorf("update %s: %v, the model says refused", mc.id, err)
 	case werr == nil && err != nil:
-		c.fatalf(t, "update %s: %v", mc.id, err)
+		return fmt.Errorf("update %s: %v", mc.id, err)
 	case werr == nil && len(got) != rows:
-		c.fatalf(t, "update %s: %d history rows, the model says %d", mc.id, len(got), rows)
+		return fmt.Errorf("update %s: %d history rows, the model says %d", mc.id, len(got), rows)
 	}
+	return nil
 }
 
 // budget raises or cuts a campaign's budget by whole or half coupons.
@@ -490,16 +513,34 @@ func (c *check) budget(t *rapid.T) {
 		rapid.SampledFrom([]int{0, mc.discount / 2}).Draw(t, "add spare yen")
 	t.Logf("budget %s: add %d yen to %d (%d issued)", mc.id, add, mc.budget, mc.issued)
 	add64 := int64(add)
-	rows, err := mc.budgetChange(add, 0)
-	c.update(t, mc, campaign.Changes{AddBudgetYen: &add64}, rows, err)
+	c.budgetUpdate(t, mc, campaign.Changes{AddBudgetYen: &add64}, add, 0)
 }
 
 func (c *check) restripe(t *rapid.T) {
 	mc := c.pickCampaign(t, false)
 	k := rapid.IntRange(1, 4).Draw(t, "stripes")
 	t.Logf("restripe %s: %d stripes to %d (budget %d yen)", mc.id, mc.stripes, k, mc.budget)
-	rows, err := mc.budgetChange(0, k)
-	c.update(t, mc, campaign.Changes{Stripes: &k}, rows, err)
+	c.budgetUpdate(t, mc, campaign.Changes{Stripes: &k}, 0, k)
+}
+
+// budgetUpdate runs a budget or stripes change ch of mc (add yen, k stripes) and judges it at
+// the change's time: refused once the campaign has ended (campaign_refuse_ended).
+func (c *check) budgetUpdate(t *rapid.T, mc *mCampaign, ch campaign.Changes, add, k int) {
+	t0 := time.Now()
+	got, err := c.updated(mc, ch)
+	t1 := time.Now()
+	t.Logf("  %d history rows, %v", len(got), err)
+	var plan budgetPlan
+	if jerr := c.when(t0, t1, func(at time.Time) error {
+		var werr error
+		plan, werr = mc.budgetChange(add, k, at)
+		return judgeUpdate(mc, got, err, plan.rows, werr)
+	}); jerr != nil {
+		c.fatalf(t, "%v", jerr)
+	}
+	if err == nil {
+		mc.apply(plan)
+	}
 }
 
 // period moves a campaign's start, its end or both.
@@ -577,11 +618,10 @@ func (c *check) show(t *rapid.T) {
 	mc := c.pickCampaign(t, false)
 	t0 := time.Now()
 	s, err := campaign.Show(context.Background(), c.sys.admin, mc.id)
-	t1 := time.Now()
 	if err != nil {
 		c.fatalf(t, "show %s: %v", mc.id, err)
 	}
-	t.Logf("show %s: %s", mc.id, s.State(t1))
+	t.Logf("show %s: %s at %s", mc.id, s.State, show(&s.At))
 	got := fmt.Sprintf("%d yen coupons, budget %d, issued %d, %d stripes, period %s to %s, paused %t, validity %d days or until %s",
 		s.DiscountYen, s.BudgetYen, s.IssuedYen, s.Stripes, show(s.StartsAt), show(s.EndsAt), s.PausedAt != nil,
 		s.CouponValidDays, show(s.CouponsExpireAt))
@@ -590,13 +630,8 @@ func (c *check) show(t *rapid.T) {
 	if got != want {
 		c.fatalf(t, "show %s:\n  %s\nthe model says\n  %s", mc.id, got, want)
 	}
-	if err := c.when(t0, t1, func(at time.Time) error {
-		if got, want := s.State(at), mc.state(at); got != want {
-			return fmt.Errorf("show %s: state %s, the model says %s", mc.id, got, want)
-		}
-		return nil
-	}); err != nil {
-		c.fatalf(t, "%v%s", err, c.expiredNote(mc.id, t0))
+	if want := mc.state(s.At); s.State != want {
+		c.fatalf(t, "show %s: state %s at the database's %s, the model says %s%s", mc.id, s.State, show(&s.At), want, c.expiredNote(mc.id, t0))
 	}
 }
 

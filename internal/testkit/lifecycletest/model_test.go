@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -42,17 +43,24 @@ func (c *mCampaign) inactive(at time.Time) string {
 	return ""
 }
 
-// state is what `couponctl campaign show` must say of the campaign at at (campaign.Status.State).
+// state is the state the database must judge the campaign in at at (campaign.Status.State,
+// campaign_state).
 func (c *mCampaign) state(at time.Time) string {
 	switch c.inactive(at) {
 	case issuance.ReasonEnded:
-		return "ended"
+		if c.ends != nil && !at.Before(*c.ends) {
+			return campaign.StateEnded
+		}
+		return campaign.StateExpired
 	case issuance.ReasonPaused:
-		return "paused"
+		return campaign.StatePaused
 	case issuance.ReasonNotStarted:
-		return "not started"
+		return campaign.StateNotStarted
 	}
-	return "active"
+	if c.budget-c.issued < c.discount {
+		return campaign.StateSoldOut
+	}
+	return campaign.StateActive
 }
 
 // expiry is when a coupon of the campaign issued at at expires (coupon_expiry, 00011): the fixed
@@ -299,27 +307,34 @@ func (m *model) void(c *mCoupon, allowReissue bool) voidOutcome {
 // errRefused is the model's word for a change the system must refuse, changing nothing.
 var errRefused = errors.New("refused")
 
-// budgetChange is how many history rows a budget change of add yen and, when k > 0, k stripes
-// writes (one per thing it changes), or errRefused; it applies the change to c.
-func (c *mCampaign) budgetChange(add, k int) (int, error) {
-	newBudget, newK := c.budget+add, c.stripes
+// budgetPlan is a budget change as the model judges it: the history rows it writes (one per
+// thing it changes), the budget and the stripes after it.
+type budgetPlan struct{ rows, budget, stripes int }
+
+// budgetChange is the plan of a budget change of add yen and, when k > 0, k stripes, made at at,
+// or errRefused: a campaign that has ended takes none (campaign_refuse_ended).
+func (c *mCampaign) budgetChange(add, k int, at time.Time) (budgetPlan, error) {
+	p := budgetPlan{budget: c.budget + add, stripes: c.stripes}
 	if k > 0 {
-		newK = k
+		p.stripes = k
 	}
-	if newBudget < c.issued || newBudget < c.discount || newBudget > math.MaxInt32 || newK < 1 || newK > 64 ||
-		newK > newBudget/c.discount {
-		return 0, errRefused
+	if c.inactive(at) == issuance.ReasonEnded || p.budget < c.issued || p.budget < c.discount || p.budget > math.MaxInt32 ||
+		p.stripes < 1 || p.stripes > 64 || p.stripes > p.budget/c.discount {
+		return budgetPlan{}, errRefused
 	}
-	rows := 0
-	if newBudget != c.budget {
-		rows++
+	if p.budget != c.budget {
+		p.rows++
 	}
-	if newK != c.stripes {
-		rows++
+	if p.stripes != c.stripes {
+		p.rows++
 	}
-	c.budget, c.stripes = newBudget, newK
-	c.changes += rows
-	return rows, nil
+	return p, nil
+}
+
+// apply applies a budget change planned by budgetChange.
+func (c *mCampaign) apply(p budgetPlan) {
+	c.budget, c.stripes = p.budget, p.stripes
+	c.changes += p.rows
 }
 
 func sameInstant(a, b *time.Time) bool {
