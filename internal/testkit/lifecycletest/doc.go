@@ -3,7 +3,7 @@
 // verbs (internal/ops/campaign's changes and internal/ops/coupon's void, as couponctl calls them).
 //
 // Its test, with pgregory.net/rapid's state machine, runs random sequences of campaign
-// creations, issues (alone, and in bursts that the service coalesces into issue_coupons_batch),
+// creations, issues (alone, and in bursts that the service coalesces into issue_coupons_batch_v3),
 // re-sends, grants, voids with and without reissue, pauses, resumes, ends, budget raises and
 // cuts, re-stripes, period and validity changes, and waits that let a period or an expiry pass,
 // on a real PostgreSQL; after every step it compares each answer, and the tables counted with
