@@ -121,16 +121,7 @@ func TestEndJudgedUnderTheLock(t *testing.T) {
 			if n := l.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'RACE' AND what IN ('resume', 'budget')`); n != 0 {
 				wrong = append(wrong, fmt.Sprintf("%d resume or budget rows after the end", n))
 			}
-			switch {
-			case !broken:
-				for _, w := range wrong {
-					t.Error(w)
-				}
-			case len(wrong) == 0:
-				t.Error("the broken variant passed: the test would not see a change judged outside the lock")
-			default:
-				t.Logf("the broken variant, seen: %s", strings.Join(wrong, "; "))
-			}
+			pgtest.Verdict(t, broken, wrong)
 		})
 	}
 }

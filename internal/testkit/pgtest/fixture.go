@@ -75,3 +75,21 @@ func BlindToExpiry(t testing.TB, db Execer) {
 		[2]string{"f.paused_at, f.coupons_expire_at, campaign_judge.p_at)", "f.paused_at, NULL, campaign_judge.p_at)"})
 	BreakFunction(t, db, "issue_coupons_batch_v3", [2]string{"s.paused_at, s.coupons_expire_at, v_now)", "s.paused_at, NULL, v_now)"})
 }
+
+// Verdict judges a check that ran against the production code (broken false) or against a broken
+// variant kept as a fixture (broken true), by the problems it found: each fails t on the
+// production code; on the variant, none fails t (the check would not see what it guards), and
+// they are logged.
+func Verdict(t testing.TB, broken bool, problems []string) {
+	t.Helper()
+	switch {
+	case !broken:
+		for _, p := range problems {
+			t.Error(p)
+		}
+	case len(problems) == 0:
+		t.Error("the broken variant passed: the check would not see it")
+	default:
+		t.Logf("the broken variant, seen: %s", strings.Join(problems, "; "))
+	}
+}
