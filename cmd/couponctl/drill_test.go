@@ -59,6 +59,7 @@ func drillBinary(t *testing.T, args ...string) (string, int) {
 // app's 3 s depends on how busy the machine is (a starved client reads an answer late): a drill
 // that fails on late answers alone passes here, as TestDemoWithMoreWorkersThanConnections does.
 func TestDrillPassesWithEveryFault(t *testing.T) {
+	t.Parallel()
 	record := filepath.Join(t.TempDir(), "answers.jsonl")
 	out, code := drillBinary(t, "--duration", "25s", "--record", record)
 	switch {
@@ -105,6 +106,7 @@ var lostCoupon = regexp.MustCompile(`coupon [0-9a-f-]{36} \(DR-[ABC], dm\d{6}\):
 // writer held back) and crashes the database under load: coupons answered ISSUED are lost, and
 // the drill must exit 1 naming each of them.
 func TestDrillFailsWhenCommitsAreLost(t *testing.T) {
+	t.Parallel()
 	out, code := drillBinary(t, "--faults", "db-crash", "--duration", "6s", "--break", "synchronous-commit-off")
 	if code != 1 || !strings.Contains(out, "FAILED") || !lostCoupon.MatchString(out) {
 		t.Fatalf("drill with the break exited %d, want 1 naming the lost coupons:\n%s", code, out)
@@ -154,9 +156,11 @@ func TestDrillCreatesItsRecordBeforeSettingUp(t *testing.T) {
 // cut drill, as the demo removes its log), and an answer log given with --record is kept and
 // named.
 func TestDrillInterruptedLeavesNoTemporaryFiles(t *testing.T) {
+	t.Parallel()
 	bin := proctest.Build(t, ".")
 	for _, withRecord := range []bool{false, true} {
 		t.Run(fmt.Sprintf("record=%v", withRecord), func(t *testing.T) {
+			t.Parallel()
 			tmp := childTMPDIR(t)
 			args := []string{"drill", "--duration", "60s", "--faults", "line-outage"}
 			record := filepath.Join(t.TempDir(), "answers.jsonl")
