@@ -491,11 +491,15 @@ func operate(ctx context.Context, pool *pgxpool.Pool) ([]string, map[string]stri
 	_, err = campaign.Update(ctx, pool, "FLEET-A", campaign.Changes{AddBudgetYen: &add, Reason: "mixed fleet: raise"})
 	fail("raise FLEET-A", err)
 	voided := map[string]string{}
+	// Waiting for new rows ends after 2,000 tries or 20 s: once the load has run dry its clients
+	// get their answers at once, and each try's query, slowed by them, took 40 ms (2,000 tries,
+	// 80 s, for rows that never came).
+	giveUp := time.Now().Add(20 * time.Second)
 voiding:
 	for tries := 0; len(voided) < voids && len(errs) == 0; tries++ {
 		id, push, err := voidUnpushed(ctx, pool, len(voided)%2 == 0, len(voided)%3 != 0)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000: // the relays took every row: wait for new ones
+		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000 && time.Now().Before(giveUp): // the relays took every row: wait for new ones
 			time.Sleep(time.Millisecond)
 		case errors.Is(err, pgx.ErrNoRows):
 			// The load ran dry (every member holds what the rules let it hold) and the relays
