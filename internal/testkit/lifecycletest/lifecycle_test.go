@@ -53,11 +53,12 @@ func (b *batchCounter) ForceFlush(context.Context) error { return nil }
 // comparing every answer and, after every step, the tables with the model (model_test.go).
 // Its bounds keep it near 20 s on a 2-core machine, 30 s with a failure's shrinking
 // (2026-12-02); -rapid.checks and -rapid.steps (or RAPID_CHECKS, RAPID_STEPS) run it longer,
-// and -short half as long (6 checks), every step and judgement the same.
+// and -short half as long (6 checks), every step and judgement the same. rapid runs a fifth of
+// -rapid.checks under -short: the bound set for it is 30.
 func TestLifecycle(t *testing.T) {
 	checks := "12"
 	if testing.Short() {
-		checks = "6"
+		checks = "30"
 	}
 	rapidBounds(t, map[string]string{"rapid.checks": checks, "rapid.steps": "25", "rapid.shrinktime": "15s",
 		"rapid.nofailfile": "true"})
@@ -76,8 +77,14 @@ func TestLifecycle(t *testing.T) {
 // replacements), which answers ISSUED past a campaign's coupons_expire_at, rapid must report a
 // failure, and name the expiry. rapid stops at the first failing check: one check in about five
 // found it (2026-12-02), so 150 checks leave it unfound with odds far below one in a million.
+// rapid runs a fifth of -rapid.checks under -short (30 of 150 left it unfound once, 2026-12-07):
+// the bound set for -short is 750, the same 150 checks.
 func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
-	rapidBounds(t, map[string]string{"rapid.checks": "150", "rapid.steps": "25", "rapid.shrinktime": "5s",
+	checks := "150"
+	if testing.Short() {
+		checks = "750"
+	}
+	rapidBounds(t, map[string]string{"rapid.checks": checks, "rapid.steps": "25", "rapid.shrinktime": "5s",
 		"rapid.nofailfile": "true"})
 	sys := newSystem(t, pgtest.URL(t))
 	pgtest.BreakFunction(t, sys.owner, "issue_coupons_batch_v2", noExpiry...)
