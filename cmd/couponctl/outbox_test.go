@@ -24,8 +24,9 @@ func TestMain(m *testing.M) {
 		"TestDrillPassesWithEveryFault", "TestGrantKilledAndRerun",
 		"TestHeaderDecidedAnswersDoNotWaitForTheBody", "TestDemoServerBoundsStalledClients",
 		"TestGrantInterrupted", "TestDemoLogCountsMatchFile", "TestDrillFailsWhenCommitsAreLost",
-		"TestDemoWithMoreWorkersThanConnections", "TestGrantIdempotent", "TestGrantAnswerLostAndNotLookedUp",
-		"TestDemoInterrupted",
+		"TestDemoWithMoreWorkersThanConnections", "TestSimOutputFitsAndChartSaysMeans",
+		"TestGrantStopsWhenTheDatabaseStops", "TestGrantIdempotent", "TestGrantAnswerLostAndNotLookedUp",
+		"TestVoidFileStopsWhenTheDatabaseStops", "TestDemoInterrupted", "TestServeChecksThenServesThenStops",
 	}, proctest.RemoveBuilds)
 }
 
