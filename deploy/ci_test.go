@@ -60,6 +60,7 @@ func ciStepWithPath(t *testing.T, ws string, goTestFails bool, path string) (str
 // console's browser tests drive it), the test step installs both with apt-get, in one install
 // after one update, before it vets and tests; what is there already is not installed again.
 func TestCIInstallsWhatIsMissing(t *testing.T) {
+	t.Parallel()
 	real := realGcloud(t)
 	ws := uploadedTree(t, real)
 	path := pathWithout(t, "chromium", "shellcheck")
@@ -120,6 +121,7 @@ func pathWithout(t *testing.T, hidden ...string) string {
 // `gcloud builds submit` uploads, which has no .git, and runs the README's test command there;
 // it still fails on an unformatted file and on a failing test.
 func TestCIStepInUploadedTree(t *testing.T) {
+	t.Parallel()
 	real := realGcloud(t)
 	ws := uploadedTree(t, real)
 	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {

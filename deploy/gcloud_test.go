@@ -434,6 +434,7 @@ var scriptRuns = []scriptRun{
 // --dry-run), on its create path and its update path, and passes every gcloud command line it
 // runs to the real gcloud, which must take it.
 func TestScriptsWithRealGcloud(t *testing.T) {
+	t.Parallel()
 	real := realGcloud(t)
 	for _, r := range scriptRuns {
 		name := strings.Join(append([]string{r.script, r.state}, r.args...), " ")
@@ -515,6 +516,7 @@ func uploadedTree(t *testing.T, real string) string {
 // which must take it; a script step runs for real, with the gcloud stand-in on PATH, and must
 // succeed. (The test step is TestCIStepInUploadedTree's; migrate needs the database.)
 func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
+	t.Parallel()
 	real := realGcloud(t)
 	cb := loadCloudBuild(t)
 	ws := uploadedTree(t, real)
@@ -556,7 +558,9 @@ func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
 // testdata/refused-iap-ga.json, the GA forms of the console's IAP commands, which SDK 528 has
 // in beta only (gcloud run deploy --iap, run services update --iap, iap web
 // --resource-type=cloud-run), and iap web enable, which takes no Cloud Run service in any track.
+// A refusal is never remembered, so each runs the real gcloud: all at once.
 func TestRealGcloudRefusesWhatItRefusedBefore(t *testing.T) {
+	t.Parallel()
 	real := realGcloud(t)
 	files, err := filepath.Glob("testdata/refused-*.json")
 	if err != nil || len(files) < 2 {
@@ -576,13 +580,16 @@ func TestRealGcloudRefusesWhatItRefusedBefore(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 		for _, c := range before {
-			call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
-				t.Errorf("%s, %s: gcloud %s: exit %d, want 2 and %q\n%s", f, c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
-			}
+			t.Run(strings.TrimSuffix(filepath.Base(f), ".json")+" "+c.Script, func(t *testing.T) {
+				t.Parallel()
+				call, err := checkWithGcloud(real, verdictCache, ".", c.Args, strings.NewReader(""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if call.accepted() || call.Exit != 2 || !strings.Contains(call.Output, c.Error) {
+					t.Errorf("%s, %s: gcloud %s: exit %d, want 2 and %q\n%s", f, c.Script, shellQuote(c.Args), call.Exit, c.Error, call.Output)
+				}
+			})
 		}
 	}
 }

@@ -90,6 +90,7 @@ func fileLevel(line string) string {
 // (--telemetry=show) or slog's default text lines (--telemetry=off). The relay's warnings about
 // the 5 injected failures are WARN lines in both.
 func TestDemoLogCountsMatchFile(t *testing.T) {
+	t.Parallel()
 	summary := regexp.MustCompile(`Function logs: (\S+) \((\d+) lines: (\d+) ERROR, (\d+) WARN, (\d+) INFO`)
 	for _, mode := range []string{"off", "show"} {
 		tmp := childTMPDIR(t)
@@ -127,12 +128,14 @@ func TestDemoLogCountsMatchFile(t *testing.T) {
 // (a cancelled request, SQLSTATE 57014), exit code 130 as shells expect, the throwaway server
 // stopped and its directory and the log file removed: nothing left in TMPDIR.
 func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
 	for _, phase := range []struct{ name, after string }{
 		{"setting up", "throwaway server on"},
 		{"replaying", "IssueCoupon: 540/"},
 		{"relaying", "Relay (RelayOutbox"},
 	} {
 		t.Run(phase.name, func(t *testing.T) {
+			t.Parallel()
 			tmp := childTMPDIR(t)
 			cmd, out := startDemo(t, tmp)
 			pgtest.Eventually(t, 4*pgtest.PollTimeout, func() error { // a loaded machine starts a server slowly

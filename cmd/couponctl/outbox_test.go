@@ -16,7 +16,19 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
+// TestMain runs each test in a shard of its own (pgtest.MainShards): most set DATABASE_URL with
+// t.Setenv for the verbs they run in this process, so they cannot call t.Parallel. The longest
+// start first, those that mostly wait (for a stalled client's 30 s) among those that work.
+func TestMain(m *testing.M) {
+	pgtest.MainShards(m, []string{
+		"TestDrillPassesWithEveryFault", "TestGrantKilledAndRerun",
+		"TestHeaderDecidedAnswersDoNotWaitForTheBody", "TestDemoServerBoundsStalledClients",
+		"TestGrantInterrupted", "TestDemoLogCountsMatchFile", "TestDrillFailsWhenCommitsAreLost",
+		"TestDemoWithMoreWorkersThanConnections", "TestSimOutputFitsAndChartSaysMeans",
+		"TestGrantStopsWhenTheDatabaseStops", "TestGrantIdempotent", "TestGrantAnswerLostAndNotLookedUp",
+		"TestVoidFileStopsWhenTheDatabaseStops", "TestDemoInterrupted", "TestServeChecksThenServesThenStops",
+	}, proctest.RemoveBuilds)
+}
 
 // couponctl runs the CLI with args against DATABASE_URL and returns its output and error.
 func couponctl(args ...string) (string, error) {

@@ -26,10 +26,11 @@ func dryQueued(s *Service, campaignID string) int {
 	return 0
 }
 
-// sqlDryCallsRunning counts the sessions other than the asking one running a call of
-// issue_dry_run_batch.
+// sqlDryCallsRunning counts the sessions of the asking one's database, other than it, running a
+// call of issue_dry_run_batch: the server's other databases are other tests', run beside it.
 const sqlDryCallsRunning = `SELECT count(*)::int FROM pg_stat_activity
-	WHERE state = 'active' AND query LIKE '%FROM issue_dry_run_batch(%' AND pid <> pg_backend_pid()`
+	WHERE datname = current_database() AND state = 'active' AND query LIKE '%FROM issue_dry_run_batch(%'
+	  AND pid <> pg_backend_pid()`
 
 // TestDryRunHerdHoldsOneConnection: a herd of dry runs of one campaign holds at most one pooled
 // connection of an instance, however many ask at once (issue 33, item 4: a herd of dry runs

@@ -73,7 +73,8 @@ func TestDryRunLosingTheDatabaseIsRetryExhausted(t *testing.T) {
 			var pid int
 			for pid == 0 {
 				err := tx.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-					WHERE wait_event_type = 'Lock' AND query LIKE '%issue_dry_run_batch(%' AND pid <> pg_backend_pid()`).Scan(&pid)
+					WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%issue_dry_run_batch(%'
+					  AND pid <> pg_backend_pid()`).Scan(&pid)
 				if err != nil {
 					t.Fatal(err)
 				}

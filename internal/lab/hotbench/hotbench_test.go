@@ -30,8 +30,11 @@ import (
 // dry-run cell's dry runs all answer AVAILABLE (their sender sets dry_run) and write nothing
 // (the coupons match the ISSUED answers). Each cell takes the server's CPU (here a clock that advances 1 ms a
 // reading) before and after its load, and the tables give it per coupon. Speeds are logged,
-// never asserted.
+// never asserted. -short skips it: the bench's long run, 18 cells of load (30 s).
 func TestRunChecksEveryCell(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the whole bench, 18 cells of load; go test without -short runs it")
+	}
 	if _, err := exec.LookPath(hotbench.DefaultPgbench); err != nil {
 		t.Skipf("no pgbench: %v", err)
 	}

@@ -24,11 +24,14 @@ import (
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
+// TestMain runs each test in a process of its own (pgtest.MainShards), side by side: most of
+// their time is waits for an instant to pass, and each counts the batches its services ran in
+// its process ([batches]), which a test beside it in the same process would add to.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) { commandLine[f.Name] = true })
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&batches)))
-	pgtest.Main(m)
+	pgtest.MainShards(m, []string{"TestLifecycle"})
 }
 
 // batches counts the coalesced batches the services ran (their spans, issuance.BatchSpanName):
@@ -49,9 +52,15 @@ func (b *batchCounter) ForceFlush(context.Context) error { return nil }
 // TestLifecycle runs random life cycles against the newest schema and the services as deployed,
 // comparing every answer and, after every step, the tables with the model (model_test.go).
 // Its bounds keep it near 20 s on a 2-core machine, 30 s with a failure's shrinking
-// (2026-12-02); -rapid.checks and -rapid.steps (or RAPID_CHECKS, RAPID_STEPS) run it longer.
+// (2026-12-02); -rapid.checks and -rapid.steps (or RAPID_CHECKS, RAPID_STEPS) run it longer,
+// and -short half as long (6 checks), every step and judgement the same. rapid runs a fifth of
+// -rapid.checks under -short: the bound set for it is 30.
 func TestLifecycle(t *testing.T) {
-	rapidBounds(t, map[string]string{"rapid.checks": "12", "rapid.steps": "25", "rapid.shrinktime": "15s",
+	checks := "12"
+	if testing.Short() {
+		checks = "30"
+	}
+	rapidBounds(t, map[string]string{"rapid.checks": checks, "rapid.steps": "25", "rapid.shrinktime": "15s",
 		"rapid.nofailfile": "true"})
 	before := batches.n.Load()
 	rapid.Check(t, lifecycle(newSystem(t, pgtest.URL(t))))
@@ -67,8 +76,14 @@ func TestLifecycle(t *testing.T) {
 // coupons' fixed expiry (its rule before 00015_expiry.sql, pgtest.BlindToExpiry), which answers ISSUED past a campaign's coupons_expire_at, rapid must report a
 // failure, and name the expiry. rapid stops at the first failing check: one check in about five
 // found it (2026-12-02), so 150 checks leave it unfound with odds far below one in a million.
+// rapid runs a fifth of -rapid.checks under -short (30 of 150 left it unfound once, 2026-12-07):
+// the bound set for -short is 750, the same 150 checks.
 func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
-	rapidBounds(t, map[string]string{"rapid.checks": "150", "rapid.steps": "25", "rapid.shrinktime": "5s",
+	checks := "150"
+	if testing.Short() {
+		checks = "750"
+	}
+	rapidBounds(t, map[string]string{"rapid.checks": checks, "rapid.steps": "25", "rapid.shrinktime": "5s",
 		"rapid.nofailfile": "true"})
 	sys := newSystem(t, pgtest.URL(t))
 	pgtest.BlindToExpiry(t, sys.owner)

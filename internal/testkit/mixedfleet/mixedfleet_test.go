@@ -54,6 +54,14 @@ const (
 	relayEvery     = 50   // IssueCoupon answers between two RelayOutbox runs
 )
 
+// loadSize is the load's two counts of answers: with -short a third of them, every check the same.
+func loadSize() (before, beside int64) {
+	if testing.Short() {
+		return beforeMigrate / 3, besideRequests / 3
+	}
+	return beforeMigrate, besideRequests
+}
+
 var campaigns = []struct {
 	id                     string
 	discountYen, budgetYen int
@@ -250,7 +258,8 @@ func runFleet(t *testing.T, migrations fs.FS) *fleetRun {
 	}
 	t.Cleanup(stop)
 
-	waitAnswers(t, run.answers, beforeMigrate)
+	before, beside := loadSize()
+	waitAnswers(t, run.answers, before)
 	t.Logf("%d answers from the previous release; migrating", run.answers.total.Load())
 	var report syncbuf.Buffer
 	run.migrateErr = migrate(ctx, dbURL, migrations, &report)
@@ -265,7 +274,7 @@ func runFleet(t *testing.T, migrations fs.FS) *fleetRun {
 	t.Log("both releases serve")
 	run.operatorErrs, run.voided = operate(ctx, pool)
 	t.Log("the operators are done")
-	waitAnswers(t, run.answers, start+besideRequests)
+	waitAnswers(t, run.answers, start+beside)
 	stop()
 
 	t.Logf("%d answers; draining the outbox", run.answers.total.Load())
@@ -483,11 +492,15 @@ func operate(ctx context.Context, pool *pgxpool.Pool) ([]string, map[string]stri
 	_, err = campaign.Update(ctx, pool, "FLEET-A", campaign.Changes{AddBudgetYen: &add, Reason: "mixed fleet: raise"})
 	fail("raise FLEET-A", err)
 	voided := map[string]string{}
+	// Waiting for new rows ends after 2,000 tries or 20 s: once the load has run dry its clients
+	// get their answers at once, and each try's query, slowed by them, took 40 ms (2,000 tries,
+	// 80 s, for rows that never came).
+	giveUp := time.Now().Add(20 * time.Second)
 voiding:
 	for tries := 0; len(voided) < voids && len(errs) == 0; tries++ {
 		id, push, err := voidUnpushed(ctx, pool, len(voided)%2 == 0, len(voided)%3 != 0)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000: // the relays took every row: wait for new ones
+		case errors.Is(err, pgx.ErrNoRows) && tries < 2_000 && time.Now().Before(giveUp): // the relays took every row: wait for new ones
 			time.Sleep(time.Millisecond)
 		case errors.Is(err, pgx.ErrNoRows):
 			// The load ran dry (every member holds what the rules let it hold) and the relays

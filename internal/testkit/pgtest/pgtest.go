@@ -7,6 +7,9 @@
 // it, Main starts a throwaway server with [localpg] for the test binary and removes it
 // afterwards, so `go test ./...` needs nothing else than the PostgreSQL binaries. Main also runs
 // the test binary in a TMPDIR of its own and fails it if its tests leave anything there.
+// [MainShards] is Main for a package whose tests cannot call t.Parallel (they set the process's
+// environment): each top-level test runs in a child process of its own, several at once, on the
+// one server.
 //
 // Lock tests share one kit (wait.go): [HoldCampaign], a session holding a campaign's budget rows
 // until released, [Hold.WaitBlocked] and [WaitBlockedBy], which wait until exactly n sessions
@@ -17,6 +20,7 @@ package pgtest
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -58,16 +62,29 @@ var testRole = pgtestdb.Role{
 // it uses its coordinator's server ([workerServerEnv]) and TMPDIR, whose own Main checks what was
 // left. A worker stopped halfway through its own server's shutdown would leave the server running
 // and its directory behind.
-func Main(m *testing.M, after ...func()) {
-	if isFuzzWorker(os.Args[1:]) {
+func Main(m *testing.M, after ...func()) { mainWith(m, false, after) }
+
+// mainWith is [Main], or with sharded [MainShards].
+func mainWith(m *testing.M, sharded bool, after []func()) {
+	switch {
+	case isFuzzWorker(os.Args[1:]):
 		os.Exit(runWorker(m, after))
+	case os.Getenv(shardEnv) != "":
+		os.Exit(runShardChild(m))
+	case isListing(os.Args[1:]): // -test.list needs no server
+		os.Exit(m.Run())
 	}
 	tmp, restore, err := ownTMPDIR()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: a TMPDIR of the test binary's own: %v\n", err)
 		os.Exit(1)
 	}
-	code := run(m, after)
+	runDir = tmp
+	if !flag.Parsed() {
+		flag.Parse() // shardable and runShards read the test flags
+	}
+	moreParallel()
+	code := run(m, after, sharded && shardable())
 	restore()
 	left, err := leftIn(tmp)
 	switch {
@@ -82,7 +99,7 @@ func Main(m *testing.M, after ...func()) {
 	os.Exit(code)
 }
 
-func run(m *testing.M, after []func()) int {
+func run(m *testing.M, after []func(), sharded bool) int {
 	for _, f := range after {
 		defer f()
 	}
@@ -108,6 +125,9 @@ func run(m *testing.M, after []func()) int {
 	if err := os.Setenv(workerServerEnv, serverURL); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %s: %v\n", workerServerEnv, err)
 		return 1
+	}
+	if sharded {
+		return runShards()
 	}
 	return m.Run()
 }

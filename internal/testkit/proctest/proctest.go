@@ -4,6 +4,8 @@
 package proctest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -21,10 +23,17 @@ import (
 )
 
 // builds holds one build per package directory, shared by the tests of a test binary, all in
-// one temporary directory ([RemoveBuilds] removes it).
+// one temporary directory ([RemoveBuilds] removes it). Under pgtest.Main that directory is in
+// pgtest.RunDir, which the shards of pgtest.MainShards share: one build serves them all.
 var (
 	builds   sync.Map // dir -> func() (string, error)
-	buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "proctest-") })
+	buildDir = sync.OnceValues(func() (string, error) {
+		if run := pgtest.RunDir(); run != "" {
+			dir := filepath.Join(run, "proctest-builds")
+			return dir, os.MkdirAll(dir, 0o755)
+		}
+		return os.MkdirTemp("", "proctest-")
+	})
 )
 
 // Build compiles the main package in dir (relative to the test's working directory) once per
@@ -37,21 +46,44 @@ func Build(t testing.TB, dir string) string {
 		if err != nil {
 			return "", err
 		}
-		out, err := os.MkdirTemp(tmp, "main-")
-		if err != nil {
-			return "", err
-		}
-		bin := filepath.Join(out, "main")
-		if out, err := exec.Command("go", "build", "-o", bin, dir).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("go build %s: %v\n%s", dir, err, out)
-		}
-		return bin, nil
+		return buildOnce(tmp, dir)
 	}))
 	bin, err := once.(func() (string, error))()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// buildOnce builds the main package in dir into tmp, unless a process sharing tmp (a shard of
+// the same test binary) has built it already: the build of each directory is named after it
+// (its absolute path's hash) and made under a lock, and a finished one renamed into place.
+func buildOnce(tmp, dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	out := filepath.Join(tmp, "main-"+hex.EncodeToString(sum[:8]))
+	bin := filepath.Join(out, "main")
+	lock, err := os.OpenFile(out+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close() // closing it releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("go", "build", "-o", bin+".tmp", dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", dir, err, out)
+	}
+	return bin, os.Rename(bin+".tmp", bin)
 }
 
 // RemoveBuilds removes every executable [Build] made in this process.
