@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) { commandLine[f.Name] = true })
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&batches)))
-	pgtest.MainShards(m, []string{"TestLifecycle"})
+	pgtest.MainShards(m, []string{"TestLifecycle", "TestEveryPathAgrees"})
 }
 
 // batches counts the coalesced batches the services ran (their spans, issuance.BatchSpanName):
