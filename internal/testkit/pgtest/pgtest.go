@@ -83,7 +83,6 @@ func mainWith(m *testing.M, sharded bool, after []func()) {
 	if !flag.Parsed() {
 		flag.Parse() // shardable and runShards read the test flags
 	}
-	moreParallel()
 	code := run(m, after, sharded && shardable())
 	restore()
 	left, err := leftIn(tmp)

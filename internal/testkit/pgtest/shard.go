@@ -51,30 +51,13 @@ const shardsEnv = "PGTEST_SHARDS"
 const runDirEnv = "PGTEST_RUN_DIR"
 
 // Shards is how many shards [MainShards] runs at once: PGTEST_SHARDS when set to a positive
-// number, else [sideBySide].
+// number, else twice GOMAXPROCS, at least 4 (most shards wait: on a lock, a timeout, a child
+// process, a client that stalls on purpose).
 func Shards() int {
 	if n, err := strconv.Atoi(os.Getenv(shardsEnv)); err == nil && n > 0 {
 		return n
 	}
-	return sideBySide()
-}
-
-// sideBySide is how many tests of a test binary run at once by default: twice GOMAXPROCS, at
-// least 4. Most of these tests wait (on a lock, a timeout, a child process, a client that
-// stalls on purpose, the instant of a release), and go test's own default, GOMAXPROCS, runs 2
-// on a 2-core machine.
-func sideBySide() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
-
-// moreParallel sets -test.parallel, how many t.Parallel tests run at once, to [sideBySide]
-// unless the command line gives it or fuzzes (go test -fuzz starts that many workers). A test
-// that calls t.Parallel runs beside that many others on a machine of that many cores anyway.
-func moreParallel() {
-	if flagGiven("test.parallel") || flagGiven("test.fuzz") {
-		return
-	}
-	if f := flag.Lookup("test.parallel"); f != nil {
-		_ = f.Value.Set(strconv.Itoa(sideBySide()))
-	}
+	return max(4, 2*runtime.GOMAXPROCS(0))
 }
 
 // runDir is [RunDir], set by Main.
@@ -134,10 +117,6 @@ func isListing(args []string) bool {
 // runShardChild runs a shard's tests on its parent's server, in its parent's TMPDIR; the parent
 // runs the after functions.
 func runShardChild(m *testing.M) int {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	moreParallel()
 	serverURL = os.Getenv(workerServerEnv)
 	runDir = os.Getenv(runDirEnv)
 	if serverURL == "" {
