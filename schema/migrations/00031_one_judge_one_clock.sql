@@ -1526,11 +1526,35 @@ $function$
 -- And every stamp a table gives by default comes from issue_now() (goose's own table aside).
 -- Last in this migration, so that the tables are held briefly: the coupons' scan before any table
 -- lock (row locks only), then every table in one statement, the stripes first, as the
--- issuance's judge reads them first (campaign_judge), then its tables in its order.
+-- issuance's judge reads them first (campaign_judge), then its tables in its order. The lock is
+-- asked for 100 ms at a time and let go in between: a transaction that read a table and then
+-- writes it (the issuance reads the stripes, then updates one; a void locks its coupon, then a
+-- stripe) would otherwise queue behind this request while this one waits for it, a deadlock
+-- (40P01) that aborted the migration beside live traffic. Letting go, it never waits past the
+-- deadlock check (deadlock_timeout, 1 s), and no issuance waits more than 100 ms behind it.
 UPDATE issued_coupons SET expires_at = CASE WHEN expires_at < '2000-01-01 00:00:00+09' THEN '2000-01-01 00:00:00+09'::timestamptz END
  WHERE NOT instant_in_range(expires_at);
-LOCK TABLE campaign_budgets, campaign_releases, campaigns, campaign_audience, issued_coupons, notification_outbox,
-           coupon_changes, member_line_accounts, coupon_rules, coupon_rules_changes, legacy_overshoot IN ACCESS EXCLUSIVE MODE;
+-- +goose StatementBegin
+DO $$
+DECLARE
+  v_until timestamptz := clock_timestamp() + interval '30 seconds';
+BEGIN
+  PERFORM set_config('lock_timeout', '100ms', true);
+  LOOP
+    BEGIN
+      LOCK TABLE campaign_budgets, campaign_releases, campaigns, campaign_audience, issued_coupons, notification_outbox,
+                 coupon_changes, member_line_accounts, coupon_rules, coupon_rules_changes, legacy_overshoot IN ACCESS EXCLUSIVE MODE;
+      EXIT;
+    EXCEPTION WHEN lock_not_available THEN
+      IF clock_timestamp() > v_until THEN
+        RAISE;
+      END IF;
+      PERFORM pg_sleep(random() * 0.1);
+    END;
+  END LOOP;
+  PERFORM set_config('lock_timeout', '5s', true);
+END $$;
+-- +goose StatementEnd
 UPDATE campaign_budgets
    SET starts_at = CASE WHEN instant_in_range(starts_at) THEN starts_at
                         WHEN starts_at >= '2200-01-01 00:00:00+09' THEN '2200-01-01 00:00:00+09'::timestamptz - interval '1 second' END,
