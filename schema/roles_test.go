@@ -657,3 +657,56 @@ func TestDryRunGrantedToIssueOnly(t *testing.T) {
 		t.Errorf("%s: EXECUTE granted to %q, want coupon_issue alone", fn, grantees)
 	}
 }
+
+// TestRedeemRole: a user in coupon_redeem (RedeemCoupon's login) passes the start-up check and
+// validates, redeems and rolls back through the three redemption functions, which it alone of
+// the roles may execute; every read of a table and every other call or write is refused with
+// 42501, and the history takes no change even from its owner (append-only: 23001).
+func TestRedeemRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newRoleDB(t, "coupon_redeem")
+	if err := schema.Check(ctx, db.as); err != nil {
+		t.Fatal(err)
+	}
+	createIssueCampaigns(t, db.owner)
+	svc, err := issuance.New(db.owner, issuance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := svc.Issue(ctx, "m1", "ONE")
+	if err != nil || out.Result != issuance.ResultIssued {
+		t.Fatalf("issue: %+v, %v", out, err)
+	}
+	for _, step := range []struct{ sql, want string }{
+		{`SELECT result FROM coupon_validate($1, 'm1', 'A')`, "VALID"},
+		{`SELECT result FROM coupon_redeem($1, 'm1', 'A')`, "REDEEMED"},
+		{`SELECT result FROM coupon_redemption_rollback($1, 'm1', 'A', 'cancelled')`, "ROLLED_BACK"},
+	} {
+		var got string
+		if err := db.as.QueryRow(ctx, step.sql, out.CouponID).Scan(&got); err != nil || got != step.want {
+			t.Errorf("%s as coupon_redeem: %q, %v; want %s", step.sql, got, err, step.want)
+		}
+	}
+	var grantees string
+	if err := db.owner.QueryRow(ctx, `SELECT string_agg(DISTINCT g.rolname, ',' ORDER BY g.rolname)
+		FROM pg_proc p CROSS JOIN LATERAL aclexplode(p.proacl) a JOIN pg_roles g ON g.oid = a.grantee
+		WHERE p.proname IN ('coupon_validate', 'coupon_redeem', 'coupon_redemption_rollback')
+		  AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner`).Scan(&grantees); err != nil || grantees != "coupon_redeem" {
+		t.Errorf("the redemption functions: EXECUTE granted to %q (%v), want coupon_redeem alone", grantees, err)
+	}
+	checkRefused(t, db.as, []forbidden{
+		{"a coupon read", `SELECT count(*) FROM issued_coupons`},
+		{"a redemption outside the function", `UPDATE issued_coupons SET redeemed_at = now()`},
+		{"a history row outside the function", `INSERT INTO coupon_redemptions (coupon_id, action, order_id) VALUES (gen_random_uuid(), 'redeem', 'X')`},
+		{"a history read", `SELECT count(*) FROM coupon_redemptions`},
+		{"an issuance", `SELECT * FROM issue_coupons_batch_v3('ONE', ARRAY[gen_random_uuid()], ARRAY['m9'], ARRAY[NULL::text])`},
+		{"a void", `SELECT * FROM coupon_void(gen_random_uuid(), 'x', false)`},
+		{"a budget read", `SELECT count(*) FROM campaign_budgets`},
+	})
+	for _, q := range []string{`UPDATE coupon_redemptions SET order_id = 'B'`, `DELETE FROM coupon_redemptions`, `TRUNCATE coupon_redemptions`} {
+		if _, err := db.owner.Exec(ctx, q); sqlStateOf(err) != pgerrcode.RestrictViolation {
+			t.Errorf("%s as the owner: %v, want 23001 (append-only)", q, err)
+		}
+	}
+}

@@ -44,9 +44,9 @@ func outboxStatusCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "sent       %d\nskipped    %d (never pushed)\n"+
-				"  no LINE account  %d (couponctl line link, then outbox requeue)\n  voided           %d\n  expired          %d\n"+
+				"  no LINE account  %d (couponctl line link, then outbox requeue)\n  voided           %d\n  redeemed         %d\n  expired          %d\n"+
 				"due        %d\nwaiting    %d (backing off after a failed push)\nin flight  %d (claimed by a run)\nparked     %d\n",
-				s.Sent, s.Skipped, s.SkippedNoLINEAccount, s.SkippedVoided, s.SkippedExpired, s.Due, s.Waiting, s.InFlight, s.Parked)
+				s.Sent, s.Skipped, s.SkippedNoLINEAccount, s.SkippedVoided, s.SkippedRedeemed, s.SkippedExpired, s.Due, s.Waiting, s.InFlight, s.Parked)
 			if len(s.ParkedRows) == 0 {
 				return nil
 			}

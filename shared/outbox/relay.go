@@ -42,6 +42,7 @@ type Result struct {
 type SkippedReasons struct {
 	NoLINEAccount int `json:"no_line_account"` // the member has no LINE account linked
 	Voided        int `json:"voided"`          // the coupon was voided before its push
+	Redeemed      int `json:"redeemed"`        // the coupon was redeemed before its push
 	Expired       int `json:"expired"`         // the coupon expired before its push could reach LINE
 }
 
@@ -119,6 +120,7 @@ func add(a, b Result) Result {
 		SkippedReasons: SkippedReasons{
 			NoLINEAccount: a.SkippedReasons.NoLINEAccount + b.SkippedReasons.NoLINEAccount,
 			Voided:        a.SkippedReasons.Voided + b.SkippedReasons.Voided,
+			Redeemed:      a.SkippedReasons.Redeemed + b.SkippedReasons.Redeemed,
 			Expired:       a.SkippedReasons.Expired + b.SkippedReasons.Expired}}
 }
 
@@ -225,6 +227,8 @@ func (r *Relay) countSkipped(ctx context.Context, res *Result, row outboxdb.Clai
 		res.SkippedReasons.NoLINEAccount++
 	case outboxdb.SkipVoided:
 		res.SkippedReasons.Voided++
+	case outboxdb.SkipRedeemed:
+		res.SkippedReasons.Redeemed++
 	case outboxdb.SkipExpired:
 		res.SkippedReasons.Expired++
 	default:

@@ -3,6 +3,8 @@
 // the coupons. It judges by SQL on the tables, never by what the API answered; the demo, the
 // tests, `couponctl reconcile` (daily in production) and the isolation lab read the same report.
 //
+// Redemptions are checked against their append-only history (coupon_redemptions).
+//
 // It tells faults from facts. A fault (drift, a rule broken by a write of this code) is a
 // [Report.Violations] line and makes `couponctl reconcile` exit 1. A fact is what the Before
 // code left and the migration recorded (docs/migration.md): a campaign already over budget
@@ -72,6 +74,10 @@ type Report struct {
 	// LegacyMembersOverCap is member x month pairs over the cap with legacy coupons only: a fact
 	// of the Before code.
 	LegacyMembersOverCap int64 `json:"legacy_members_over_cap"`
+	// RedemptionDrift is coupons whose redemption disagrees with its history
+	// ([sqlRedemptionDrift]): redeemed without a redeem as its last history row, or the reverse,
+	// or a history out of order (a redeem after a redeem, a rollback not after its order's redeem).
+	RedemptionDrift int64 `json:"redemption_drift"`
 	// LegacyDuplicatesLive is redeemed legacy duplicates kept live (tied to orders): a fact.
 	LegacyDuplicatesLive int64 `json:"legacy_duplicates_live"`
 	// CapYen is R3's cap in force when the report was made (coupon_rules; `couponctl rules
@@ -153,6 +159,9 @@ func Check(ctx context.Context, q db.Querier) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("reconcile: counts: %w", err)
 	}
+	if err := q.QueryRow(ctx, sqlRedemptionDrift).Scan(&r.RedemptionDrift); err != nil {
+		return r, fmt.Errorf("reconcile: redemptions: %w", err)
+	}
 	if r.MembersOverCap+r.UsageDrift == 0 {
 		return r, nil
 	}
@@ -201,6 +210,28 @@ SELECT (SELECT count(*) FROM live),
          WHERE NOT EXISTS (SELECT 1 FROM issued_coupons i WHERE i.coupon_id = o.coupon_id)),
        (SELECT count(*) FROM live WHERE legacy_duplicate)`
 
+// sqlRedemptionDrift counts the coupons whose redemption state (issued_coupons.redeemed_at) is
+// not what their history (coupon_redemptions, 00032) says: each redeem follows a rollback or
+// nothing, each rollback follows its own order's redeem, and a coupon is redeemed exactly when
+// its last row is a redeem (a legacy coupon redeemed before the migration has its row, its order
+// unknown). One scan of the history, and of the redeemed coupons alone.
+const sqlRedemptionDrift = `
+WITH h AS (
+  SELECT coupon_id, action, order_id, lag(action) OVER w AS prev_action, lag(order_id) OVER w AS prev_order,
+         row_number() OVER (PARTITION BY coupon_id ORDER BY redemption_id DESC) = 1 AS last
+    FROM coupon_redemptions WINDOW w AS (PARTITION BY coupon_id ORDER BY redemption_id))
+SELECT count(DISTINCT coupon_id) FROM (
+  SELECT h.coupon_id FROM h
+   WHERE (h.action = 'redeem' AND h.prev_action = 'redeem')
+      OR (h.action = 'rollback' AND (h.prev_action IS DISTINCT FROM 'redeem' OR h.prev_order IS DISTINCT FROM h.order_id))
+  UNION ALL
+  SELECT h.coupon_id FROM h LEFT JOIN issued_coupons c ON c.coupon_id = h.coupon_id
+   WHERE h.last AND (c.redeemed_at IS NOT NULL) <> (h.action = 'redeem')
+  UNION ALL
+  SELECT c.coupon_id FROM issued_coupons c
+   WHERE c.redeemed_at IS NOT NULL AND NOT EXISTS (SELECT FROM coupon_redemptions r WHERE r.coupon_id = c.coupon_id)
+) drifted`
+
 // Violations lists each fault in words; empty means every rule held and no counter drifted.
 func (r Report) Violations() []string {
 	var v []string
@@ -223,6 +254,7 @@ func (r Report) Violations() []string {
 	add(r.UsageDrift, "R3: %d member-months whose used_yen differs from their live coupons")
 	add(r.CouponsWithoutOutbox, "outbox: %d coupons without an outbox row")
 	add(r.OutboxWithoutCoupon, "outbox: %d outbox rows without a coupon")
+	add(r.RedemptionDrift, "redemption: %d coupons whose redemption disagrees with their history (couponctl coupon show)")
 	return v
 }
 
@@ -251,8 +283,9 @@ func (r Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "%-12s %12d %12d %12d %8d\n", c.CampaignID, c.BudgetYen, c.CounterYen, c.ActualYen, c.Coupons)
 	}
 	fmt.Fprintf(w, "coupons %d; R2 duplicate pairs %d; R3 member-months over the cap (%d yen now) %d; usage drift %d; "+
-		"coupons without outbox %d; outbox without coupon %d\n",
-		r.Coupons, r.DuplicatePairs, r.CapYen, r.MembersOverCap, r.UsageDrift, r.CouponsWithoutOutbox, r.OutboxWithoutCoupon)
+		"coupons without outbox %d; outbox without coupon %d; redemption drift %d\n",
+		r.Coupons, r.DuplicatePairs, r.CapYen, r.MembersOverCap, r.UsageDrift, r.CouponsWithoutOutbox, r.OutboxWithoutCoupon,
+		r.RedemptionDrift)
 	if f := r.Facts(); len(f) > 0 {
 		fmt.Fprintf(w, "legacy facts (reported, not faults):\n  %s\n", strings.Join(f, "\n  "))
 	}

@@ -81,6 +81,7 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
        count(*) FILTER (WHERE skipped_at IS NOT NULL),
        count(*) FILTER (WHERE skip_reason = 'no_line_account'),
        count(*) FILTER (WHERE skip_reason = 'voided'),
+       count(*) FILTER (WHERE skip_reason = 'redeemed'),
        count(*) FILTER (WHERE skip_reason = 'expired'),
        count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL
                           AND next_attempt_at <= now()),
@@ -94,10 +95,11 @@ SELECT count(*) FILTER (WHERE sent_at IS NOT NULL),
 // Counts counts the outbox rows by state, in rows.
 type Counts struct {
 	Sent    int64 // delivered (sent_at set)
-	Skipped int64 // closed without a push (skipped_at set), never to be pushed: the three below
+	Skipped int64 // closed without a push (skipped_at set), never to be pushed: the four below
 	// Skipped by reason (notification_outbox.skip_reason, 00015_expiry.sql).
 	SkippedNoLINEAccount int64 // the member has no LINE account linked
 	SkippedVoided        int64 // the coupon was voided before its push
+	SkippedRedeemed      int64 // the coupon was redeemed before its push (00032)
 	SkippedExpired       int64 // the coupon expired before its push
 	Due                  int64 // waiting for the next run
 	Waiting              int64 // backing off after a failed push (next_attempt_at in the future)
@@ -108,7 +110,7 @@ type Counts struct {
 // ReadCounts counts the rows by state in one scan of the table.
 func ReadCounts(ctx context.Context, q db.Querier) (Counts, error) {
 	var c Counts
-	err := q.QueryRow(ctx, sqlCounts).Scan(&c.Sent, &c.Skipped, &c.SkippedNoLINEAccount, &c.SkippedVoided, &c.SkippedExpired, &c.Due, &c.Waiting, &c.InFlight, &c.Parked)
+	err := q.QueryRow(ctx, sqlCounts).Scan(&c.Sent, &c.Skipped, &c.SkippedNoLINEAccount, &c.SkippedVoided, &c.SkippedRedeemed, &c.SkippedExpired, &c.Due, &c.Waiting, &c.InFlight, &c.Parked)
 	return c, err
 }
 

@@ -39,6 +39,7 @@ const sqlClaim = `SELECT coupon_id, member_id, attempts, campaign_id, amount_yen
 const (
 	SkipNoLINEAccount = "no_line_account" // the member has no LINE account linked
 	SkipVoided        = "voided"          // the coupon was voided before its push
+	SkipRedeemed      = "redeemed"        // the coupon was redeemed before its push (00032)
 	SkipExpired       = "expired"         // the coupon expires before the claim's lease ends
 )
 
@@ -65,15 +66,15 @@ type Claimed struct {
 	TraceParent        *string    // the issuing request's W3C traceparent
 	ExpiresAt          *time.Time // the coupon's expiry, nil when its campaign gives none
 	// SkipReason is why the claim closed the row as skipped, never to be pushed ([SkipVoided],
-	// [SkipExpired], [SkipNoLINEAccount], or a reason a later schema adds), "" for a row leased
+	// [SkipRedeemed], [SkipExpired], [SkipNoLINEAccount], or a reason a later schema adds), "" for a row leased
 	// to the run for its push.
 	SkipReason string
 }
 
 // Claim takes up to p.Limit open rows due at p.DueAt for run p.Run in one autocommit statement,
 // the database function outbox_claim: no transaction stays open while they are pushed. The
-// database decides what may be pushed: a row whose coupon was voided or expires before the lease
-// ends, or whose member has no LINE account, is closed as skipped with its [Claimed.SkipReason];
+// database decides what may be pushed: a row whose coupon was voided, was redeemed or expires
+// before the lease ends, or whose member has no LINE account, is closed as skipped with its [Claimed.SkipReason];
 // every other row is leased for p.Lease (next_attempt_at moved past it) with first_pushed_at set
 // if unset, before the push goes out, so a crash between push and mark cannot lose the start of
 // LINE's retry-key window. It charges no attempt (the marks do).
