@@ -9,6 +9,7 @@ import (
 	// The functions, imported so that a change to what they import invalidates this test's
 	// cached result (go test caches by the test binary's own dependencies).
 	_ "github.com/mops/coupon-api/functions/issue"
+	_ "github.com/mops/coupon-api/functions/redeem"
 	_ "github.com/mops/coupon-api/functions/relay"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestFunctionsBuildWithoutTools(t *testing.T) {
 	t.Parallel()
 	build := depcheck.Build{Own: []string{"functions/", "shared/", "schema"}, Service: true}
-	n, bad := build.Refused(t, "./issue/...", "./relay/...")
+	n, bad := build.Refused(t, "./issue/...", "./relay/...", "./redeem/...")
 	for _, b := range bad {
 		t.Errorf("a function's build depends on %s", b)
 	}

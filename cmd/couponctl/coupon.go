@@ -437,7 +437,11 @@ without coupons is not an error: it says so. A --campaign that does not exist is
 			if err != nil {
 				return err
 			}
-			writeCoupon(cmd.OutOrStdout(), c)
+			history, err := coupon.Redemptions(cmd.Context(), pool, c.ID)
+			if err != nil {
+				return err
+			}
+			writeCoupon(cmd.OutOrStdout(), c, history)
 			return nil
 		},
 	}
@@ -505,7 +509,8 @@ func writeMemberCoupons(w io.Writer, member, campaignID string, list []coupon.Co
 	_ = tw.Flush()
 }
 
-func writeCoupon(w io.Writer, c coupon.Coupon) {
+// writeCoupon prints coupon c, and under it its redemption history, oldest first.
+func writeCoupon(w io.Writer, c coupon.Coupon, history []coupon.Redemption) {
 	at := func(t *time.Time) string {
 		if t == nil {
 			return "(none)"
@@ -536,6 +541,21 @@ func writeCoupon(w io.Writer, c coupon.Coupon) {
 			by = "the legacy migration (a duplicate)"
 		}
 		fmt.Fprintf(w, "voided      %s by %s: %s\nreissue     %v\n", at(c.VoidedAt), by, c.VoidReason, c.ReissueAllowed)
+	}
+	for i, h := range history {
+		label := ""
+		if i == 0 {
+			label = "redemptions"
+		}
+		order := "order " + h.OrderID
+		if h.OrderID == "" {
+			order = "before the migration (order unknown)"
+		}
+		line := fmt.Sprintf("%-11s %s %-8s %s by %s", label, at(&h.At), h.Action, order, h.By)
+		if h.Reason != "" {
+			line += ": " + h.Reason
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

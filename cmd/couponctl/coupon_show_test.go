@@ -61,3 +61,36 @@ func couponShowMemberCheck(t *testing.T, v *verdict) {
 		v.Errorf("coupon show --member nobody: exit %d\n%s", code, stdout)
 	}
 }
+
+// TestCouponShowRedemptions: support asks what happened to a coupon at the till. coupon show
+// prints its state and, under it, every redeem and rollback of its history with the order, the
+// reason and the login, oldest first (coupon_redemptions, as the table holds them: SQL).
+func TestCouponShowRedemptions(t *testing.T) {
+	d := newGrantDB(t, campaign.Campaign{ID: "TILL", DiscountYen: 500, BudgetYen: 1_000_000})
+	c := issueTo(t, d, "TILL", "r1")[0]
+	for _, q := range []string{
+		`SELECT coupon_redeem($1, 'r1', 'POS-0001')`,
+		`SELECT coupon_redemption_rollback($1, 'r1', 'POS-0001', 'order cancelled by the customer')`,
+		`SELECT coupon_redeem($1, 'r1', 'POS-0002')`,
+	} {
+		if _, err := d.owner.Exec(context.Background(), q, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := d.count(t, `SELECT count(*) FROM coupon_redemptions WHERE coupon_id = $1`, c); n != 3 {
+		t.Fatalf("%d history rows, want 3", n)
+	}
+	t.Setenv("DATABASE_URL", d.admin)
+	code, stdout, stderr := grantCLI("coupon", "show", c)
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^state +redeemed$`),
+		regexp.MustCompile(`(?m)^redemptions +\S+\+09:00 redeem +order POS-0001 by \S+$`),
+		regexp.MustCompile(`(?m)^ +\S+\+09:00 rollback order POS-0001 by \S+: order cancelled by the customer$`),
+		regexp.MustCompile(`(?m)^ +\S+\+09:00 redeem +order POS-0002 by \S+$`),
+	}
+	for _, re := range want {
+		if code != 0 || !re.MatchString(stdout) {
+			t.Errorf("coupon show: exit %d, no line matching %s\n%s%s", code, re, stdout, stderr)
+		}
+	}
+}

@@ -14,13 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/functions/redeem"
 	"github.com/mops/coupon-api/functions/relay"
 	"github.com/mops/coupon-api/shared/lifecycle"
 	"github.com/mops/coupon-api/shared/telemetry"
 )
 
 // servable are the functions couponctl serves, in the order it starts them.
-var servable = []*lifecycle.Function{issue.Function, relay.Function}
+var servable = []*lifecycle.Function{issue.Function, relay.Function, redeem.Function}
 
 // defaultListen is the address serve binds unless --listen says otherwise: loopback only, since
 // it checks no caller (deployed, Cloud Run IAM does that before the function runs).
@@ -35,13 +36,13 @@ func serveCmd() *cobra.Command {
 functions framework's paths: the same start-up check, the same bounds on a request's headers
 and body, the same drain on SIGTERM.
 
-FUNCTION_TARGET names the function (IssueCoupon or RelayOutbox), served at /; unset, both
-are served, at /IssueCoupon and /RelayOutbox, and any other path answers 404 with a JSON
-INVALID_REQUEST. PORT defaults to 8080.
+FUNCTION_TARGET names the function (IssueCoupon, RelayOutbox or RedeemCoupon), served at /;
+unset, all three are served, at /IssueCoupon, /RelayOutbox and /RedeemCoupon, and any other
+path answers 404 with a JSON INVALID_REQUEST. PORT defaults to 8080.
 
 serve has no authentication: deployed, Cloud Run lets in only callers with a Google-signed ID
 token of an account holding roles/run.invoker, but serve checks no token, and anyone who can
-reach its port can issue coupons and run the relay. So it listens on 127.0.0.1 (this machine
+reach its port can issue coupons, redeem them and run the relay. So it listens on 127.0.0.1 (this machine
 only) unless --listen names another address: --listen 0.0.0.0 (or ::) serves every interface,
 as the deployed mains do inside Cloud Run; do that only where the network is yours.
 
@@ -129,7 +130,7 @@ func serveTargets(target string) ([]*lifecycle.Function, error) {
 			return []*lifecycle.Function{f}, nil
 		}
 	}
-	return nil, fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon or RelayOutbox, or unset for both", target)
+	return nil, fmt.Errorf("FUNCTION_TARGET=%q: want IssueCoupon, RelayOutbox or RedeemCoupon, or unset for all three", target)
 }
 
 // notFound answers, with FUNCTION_TARGET unset, a path that names no function: 404

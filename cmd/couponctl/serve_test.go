@@ -102,9 +102,9 @@ func TestServeChecksThenServesThenStops(t *testing.T) {
 	}
 }
 
-// TestServeBothAnswersJSONEverywhere: with FUNCTION_TARGET unset, serve serves both functions
-// at /IssueCoupon and /RelayOutbox, and any other path answers 404 in the functions' JSON
-// (INVALID_REQUEST, saying where they are), not Go's plain text.
+// TestServeBothAnswersJSONEverywhere: with FUNCTION_TARGET unset, serve serves every function
+// at /IssueCoupon, /RelayOutbox and /RedeemCoupon, and any other path answers 404 in the
+// functions' JSON (INVALID_REQUEST, saying where they are), not Go's plain text.
 func TestServeBothAnswersJSONEverywhere(t *testing.T) {
 	port := serveBoth(t)
 	for _, c := range []struct {
@@ -112,7 +112,8 @@ func TestServeBothAnswersJSONEverywhere(t *testing.T) {
 		status       int
 		result       string
 	}{
-		{http.MethodPost, "/IssueCoupon", http.StatusBadRequest, "INVALID_REQUEST"}, // an empty object
+		{http.MethodPost, "/IssueCoupon", http.StatusBadRequest, "INVALID_REQUEST"},  // an empty object
+		{http.MethodPost, "/RedeemCoupon", http.StatusBadRequest, "INVALID_REQUEST"}, // an empty object
 		{http.MethodGet, "/", http.StatusNotFound, "INVALID_REQUEST"},
 		{http.MethodPost, "/issuecoupon", http.StatusNotFound, "INVALID_REQUEST"},
 		{http.MethodPost, "/IssueCoupon/x", http.StatusNotFound, "INVALID_REQUEST"},
@@ -129,7 +130,7 @@ func TestServeBothAnswersJSONEverywhere(t *testing.T) {
 		if err != nil || resp.StatusCode != c.status || body.Result != c.result || body.Message == "" {
 			t.Errorf("%s %s: %s %+v (%v), want %d %s in JSON with a message", c.method, c.path, resp.Status, body, err, c.status, c.result)
 		}
-		if c.status == http.StatusNotFound && !strings.Contains(body.Message, "/IssueCoupon") {
+		if c.status == http.StatusNotFound && !strings.Contains(body.Message, "/RedeemCoupon") {
 			t.Errorf("%s %s: %q does not say where the functions are", c.method, c.path, body.Message)
 		}
 	}

@@ -157,5 +157,5 @@ func (c *coalescer[W, A]) lead(w W, group []W, run func([]W)) A {
 
 // fits reports whether an attempt still fits before deadline after waiting wait.
 func fits(deadline time.Time, wait time.Duration) bool {
-	return time.Until(deadline)-wait >= minAttemptTime+serverMargin
+	return time.Until(deadline)-wait >= minAttemptTime+ServerMargin
 }

@@ -54,11 +54,11 @@ const (
 	// starting one only adds load.
 	minAttemptTime = 20 * time.Millisecond
 
-	// serverMargin is how much earlier than the call's deadline an attempt's statement_timeout
+	// ServerMargin is how much earlier than the call's deadline an attempt's statement_timeout
 	// fires, so that a statement running late is cancelled by the server (57014, the pooled
 	// connection stays usable) before the client's deadline cuts it: a round trip to Cloud SQL in
 	// the same region is a few ms; the rest covers scheduling on a busy instance.
-	serverMargin = 100 * time.Millisecond
+	ServerMargin = 100 * time.Millisecond
 
 	// ResolveTimeout is the part of the budget kept for the look-up that settles a call whose
 	// answer was lost (docs/api.md: the service resolves it before answering): a dial and two
@@ -90,7 +90,7 @@ func attemptsEnd(callEnd time.Time) time.Time {
 
 // minBudget is the least budget that leaves two attempts their minimum time, 0.84 s: one
 // attempt's minimum alone would leave none once the clock has moved on by the first check.
-const minBudget = db.CancelGrace + ResolveTimeout + 2*(minAttemptTime+serverMargin)
+const minBudget = db.CancelGrace + ResolveTimeout + 2*(minAttemptTime+ServerMargin)
 
 // Config tunes a [Service]. Zero fields take the defaults above.
 type Config struct {
@@ -157,12 +157,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// attemptTimeouts derives one attempt's lock_timeout and statement_timeout from the time left
-// in the budget: the statement timeout ends [serverMargin] before the budget does, and the lock
+// AttemptTimeouts derives one attempt's lock_timeout and statement_timeout from the time left
+// in the budget: the statement timeout ends [ServerMargin] before the budget does, and the lock
 // timeout stays strictly below it (three quarters at most), so a lock wait ends as 55P03
 // before the statement is cancelled, and both end on the server before the client gives up.
-func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Duration) {
-	statement = min(c.StatementTimeout, left-serverMargin)
+func (c Config) AttemptTimeouts(left time.Duration) (lock, statement time.Duration) {
+	statement = min(c.StatementTimeout, left-ServerMargin)
 	lock = min(c.LockTimeout, statement*3/4)
 	return lock, statement
 }

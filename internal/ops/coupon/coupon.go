@@ -263,6 +263,34 @@ func Show(ctx context.Context, db Querier, id string) (Coupon, error) {
 	return c, nil
 }
 
+// Redemption is one row of a coupon's redemption history (coupon_redemptions, 00032): a redeem
+// or a rollback, made through RedeemCoupon.
+type Redemption struct {
+	Action  string // redeem or rollback
+	OrderID string // the cart's or the POS's order; "" for a legacy coupon redeemed before the migration
+	Reason  string // a rollback's
+	At      time.Time
+	By      string // the database login that made it (RedeemCoupon's user, or the migration's)
+}
+
+const sqlRedemptions = `
+SELECT action, coalesce(order_id, ''), coalesce(reason, ''), at, by_login
+  FROM coupon_redemptions WHERE coupon_id = $1 ORDER BY redemption_id`
+
+// Redemptions returns coupon id's redemption history, oldest first; none is not an error.
+// Errors: the database's.
+func Redemptions(ctx context.Context, db Rows, id string) ([]Redemption, error) {
+	rows, err := db.Query(ctx, sqlRedemptions, id)
+	if err != nil {
+		return nil, fmt.Errorf("coupon: redemptions of %s: %w", id, err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Redemption])
+	if err != nil {
+		return nil, fmt.Errorf("coupon: redemptions of %s: %w", id, err)
+	}
+	return list, nil
+}
+
 // CorrectedFor reports whether coupon id's reissue was allowed by a correction ([AllowReissue])
 // given reason: the history row coupon_allow_reissue wrote (coupon_changes). Errors: the
 // database's.

@@ -223,7 +223,14 @@ func newDB(t testing.TB, m pgtestdb.Migrator) string {
 // closed when t ends.
 func Pool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
+	return PoolAt(t, URL(t), maxConns)
+}
+
+// PoolAt returns a pool of at most maxConns connections to databaseURL (a [URL], or a
+// [LoginAs] user's), closed when t ends.
+func PoolAt(t testing.TB, databaseURL string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		t.Fatalf("pgtest: pool config: %v", err)
 	}
