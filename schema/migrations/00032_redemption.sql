@@ -50,7 +50,7 @@ CREATE TABLE coupon_redemptions (
   CONSTRAINT order_named CHECK (order_id IS NOT NULL OR action = 'redeem')
 );
 CREATE INDEX coupon_redemptions_coupon ON coupon_redemptions (coupon_id, redemption_id);
-GRANT SELECT ON coupon_redemptions TO coupon_admin; -- couponctl coupon show, reconcile
+GRANT SELECT ON coupon_redemptions TO coupon_admin, coupon_console; -- coupon show, reconcile; the console's pages
 
 INSERT INTO coupon_redemptions (coupon_id, action, order_id, at, by_login)
 SELECT c.coupon_id, 'redeem', NULL, c.redeemed_at, current_user
