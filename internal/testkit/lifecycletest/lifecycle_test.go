@@ -22,6 +22,7 @@ import (
 	"github.com/mops/coupon-api/internal/ops/coupon"
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/redemption"
 )
 
 // TestMain runs each test in a process of its own (pgtest.MainShards), side by side: most of
@@ -96,13 +97,33 @@ func TestLifecycleFindsIssuanceAfterExpiry(t *testing.T) {
 	}
 }
 
+// TestLifecycleFindsDoubleRedemption shows that the model finds issue 41's double redemption:
+// run against the broken variant, coupon_redeem reading the coupon without its lock and then
+// updating it, a double submit redeems one coupon for every order, and rapid must report a
+// failure naming the rule. A check finds it as soon as a double submit meets a free coupon.
+func TestLifecycleFindsDoubleRedemption(t *testing.T) {
+	rapidBounds(t, map[string]string{"rapid.checks": "100", "rapid.steps": "25", "rapid.shrinktime": "5s",
+		"rapid.nofailfile": "true"})
+	sys := newSystem(t, pgtest.URL(t))
+	pgtest.BreakFunction(t, sys.owner, "coupon_redeem", [2]string{"\n     FOR NO KEY UPDATE;", ";"})
+	report, failed := failures(t, lifecycle(sys))
+	if !failed {
+		t.Fatal("rapid found no failure with a redemption that reads before it locks")
+	}
+	if !strings.Contains(report, "double submit") && !strings.Contains(report, redeemedNote) {
+		t.Fatalf("rapid failed for another reason than the double redemption:\n%s", report)
+	}
+}
+
 // system is the real parts one test database offers, logged in as production logs in.
 type system struct {
-	owner     *pgxpool.Pool     // the database's owner: counts the tables
-	admin     *pgxpool.Pool     // a login in coupon_admin, as couponctl's operator verbs run
-	alone     *issuance.Service // IssueCoupon's without coalescing (ISSUE_BATCH_MAX=1): batches of one
-	coalesced *issuance.Service // IssueCoupon's as deployed: a burst goes as issue_coupons_batch
-	granter   *issuance.Service // couponctl grant's, as coupon_admin: grant_coupons_batch
+	owner     *pgxpool.Pool       // the database's owner: counts the tables
+	admin     *pgxpool.Pool       // a login in coupon_admin, as couponctl's operator verbs run
+	alone     *issuance.Service   // IssueCoupon's without coalescing (ISSUE_BATCH_MAX=1): batches of one
+	coalesced *issuance.Service   // IssueCoupon's as deployed: a burst goes as issue_coupons_batch
+	granter   *issuance.Service   // couponctl grant's, as coupon_admin: grant_coupons_batch
+	redeemer  *redemption.Service // RedeemCoupon's, as coupon_redeem
+	tb        *testing.T          // the test, for pgtest's polls (a failure there is the harness's)
 }
 
 func newSystem(t *testing.T, url string) *system {
@@ -136,6 +157,13 @@ func newSystem(t *testing.T, url string) *system {
 	}
 	issuer := pool(pgtest.LoginAs(t, url, "coupon_issue"))
 	s.alone, s.coalesced, s.granter = service(issuer, 1), service(issuer, 0), service(s.admin, 1)
+	var err error
+	// A lock wait long enough for a double submit's orders to line up behind its holder.
+	if s.redeemer, err = redemption.New(pool(pgtest.LoginAs(t, url, "coupon_redeem")),
+		issuance.Config{Budget: issuance.AppTimeout, LockTimeout: 2 * time.Second, StatementTimeout: 2500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	s.tb = t
 	return s
 }
 
@@ -150,6 +178,7 @@ func lifecycle(sys *system, leaveOut ...string) func(*rapid.T) {
 			"create": c.create, "issue": c.issue, "resend": c.resend, "burst": c.burst, "grant": c.grant,
 			"void": c.void, "pause": c.pause, "resume": c.resume, "end": c.end, "budget": c.budget,
 			"restripe": c.restripe, "period": c.period, "validity": c.validity, "wait": c.wait, "show": c.show,
+			"redeem": c.redeem, "rollback": c.rollback, "double submit": c.doubleSubmit,
 		}
 		for _, name := range leaveOut {
 			delete(actions, name)
@@ -338,6 +367,9 @@ func (c *check) expiredNote(campaignID string, at time.Time) string {
 	return ""
 }
 
+// redeemedNote names, in a failure, the redemption's rule: one order holds a coupon at a time.
+const redeemedNote = "one order holds a coupon at a time"
+
 // expiredNote says, in a failure, that the campaign's coupons' fixed expiry had passed.
 const expiredNote = "its coupons' fixed expiry had passed"
 
@@ -428,6 +460,159 @@ func (c *check) void(t *rapid.T) {
 			c.fatalf(t, "void %s: %v, the model says refused: voided already", cp.id, err)
 		}
 	}
+}
+
+// orders are the cart's orders a check draws from.
+var orders = []string{"ORDER-1", "ORDER-2", "ORDER-3"}
+
+// pickCoupon draws one of the model's coupons, and the member who presents it: its own, or
+// (rarely) another of the check's members.
+func (c *check) pickCoupon(t *rapid.T) (*mCoupon, string) {
+	if len(c.m.coupons) == 0 {
+		t.Skip("no coupon to redeem")
+	}
+	cp := c.m.coupons[rapid.IntRange(0, len(c.m.coupons)-1).Draw(t, "coupon")]
+	member := cp.member
+	if rapid.IntRange(0, 9).Draw(t, "another member presents it") == 0 {
+		member = rapid.SampledFrom(c.m.members).Draw(t, "presenter")
+	}
+	return cp, member
+}
+
+// redeem redeems a drawn coupon for a drawn order, as the cart does at checkout.
+func (c *check) redeem(t *rapid.T) {
+	cp, member := c.pickCoupon(t)
+	order := rapid.SampledFrom(orders).Draw(t, "order")
+	t0 := time.Now()
+	out, err := c.sys.redeemer.Do(context.Background(), redemption.Request{Action: redemption.Redeem, CouponID: cp.id, MemberID: member, OrderID: order})
+	t1 := time.Now()
+	t.Logf("redeem %s of %s by %s for %s: %+v %v", cp.id, cp.member, member, order, out, err)
+	if err != nil {
+		c.fatalf(t, "redeem: %v", err)
+	}
+	var want redemption.Result
+	if err := c.when(t0, t1, func(at time.Time) error {
+		if want = cp.redeemAnswer(member, order, at); want == redemption.ResultValid {
+			want = redemption.ResultRedeemed
+		}
+		if out.Result != want {
+			return fmt.Errorf("answered %s, the model says %s", out.Result, want)
+		}
+		return nil
+	}); err != nil {
+		c.fatalf(t, "redeem of a coupon %s: %v", c.couponNote(cp), err)
+	}
+	if want == redemption.ResultRedeemed && cp.heldBy == "" {
+		cp.redeemed(order)
+	}
+}
+
+// rollback rolls back a drawn order's redemption of a drawn coupon, as a cancelled order does.
+func (c *check) rollback(t *rapid.T) {
+	cp, member := c.pickCoupon(t)
+	order := rapid.SampledFrom(orders).Draw(t, "order")
+	t0 := time.Now()
+	out, err := c.sys.redeemer.Do(context.Background(), redemption.Request{Action: redemption.Rollback, CouponID: cp.id,
+		MemberID: member, OrderID: order, Reason: reason})
+	t1 := time.Now()
+	t.Logf("rollback %s of %s by %s for %s: %+v %v", cp.id, cp.member, member, order, out, err)
+	if err != nil {
+		c.fatalf(t, "rollback: %v", err)
+	}
+	if err := c.when(t0, t1, func(at time.Time) error {
+		want, usable := cp.rollbackAnswer(member, order, at)
+		if out.Result != want || out.Usable != usable {
+			return fmt.Errorf("answered %s (usable %t), the model says %s (usable %t)", out.Result, out.Usable, want, usable)
+		}
+		return nil
+	}); err != nil {
+		c.fatalf(t, "rollback of a coupon %s: %v", c.couponNote(cp), err)
+	}
+	if cp.heldBy == order && member == cp.member {
+		cp.rolledBackBy(order)
+	}
+}
+
+// doubleSubmit redeems a drawn coupon for 2 to 3 orders at once: each call waits behind a
+// holder of the coupon's row until all wait, then all go (the double submit of issue 41). Of
+// orders that find the coupon free, exactly one redeems it.
+func (c *check) doubleSubmit(t *rapid.T) {
+	cp, _ := c.pickCoupon(t)
+	subs := rapid.SliceOfNDistinct(rapid.SampledFrom(orders), 2, 3, rapid.ID[string]).Draw(t, "orders")
+	ctx := context.Background()
+	tx, err := c.sys.owner.Begin(ctx)
+	if err != nil {
+		c.fatalf(t, "double submit: %v", err)
+	}
+	defer tx.Rollback(ctx)
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM issued_coupons WHERE coupon_id = $1 FOR UPDATE`, cp.id).Scan(&pid); err != nil {
+		c.fatalf(t, "double submit: hold the coupon: %v", err)
+	}
+	outs, errs := make([]redemption.Outcome, len(subs)), make([]error, len(subs))
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for i, o := range subs {
+		wg.Go(func() {
+			outs[i], errs[i] = c.sys.redeemer.Do(ctx, redemption.Request{Action: redemption.Redeem, CouponID: cp.id, MemberID: cp.member, OrderID: o})
+			done.Add(1)
+		})
+	}
+	// Every call waits behind the holder, or has answered without a write (a variant that
+	// judges before it locks answers a coupon it refuses at once).
+	pgtest.Eventually(c.sys.tb, pgtest.PollTimeout, func() error {
+		if n, d := len(pgtest.WaitersOf(c.sys.tb, c.sys.owner, pid)), int(done.Load()); n+d != len(subs) {
+			return fmt.Errorf("%d calls wait behind the holder and %d answered, of %d", n, d, len(subs))
+		}
+		return nil
+	})
+	t0 := time.Now()
+	if err := tx.Rollback(ctx); err != nil {
+		c.fatalf(t, "double submit: release the coupon: %v", err)
+	}
+	wg.Wait()
+	t1 := time.Now()
+	t.Logf("double submit of %s for %v: %+v", cp.id, subs, outs)
+	if err := errors.Join(errs...); err != nil {
+		c.fatalf(t, "double submit: %v", err)
+	}
+	winner := ""
+	if err := c.when(t0, t1, func(at time.Time) error {
+		winner = ""
+		for i, o := range subs {
+			want := cp.redeemAnswer(cp.member, o, at)
+			if want == redemption.ResultValid && winner == "" && outs[i].Result == redemption.ResultRedeemed {
+				winner = o // the first to find it free; the others find it held
+				continue
+			}
+			if want == redemption.ResultValid {
+				want = redemption.ResultAlreadyRedeemed
+			}
+			if outs[i].Result != want {
+				return fmt.Errorf("order %s answered %s, the model says %s", o, outs[i].Result, want)
+			}
+		}
+		if winner == "" && cp.redeemAnswer(cp.member, "none", at) == redemption.ResultValid {
+			return errors.New("no order redeemed the free coupon")
+		}
+		return nil
+	}); err != nil {
+		c.fatalf(t, "double submit of a coupon %s: %v", c.couponNote(cp), err)
+	}
+	if winner != "" {
+		cp.redeemed(winner)
+	}
+}
+
+// couponNote is a coupon's state in the model, for a failure's message.
+func (c *check) couponNote(cp *mCoupon) string {
+	switch {
+	case cp.heldBy != "":
+		return "held by an order"
+	case cp.voided:
+		return "voided"
+	}
+	return "free"
 }
 
 // stateChange runs a pause, resume or end of a drawn campaign and judges it: want is, at the
@@ -672,9 +857,12 @@ SELECT b.campaign_id, sum(b.budget_yen)::int, sum(b.issued_yen)::int, count(*)::
   FROM campaign_budgets b WHERE b.campaign_id = ANY($1) GROUP BY b.campaign_id`
 
 const sqlCoupons = `
-SELECT coupon_id::text, campaign_id, member_id, month, amount_yen, expires_at, granted_by IS NOT NULL,
-       voided_at IS NOT NULL, reissue_allowed
-  FROM issued_coupons WHERE campaign_id = ANY($1)`
+SELECT i.coupon_id::text, i.campaign_id, i.member_id, i.month, i.amount_yen, i.expires_at, i.granted_by IS NOT NULL,
+       i.voided_at IS NOT NULL, i.reissue_allowed,
+       CASE WHEN i.redeemed_at IS NOT NULL THEN coalesce((SELECT r.order_id FROM coupon_redemptions r
+                 WHERE r.coupon_id = i.coupon_id ORDER BY r.redemption_id DESC LIMIT 1), '(no history)') ELSE '' END,
+       (SELECT count(*) FROM coupon_redemptions r WHERE r.coupon_id = i.coupon_id)::int
+  FROM issued_coupons i WHERE i.campaign_id = ANY($1)`
 
 const sqlUsage = `SELECT member_id, month, used_yen FROM member_monthly_usage WHERE member_id = ANY($1) AND used_yen <> 0`
 
@@ -731,7 +919,7 @@ func (c *check) couponTables(t *rapid.T, ids []string) {
 	for rows.Next() {
 		var g mCoupon
 		if err := rows.Scan(&g.id, &g.campaign, &g.member, &g.month, &g.amount, &g.expires, &g.granted, &g.voided,
-			&g.reissue); err != nil {
+			&g.reissue, &g.heldBy, &g.history); err != nil {
 			c.fatalf(t, "tables: %v", err)
 		}
 		w := c.m.coupon(g.id)
@@ -745,6 +933,10 @@ func (c *check) couponTables(t *rapid.T, ids []string) {
 				"%s to %s, %d yen in %s, expires %s, granted %t, voided %t, reissue %t", g.id,
 				g.campaign, g.member, g.amount, g.month, show(g.expires), g.granted, g.voided, g.reissue,
 				w.campaign, w.member, w.amount, w.month, show(w.expires), w.granted, w.voided, w.reissue)
+		}
+		if g.heldBy != w.heldBy || g.history != w.history {
+			c.fatalf(t, "tables: coupon %s: held by order %q with %d history rows; the model says %q with %d (%s)", g.id,
+				g.heldBy, g.history, w.heldBy, w.history, redeemedNote)
 		}
 	}
 	if rows.Err() != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/shared/issuance"
+	"github.com/mops/coupon-api/shared/redemption"
 )
 
 // capYen is R3's cap the services run with (the default: the member cap regulation).
@@ -96,6 +97,61 @@ type mCoupon struct {
 	expires                     *time.Time
 	granted                     bool
 	voided, reissue             bool
+	// heldBy is the order whose redemption holds the coupon now, "" when none; rolledBack the
+	// orders whose redemption of it was rolled back; history the rows of coupon_redemptions.
+	heldBy     string
+	rolledBack map[string]bool
+	history    int
+}
+
+// redeemAnswer is what redemption_judge answers member's order on coupon c at at (docs/api.md,
+// "RedeemCoupon"): the coupon's member alone sees it; the order holding it is answered REDEEMED
+// (again), before the void and the expiry.
+func (c *mCoupon) redeemAnswer(member, order string, at time.Time) redemption.Result {
+	switch {
+	case member != c.member:
+		return redemption.ResultUnknownCoupon
+	case c.heldBy == order:
+		return redemption.ResultRedeemed
+	case c.heldBy != "":
+		return redemption.ResultAlreadyRedeemed
+	case c.voided:
+		return redemption.ResultCouponVoided
+	case c.expires != nil && !at.Before(*c.expires):
+		return redemption.ResultCouponExpired
+	}
+	return redemption.ResultValid
+}
+
+// rollbackAnswer is what a rollback of order's redemption of c by member answers at at, and
+// whether the coupon is usable after it.
+func (c *mCoupon) rollbackAnswer(member, order string, at time.Time) (redemption.Result, bool) {
+	switch {
+	case member != c.member:
+		return redemption.ResultUnknownCoupon, false
+	case c.heldBy == order:
+		after := *c
+		after.heldBy = ""
+		return redemption.ResultRolledBack, after.redeemAnswer(member, order, at) == redemption.ResultValid
+	case c.rolledBack[order]:
+		return redemption.ResultRolledBack, c.redeemAnswer(member, order, at) == redemption.ResultValid
+	}
+	return redemption.ResultNotRedeemed, false
+}
+
+// redeemed applies order's new redemption of c.
+func (c *mCoupon) redeemed(order string) {
+	c.heldBy = order
+	c.history++
+}
+
+// rolledBackBy applies order's rollback of its redemption of c.
+func (c *mCoupon) rolledBackBy(order string) {
+	if c.rolledBack == nil {
+		c.rolledBack = map[string]bool{}
+	}
+	c.heldBy, c.rolledBack[order] = "", true
+	c.history++
 }
 
 // model is the whole system as one check of the test has made it. Every check has campaigns and
@@ -286,7 +342,7 @@ type voidOutcome int
 const (
 	voidVoids    voidOutcome = iota // VOIDED: its yen go back
 	voidCorrects                    // a void without reissue corrected (coupon_allow_reissue, 00019): no counter moves
-	voidRefused                     // voided already, and nothing to correct
+	voidRefused                     // voided already and nothing to correct, or redeemed
 )
 
 // void is what voiding coupon c with allowReissue must do, applied to the model.
@@ -295,7 +351,7 @@ func (m *model) void(c *mCoupon, allowReissue bool) voidOutcome {
 	case c.voided && allowReissue && !c.reissue:
 		c.reissue = true
 		return voidCorrects
-	case c.voided:
+	case c.voided, c.heldBy != "": // coupon_void refuses a redeemed coupon (REDEEMED)
 		return voidRefused
 	}
 	c.voided, c.reissue = true, allowReissue
