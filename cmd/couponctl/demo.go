@@ -60,11 +60,15 @@ func demoCmd() *cobra.Command {
      through RelayOutbox (served beside IssueCoupon) into a local LINE stand-in that fails a
      few first pushes on purpose, and report pushes per coupon (by X-Line-Retry-Key), rows
      skipped (app-only members), lost and parked;
-  7. print the span tree of the slowest issuance (each statement's time) and the push that
+  7. check out: redeem every third live coupon through RedeemCoupon (each redeem sent twice by
+     its order, a second order refused for every tenth, every fifth order rolled back), and
+     count the redemptions and their history with SQL;
+  8. print the span tree of the slowest issuance (each statement's time) and the push that
      links to it, and the metric totals (--telemetry=show; spans and metrics are also exported
      as the OTEL_* environment says, e.g. OTEL_EXPORTER_OTLP_ENDPOINT);
-  8. exit 1 if any rule is broken, any linked member's coupon was not pushed exactly once,
-     or any app-only member's coupon was pushed.
+  9. exit 1 if any rule is broken, any linked member's coupon was not pushed exactly once,
+     any app-only member's coupon was pushed, or a redemption answered off the contract or
+     disagrees with the tables.
 
 With the defaults (300 members) the right outcome is exactly 600 coupons, every member
 holding two, SW-A issuing exactly 100,000 yen.
@@ -154,6 +158,11 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 	if !relayed {
 		failures = append(failures, "relay: not every linked member's coupon was pushed to LINE exactly once, an app-only one was not skipped, or rows were lost or parked")
 	}
+	checkout, err := demoCheckout(ctx, d.out, d.pool, d.srv.url+"/RedeemCoupon")
+	if err != nil {
+		return err
+	}
+	failures = append(failures, checkout...)
 	err = d.report(ctx, failures)
 	if o.console && ctx.Err() == nil {
 		return errors.Join(err, serveDemoConsole(ctx, d.errOut, d.pool))
