@@ -2,19 +2,21 @@
 # Step 4 of docs/deploy.md, after the first build has created the services: who may call them,
 # and the Cloud Scheduler job that calls RelayOutbox. Idempotent.
 #
-# roles/run.invoker on issue-coupon goes to the app gateway's account only, on relay-outbox to
-# the scheduler's only, on coupon-console to IAP's service agent only (IAP calls the service
-# with its own token once it has let a person through); all three were deployed with
+# roles/run.invoker on issue-coupon and on coupon-redeem goes to the app gateway's account only
+# (the cart and the POS call RedeemCoupon through the gateway, as the app calls IssueCoupon), on
+# relay-outbox to the scheduler's only, on coupon-console to IAP's service agent only (IAP calls
+# the service with its own token once it has let a person through); all four were deployed with
 # --no-allow-unauthenticated. IAP lets through the promotion team's Google group only
 # (roles/iap.httpsResourceAccessor on the console's IAP resource). The script then reads every
 # policy back and fails if anyone else holds a role on any of them.
 set -euo pipefail
 usage="Usage: deploy/access.sh --project ID [--region R] [--gateway-sa EMAIL] --console-group EMAIL [--dry-run]
 
-Grants roles/run.invoker on issue-coupon to the gateway's account, on relay-outbox to
-coupon-scheduler and on coupon-console to IAP's service agent; admits the promotion team's
-group through IAP to coupon-console; checks that nobody else holds a role on any of them; and
-creates or updates the Cloud Scheduler job that POSTs to RelayOutbox every minute.
+Grants roles/run.invoker on issue-coupon and coupon-redeem to the gateway's account, on
+relay-outbox to coupon-scheduler and on coupon-console to IAP's service agent; admits the
+promotion team's group through IAP to coupon-console; checks that nobody else holds a role on
+any of them; and creates or updates the Cloud Scheduler job that POSTs to RelayOutbox every
+minute.
 
   --console-group EMAIL  the promotion team's Google group, the people IAP lets through to
                          coupon-console (what each may do there is kept in the database:
@@ -43,6 +45,7 @@ fi
 
 bind "run services" "$ISSUE_SERVICE" "serviceAccount:$GATEWAY_SA" roles/run.invoker --region="$REGION"
 bind "run services" "$RELAY_SERVICE" "serviceAccount:$(sa_email "$SA_SCHEDULER")" roles/run.invoker --region="$REGION"
+bind "run services" "$REDEEM_SERVICE" "serviceAccount:$GATEWAY_SA" roles/run.invoker --region="$REGION"
 bind "run services" "$CONSOLE_SERVICE" "serviceAccount:$agent" roles/run.invoker --region="$REGION"
 bind "beta iap web" "$CONSOLE_SERVICE" "group:$CONSOLE_GROUP" roles/iap.httpsResourceAccessor --region="$REGION"
 
@@ -64,6 +67,8 @@ only_binding "$ISSUE_SERVICE" "roles/run.invoker	serviceAccount:$GATEWAY_SA" \
   gcloud run services get-iam-policy "$ISSUE_SERVICE" --project="$PROJECT" --region="$REGION"
 only_binding "$RELAY_SERVICE" "roles/run.invoker	serviceAccount:$(sa_email "$SA_SCHEDULER")" \
   gcloud run services get-iam-policy "$RELAY_SERVICE" --project="$PROJECT" --region="$REGION"
+only_binding "$REDEEM_SERVICE" "roles/run.invoker	serviceAccount:$GATEWAY_SA" \
+  gcloud run services get-iam-policy "$REDEEM_SERVICE" --project="$PROJECT" --region="$REGION"
 only_binding "$CONSOLE_SERVICE" "roles/run.invoker	serviceAccount:$agent" \
   gcloud run services get-iam-policy "$CONSOLE_SERVICE" --project="$PROJECT" --region="$REGION"
 only_binding "IAP on $CONSOLE_SERVICE" "roles/iap.httpsResourceAccessor	group:$CONSOLE_GROUP" \
@@ -81,4 +86,4 @@ if exists gcloud scheduler jobs describe "$SCHEDULER_JOB" --project="$PROJECT" -
 else
   run gcloud scheduler jobs create http "$SCHEDULER_JOB" "${job[@]}" --headers=Content-Type=application/json
 fi
-echo "access done: issue-coupon callable by $GATEWAY_SA, relay-outbox by the scheduler every minute, coupon-console by group:$CONSOLE_GROUP through IAP."
+echo "access done: issue-coupon and coupon-redeem callable by $GATEWAY_SA, relay-outbox by the scheduler every minute, coupon-console by group:$CONSOLE_GROUP through IAP."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Step 3 of docs/deploy.md: run cloudbuild.yaml (test, migrate, deploy both functions and the
-# console) from this checkout; the build runs as coupon-deploy (cloudbuild.yaml's
+# Step 3 of docs/deploy.md: run cloudbuild.yaml (test, migrate, deploy the three functions and
+# the console) from this checkout; the build runs as coupon-deploy (cloudbuild.yaml's
 # serviceAccount), so the account running this script needs roles/iam.serviceAccountUser on it
 # (an owner has it).
 # Rolling back is deploy/rollback.sh. After a build that succeeded it writes the released commit

@@ -1,7 +1,7 @@
 // Package deploy holds the Google Cloud deployment: the gcloud scripts (setup.sh, env.sh,
 // build.sh, access.sh, grant-roles.sh, daily.sh, monitoring.sh, rollback.sh, with lib.sh), the
 // Cloud Run environment templates of the functions and the console (issue.env.yaml,
-// relay.env.yaml, console.env.yaml), the daily jobs' image build (couponops.cloudbuild.yaml),
+// relay.env.yaml, redeem.env.yaml, console.env.yaml), the daily jobs' image build (couponops.cloudbuild.yaml),
 // the dashboard and alerts (monitoring/) and, one directory up, cloudbuild.yaml. docs/deploy.md walks through them. Its tests check them
 // offline: every gcloud command line the scripts (both paths of each) and cloudbuild.yaml's
 // steps run, passed to the real gcloud with no account, which must take it (gcloud_test.go);

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Writes the Cloud Run environment files for one project: deploy/issue.env.yaml,
-# deploy/relay.env.yaml and deploy/console.env.yaml (everything that is the same in every
-# project) followed by the project's own values (the project for the logs' trace field, the
-# Cloud SQL connection name, the IAM database user, and for the console the audience of IAP's
-# assertions). cloudbuild.yaml runs it before the deploy steps, which read the generated files
-# (--env-vars-file).
+# deploy/relay.env.yaml, deploy/redeem.env.yaml and deploy/console.env.yaml (everything that is
+# the same in every project) followed by the project's own values (the project for the logs'
+# trace field, the Cloud SQL connection name, the IAM database user, and for the console the
+# audience of IAP's assertions). cloudbuild.yaml runs it before the deploy steps, which read the
+# generated files (--env-vars-file).
 set -euo pipefail
 usage="Usage: deploy/env.sh --project ID --project-number N [--region R] [--instance NAME] --out DIR [--dry-run]
 
-Writes DIR/issue.env.yaml, DIR/relay.env.yaml and DIR/console.env.yaml.
+Writes DIR/issue.env.yaml, DIR/relay.env.yaml, DIR/redeem.env.yaml and DIR/console.env.yaml.
 
   --project-number N  the project's number (gcloud projects describe ID
                       --format='value(projectNumber)'; cloudbuild.yaml passes Cloud Build's own),
@@ -54,6 +54,7 @@ write_env() {
 run mkdir -p "$OUT"
 write_env issue "$SA_ISSUE"
 write_env relay "$SA_RELAY"
+write_env redeem "$SA_REDEEM"
 # IAP on the Cloud Run service itself signs for /projects/NUMBER/locations/REGION/services/NAME
 # (behind a load balancer it would be /projects/NUMBER/global/backendServices/ID instead).
 write_env console "$SA_CONSOLE" IAP_AUDIENCE "/projects/$PROJECT_NUM/locations/$REGION/services/$CONSOLE_SERVICE"

@@ -407,15 +407,18 @@ const testChannel = "projects/" + testProject + "/notificationChannels/42"
 // scriptRuns are both paths of every deploy script that runs gcloud.
 var scriptRuns = []scriptRun{
 	{script: "setup.sh", state: stateEmpty,
-		want: []string{"sql instances create", "sql databases create", "sql users create", "secrets create", "iam service-accounts create", "artifacts repositories create", "add-iam-policy-binding"}},
+		want: []string{"sql instances create", "sql databases create", "sql users create", "secrets create", "iam service-accounts create", "artifacts repositories create", "add-iam-policy-binding",
+			// RedeemCoupon's own account and database login.
+			"iam service-accounts create coupon-redeem ", "sql users create coupon-redeem@" + testProject + ".iam "}},
 	{script: "setup.sh", state: stateDeployed, want: []string{"add-iam-policy-binding"}, not: []string{" create "}},
 	{script: "build.sh", state: stateEmpty, want: []string{"builds submit"}},
 	{script: "access.sh", args: []string{"--console-group", testConsoleGroup}, state: stateEmpty,
 		want: []string{"scheduler jobs create http", "beta iap web add-iam-policy-binding --resource-type=cloud-run --service=coupon-console",
-			"run services add-iam-policy-binding coupon-console --project=" + testProject + " --member=serviceAccount:service-" + testProjectNumber + "@gcp-sa-iap"},
+			"run services add-iam-policy-binding coupon-console --project=" + testProject + " --member=serviceAccount:service-" + testProjectNumber + "@gcp-sa-iap",
+			"run services add-iam-policy-binding coupon-redeem --project=" + testProject + " --member=serviceAccount:coupon-gateway@" + testProject + ".iam.gserviceaccount.com --role=roles/run.invoker "},
 		not: []string{"scheduler jobs update"}},
 	{script: "access.sh", args: []string{"--console-group", testConsoleGroup}, state: stateDeployed,
-		want: []string{"scheduler jobs update http", "beta iap web get-iam-policy"}, not: []string{"scheduler jobs create"}},
+		want: []string{"scheduler jobs update http", "beta iap web get-iam-policy", "run services get-iam-policy coupon-redeem "}, not: []string{"scheduler jobs create"}},
 	{script: "daily.sh", state: stateEmpty, want: []string{"run jobs deploy", "scheduler jobs create http"}, not: []string{"scheduler jobs update"}},
 	{script: "daily.sh", state: stateDeployed, want: []string{"run jobs deploy", "scheduler jobs update http"}, not: []string{"scheduler jobs create"}},
 	{script: "monitoring.sh", args: []string{"--notification-channel", testChannel}, state: stateEmpty,
@@ -425,9 +428,10 @@ var scriptRuns = []scriptRun{
 	// Without a channel, a policy in place keeps the operator's (projectAnswer's 77).
 	{script: "monitoring.sh", state: stateDeployed,
 		want: []string{"--no-enabled --set-notification-channels=projects/" + testProject + "/notificationChannels/77 "}, not: []string{" create "}},
-	{script: "rollback.sh", state: stateDeployed, want: []string{"run revisions list", "run services update-traffic coupon-console"}},
-	{script: "rollback.sh", args: []string{"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003", "--console-revision", "coupon-console-00002"}, state: stateDeployed,
-		want: []string{"run services update-traffic"}, not: []string{"revisions list"}},
+	{script: "rollback.sh", state: stateDeployed, want: []string{"run revisions list", "run services update-traffic coupon-console",
+		"run services update-traffic coupon-redeem --project=" + testProject + " --region=asia-northeast1 --to-revisions=coupon-redeem-00001=100"}},
+	{script: "rollback.sh", args: []string{"--issue-revision", "issue-coupon-00007", "--relay-revision", "relay-outbox-00003", "--redeem-revision", "coupon-redeem-00004", "--console-revision", "coupon-console-00002"}, state: stateDeployed,
+		want: []string{"run services update-traffic", "--to-revisions=coupon-redeem-00004=100"}, not: []string{"revisions list"}},
 }
 
 // TestScriptsWithRealGcloud runs every deploy script that calls gcloud, for real (no
@@ -520,7 +524,7 @@ func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
 	real := realGcloud(t)
 	cb := loadCloudBuild(t)
 	ws := uploadedTree(t, real)
-	checked := 0
+	var checked []string
 	for _, s := range cb.GetSteps() {
 		args := make([]string, len(s.GetArgs()))
 		for i, a := range s.GetArgs() {
@@ -545,10 +549,12 @@ func TestCloudBuildStepsWithRealGcloud(t *testing.T) {
 		default:
 			continue
 		}
-		checked++
+		checked = append(checked, s.GetId())
 	}
-	if checked < 4 {
-		t.Errorf("checked %d Cloud SDK steps of cloudbuild.yaml, want the env files and the three deploys", checked)
+	for _, id := range []string{"env-files", "deploy-issue", "deploy-relay", "deploy-redeem", "deploy-console"} {
+		if !slices.Contains(checked, id) {
+			t.Errorf("step %s of cloudbuild.yaml not checked (checked %q): want the env files and the four deploys", id, checked)
+		}
 	}
 }
 

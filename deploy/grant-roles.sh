@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Step 5 of docs/deploy.md: grant the database group roles to the IAM database users
 # (docs/roles.md): coupon_issue to IssueCoupon's user, coupon_relay to RelayOutbox's,
+# coupon_redeem to RedeemCoupon's (coupon-redeem: the three redemption functions only),
 # coupon_console to the console's (coupon-console: its console_* functions only), coupon_admin
 # to the operators' (coupon-admin, couponctl's operator verbs). The roles
 # themselves, and what each may read and write, are created by the schema migrations; this
@@ -19,6 +20,7 @@ parse_common_flags "$@"
 readonly PROXY_PORT=5439
 grants="GRANT coupon_issue TO \"$(db_user "$SA_ISSUE")\";
 GRANT coupon_relay TO \"$(db_user "$SA_RELAY")\";
+GRANT coupon_redeem TO \"$(db_user "$SA_REDEEM")\";
 GRANT coupon_console TO \"$(db_user "$SA_CONSOLE")\";
 GRANT coupon_admin TO \"$(db_user "$SA_ADMIN")\";"
 

@@ -15,6 +15,7 @@ shopt -s inherit_errexit
 # Names shared by the scripts and cloudbuild.yaml (change them in both).
 readonly ISSUE_SERVICE=issue-coupon
 readonly RELAY_SERVICE=relay-outbox
+readonly REDEEM_SERVICE=coupon-redeem # RedeemCoupon: the cart's and the POS's, through the app gateway
 readonly CONSOLE_SERVICE=coupon-console # the promotion team's console, behind IAP (docs/deploy.md, "The console")
 readonly SCHEDULER_JOB=relay-outbox
 readonly RECONCILE_JOB=coupon-reconcile # the daily operator jobs (deploy/daily.sh)
@@ -28,6 +29,7 @@ readonly CSRF_KEY_SECRET=console-csrf-key       # CONSOLE_CSRF_KEY: the console'
 # of Cloud Run, one for the operators' couponctl (docs/roles.md).
 readonly SA_ISSUE=coupon-issue
 readonly SA_RELAY=coupon-relay
+readonly SA_REDEEM=coupon-redeem # RedeemCoupon's runtime, as database role coupon_redeem
 readonly SA_SCHEDULER=coupon-scheduler
 readonly SA_GATEWAY=coupon-gateway
 readonly SA_DEPLOY=coupon-deploy
@@ -45,7 +47,8 @@ usage_common='  --project ID       the Google Cloud project (required)
   --region REGION    Cloud Run, Cloud SQL and Scheduler region (default asia-northeast1)
   --instance NAME    the Cloud SQL instance (default coupon-db)
   --gateway-sa EMAIL the app gateway'"'"'s service account, the only caller of IssueCoupon
-                     (default: coupon-gateway in this project, which setup.sh creates)
+                     and RedeemCoupon (default: coupon-gateway in this project, which
+                     setup.sh creates)
   --dry-run          print every command instead of running it'
 
 die() {

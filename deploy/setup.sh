@@ -26,7 +26,7 @@ run gcloud services enable --project="$PROJECT" \
   iam.googleapis.com iamcredentials.googleapis.com iap.googleapis.com \
   telemetry.googleapis.com cloudtrace.googleapis.com monitoring.googleapis.com
 
-accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN" "$SA_CONSOLE")
+accounts=("$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM" "$SA_SCHEDULER" "$SA_DEPLOY" "$SA_BUILD" "$SA_ADMIN" "$SA_CONSOLE")
 if [ "$GATEWAY_SA" = "$(sa_email "$SA_GATEWAY")" ]; then
   accounts+=("$SA_GATEWAY")
 fi
@@ -64,7 +64,7 @@ exists gcloud sql databases describe "$DATABASE" --instance="$INSTANCE" --projec
 # One IAM database user per identity that connects: each function's, the console's, the
 # operators', and the deploy build's, which runs the migrations (so the migration logs in as the
 # identity it runs with).
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_CONSOLE" "$SA_ADMIN" "$SA_DEPLOY"; do
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM" "$SA_CONSOLE" "$SA_ADMIN" "$SA_DEPLOY"; do
   exists gcloud sql users describe "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" ||
     run gcloud sql users create "$(db_user "$sa")" --instance="$INSTANCE" --project="$PROJECT" \
       --type=cloud_iam_service_account
@@ -87,7 +87,7 @@ random_secret() {
   fi
 }
 # The key that hashes member ids in logs and spans (TELEMETRY_MEMBER_KEY, docs/operations.md):
-# one value for every instance of both functions, so that a member's lines join.
+# one value for every instance of the three functions, so that a member's lines join.
 random_secret "$MEMBER_KEY_SECRET" "head -c 32 /dev/urandom | base64"
 # The key of the console's CSRF tokens (CONSOLE_CSRF_KEY, 64 hex digits): one value for every
 # instance and revision, so that a form loaded from one is taken by the next.
@@ -95,25 +95,26 @@ random_secret "$CSRF_KEY_SECRET" "od -An -v -tx1 -N32 /dev/urandom | tr -d ' \\n
 
 # Runtime identities: connect to Cloud SQL (client) and log in as their IAM user
 # (instanceUser); nothing else in the project. The console's account gets only these two and
-# its CSRF key below: what it may do in the database is coupon_console's (docs/roles.md).
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_CONSOLE" "$SA_ADMIN" "$SA_DEPLOY"; do
+# its CSRF key below: what it may do in the database is coupon_console's (docs/roles.md), as
+# RedeemCoupon's is coupon_redeem's.
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM" "$SA_CONSOLE" "$SA_ADMIN" "$SA_DEPLOY"; do
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.client
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/cloudsql.instanceUser
 done
-# Only the relay reads the LINE token; both functions read the member key; the console its CSRF
-# key.
+# Only the relay reads the LINE token; the three functions read the member key (RedeemCoupon
+# logs the member's hash as IssueCoupon does); the console its CSRF key.
 bind secrets "$LINE_SECRET" "serviceAccount:$(sa_email "$SA_RELAY")" roles/secretmanager.secretAccessor
-for sa in "$SA_ISSUE" "$SA_RELAY"; do
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM"; do
   bind secrets "$MEMBER_KEY_SECRET" "serviceAccount:$(sa_email "$sa")" roles/secretmanager.secretAccessor
 done
 bind secrets "$CSRF_KEY_SECRET" "serviceAccount:$(sa_email "$SA_CONSOLE")" roles/secretmanager.secretAccessor
 
-# Telemetry (shared/telemetry.GoogleExporter, docs/operations.md): both functions write spans
-# and metrics to the Telemetry API; the operators' jobs only metrics (reconcile's drift).
-for sa in "$SA_ISSUE" "$SA_RELAY"; do
+# Telemetry (shared/telemetry.GoogleExporter, docs/operations.md): the three functions write
+# spans and metrics to the Telemetry API; the operators' jobs only metrics (reconcile's drift).
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM"; do
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/telemetry.tracesWriter
 done
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_ADMIN"; do
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM" "$SA_ADMIN"; do
   bind projects "$PROJECT" "serviceAccount:$(sa_email "$sa")" roles/telemetry.metricsWriter
 done
 
@@ -125,7 +126,7 @@ bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/run.sou
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/serviceusage.serviceUsageConsumer
 bind projects "$PROJECT" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/logging.logWriter
 bind "storage buckets" "$build_bucket" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/storage.objectViewer
-for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_CONSOLE" "$SA_BUILD"; do
+for sa in "$SA_ISSUE" "$SA_RELAY" "$SA_REDEEM" "$SA_CONSOLE" "$SA_BUILD"; do
   bind "iam service-accounts" "$(sa_email "$sa")" "serviceAccount:$(sa_email "$SA_DEPLOY")" roles/iam.serviceAccountUser
 done
 # Every image build: the functions' (gcloud run deploy --source, --build-service-account) and
