@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mops/coupon-api/functions/issue"
+	"github.com/mops/coupon-api/functions/redeem"
 	"github.com/mops/coupon-api/internal/lab/hotbench"
 	"github.com/mops/coupon-api/internal/lab/isolationlab"
 	"github.com/mops/coupon-api/internal/lab/latencyproxy"
@@ -34,6 +35,8 @@ func benchCmd() *cobra.Command {
 		changes  bool
 		release  bool
 		dryRuns  bool
+		store    bool
+		redeemAt float64
 		standby  time.Duration
 	)
 	c := &cobra.Command{
@@ -104,6 +107,15 @@ at the cost alone) and the herd's share of its CPU beside, and the same per coup
 for bench's own process (the clients, the latency proxy and IssueCoupon, which share the machine's
 cores with the server here; deployed, only the database is shared).
 
+--store-opening adds one cell per round trip and client count: a store opening beside a hot
+campaign (issue 41). IssueCoupon on a campaign of 16 stripes for --duration, alone, then beside
+32 more clients redeeming through RedeemCoupon, at most --redeem-rate a second (2,000), coupons of another
+campaign issued before the cell (one statement, as the issuance writes them), each coupon once;
+three turns of each, alternating, each on a hot campaign of its own. Its table gives the issued/s
+and p99 of each turn, the median beside over the median alone, the redemptions' rate and p99,
+and on the throwaway server the server's core-ms per coupon alone and per redemption. After the
+cell, the coupons redeemed (SQL) must equal the REDEEMED answers.
+
 --standby DUR gives the throwaway server a synchronous streaming standby (pg_basebackup, on the same
 machine) whose replication connection goes through a latency proxy of its own adding the DUR
 round trip: synchronous_standby_names '*', so every commit waits until the standby has flushed
@@ -129,6 +141,7 @@ decides the figures; compare them only within one table.`,
   couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
   couponctl bench --clients 64 --duration 5s --release-herd
   couponctl bench --clients 32 --duration 5s --dry-runs
+  couponctl bench --clients 32 --duration 5s --store-opening
   couponctl bench --clients 32 --duration 5s --format markdown
   couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown`,
 		Args: cobra.NoArgs,
@@ -160,6 +173,10 @@ decides the figures; compare them only within one table.`,
 			cfg := hotbench.Config{Pgbench: pgbench, RTTs: rtts, Clients: clients, Duration: duration}
 			cfg.SoldOut, cfg.Changes = optional(soldOut, hotbench.BlackFriday), optional(changes, hotbench.LiveChanges)
 			cfg.Release, cfg.DryRuns = optional(release, hotbench.TenOClock), optional(dryRuns, hotbench.ButtonHerd)
+			if redeemAt <= 0 {
+				return flagError("--redeem-rate %g: want redemptions a second above 0", redeemAt)
+			}
+			cfg.Store = optional(store, hotbench.StoreOpening{Herd: hotbench.StoreRush.Herd, Rounds: hotbench.StoreRush.Rounds, Rate: redeemAt})
 			return runBench(cmd, cfg, format, standby)
 		},
 	}
@@ -173,6 +190,8 @@ decides the figures; compare them only within one table.`,
 	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
 	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (300 coupons on 16 stripes released 2 s into the herd; its first second)")
 	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking a dry run per coupon issued, 3 turns each)")
+	f.BoolVar(&store, "store-opening", false, "add a store-opening cell per round trip and client count (16 stripes, alone and beside 32 clients redeeming up to 2,000 coupons/s, 3 turns each)")
+	f.Float64Var(&redeemAt, "redeem-rate", hotbench.StoreRush.Rate, "with --store-opening: redemptions a second at most")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
 }
@@ -248,6 +267,7 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 		return send(ctx, silverweek.Request{MemberID: memberID, CampaignID: campaignID})
 	}
 	cfg.DryRun = httpDryRun(client, baseURL+"/IssueCoupon")
+	cfg.Redeem = httpRedeem(client, baseURL+"/RedeemCoupon")
 	rep, err := hotbench.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -260,6 +280,16 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 func httpDryRun(client *http.Client, url string) hotbench.IssueFunc {
 	return func(ctx context.Context, memberID, campaignID string) (string, error) {
 		_, result, err := postForResult(ctx, client, url, map[string]any{"member_id": memberID, "campaign_id": campaignID, "dry_run": true})
+		return result, err
+	}
+}
+
+// httpRedeem asks RedeemCoupon at url to redeem one coupon of a member for an order and returns
+// its result code.
+func httpRedeem(client *http.Client, url string) hotbench.RedeemFunc {
+	return func(ctx context.Context, couponID, memberID, orderID string) (string, error) {
+		_, result, err := postForResult(ctx, client, url, map[string]any{"action": "redeem", "coupon_id": couponID,
+			"member_id": memberID, "order_id": orderID})
 		return result, err
 	}
 }
@@ -310,15 +340,15 @@ func benchServer(ctx context.Context, cmd *cobra.Command, exe string, standby ti
 	return srv.URL(), srv.CPUTime, stop, nil
 }
 
-// serveBenchedIssueCoupon serves IssueCoupon in this process as the demo does (see
-// [serveLocal]), its pool of poolSize connections on dbURL.
+// serveBenchedIssueCoupon serves IssueCoupon and RedeemCoupon in this process as the demo does
+// (see [serveLocal]), each with its pool of poolSize connections on dbURL.
 func serveBenchedIssueCoupon(ctx context.Context, dbURL string, poolSize int) (*localServer, error) {
 	poolURL, err := withPoolSize(dbURL, poolSize)
 	if err != nil {
 		return nil, err
 	}
 	os.Setenv("DATABASE_URL", poolURL)
-	return serveLocal(ctx, nil, issue.Function)
+	return serveLocal(ctx, nil, issue.Function, redeem.Function)
 }
 
 // latencyProxyVerb is the hidden verb that runs bench's latency proxy in a process of its own

@@ -113,6 +113,9 @@ type Config struct {
 	// DryRuns, if not nil, adds a dry-run cell after those; DryRun sends its dry runs.
 	DryRuns *DryRunHerd
 	DryRun  IssueFunc
+	// Store, if not nil, adds a store-opening cell after those; Redeem sends its redemptions.
+	Store  *StoreOpening
+	Redeem RedeemFunc
 	// Progress, if not nil, gets one line per cell.
 	Progress io.Writer
 	// ServerCPU, if not nil, reads the CPU time the database server has used so far (all its
@@ -136,7 +139,7 @@ var BlackFriday = SoldOut{Coupons: 1000, Stripes: 16, Requests: 20000}
 // trip (none given: one, 0) and client count.
 func (c Config) Cells() int {
 	perGroup := len(variants)
-	for _, on := range []bool{c.SoldOut != nil, c.Changes != nil, c.Release != nil, c.DryRuns != nil} {
+	for _, on := range []bool{c.SoldOut != nil, c.Changes != nil, c.Release != nil, c.DryRuns != nil, c.Store != nil} {
 		if on {
 			perGroup++
 		}
@@ -153,6 +156,7 @@ type Report struct {
 	Changes   []ChangesResult
 	Release   []ReleaseResult
 	DryRuns   []DryRunResult
+	Store     []StoreResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -354,6 +358,16 @@ func (s *session) runExtras(ctx context.Context, rep *Report, rtt time.Duration,
 		s.progress("dry runs (%d clients) beside the load, rtt %s, %d clients: issued/s %s alone, %s beside (%.2fx), %.0f dry runs/s, failed %d, rules %s",
 			r.Herd, rttLabel(rtt), clients, rateList(r.Alone), rateList(r.Beside), r.Ratio, r.DryRunsPerSec, r.Failed+r.DryFailed, r.Rules)
 	}
+	if s.cfg.Store != nil {
+		r, err := s.runStore(ctx, rtt, clients)
+		if err != nil {
+			return fmt.Errorf("hotbench: store-opening cell, rtt %s, %d clients: %w", rttLabel(rtt), clients, err)
+		}
+		rep.Store = append(rep.Store, r)
+		s.progress("store opening (%d clients redeeming) beside the load, rtt %s, %d clients: issued/s %s alone, %s beside (%.2fx), p99 %s alone, %s beside, %.0f redeemed/s, failed %d, rules %s",
+			r.Herd, rttLabel(rtt), clients, rateList(r.Alone), rateList(r.Beside), r.Ratio, msList(r.AloneP99), msList(r.BesideP99),
+			r.RedeemedPerSec, r.Failed+r.RedeemFailed, r.Rules)
+	}
 	return nil
 }
 
@@ -411,6 +425,9 @@ func (c *Config) check() error {
 	}
 	if c.DryRuns != nil && (c.DryRun == nil || c.DryRuns.Herd < 1 || c.DryRuns.Rounds < 1) {
 		return errors.New("hotbench: the dry-run cell needs Config.DryRun, a herd and rounds")
+	}
+	if c.Store != nil && (c.Redeem == nil || c.Store.Herd < 1 || c.Store.Rounds < 1 || c.Store.Rate <= 0) {
+		return errors.New("hotbench: the store-opening cell needs Config.Redeem, a herd, rounds and a rate")
 	}
 	return nil
 }
@@ -898,7 +915,10 @@ func writeExtras(w io.Writer, format string, rep Report) error {
 	if err := writeRelease(w, format, rep.Release); err != nil {
 		return err
 	}
-	return writeDryRuns(w, format, rep.ServerCPU, rep.DryRuns)
+	if err := writeDryRuns(w, format, rep.ServerCPU, rep.DryRuns); err != nil {
+		return err
+	}
+	return writeStore(w, format, rep.ServerCPU, rep.Store)
 }
 
 // CPUColumn heads the column of the database server's CPU per coupon: the core-milliseconds
