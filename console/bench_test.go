@@ -19,25 +19,26 @@ const (
 )
 
 // seedMillion creates bigCampaign with 1,000,000 live coupons issued over the three days before
-// now, its R1 counter equal to their sum: written by SQL as the owner (the page reads them; how
-// they were issued does not matter to it).
+// now, each with its outbox row, sent, one in ten redeemed, its R1 counter equal to their sum:
+// written by SQL as the owner (the page reads them; how they were issued does not matter to it).
 func seedMillion(b *testing.B, e *env) {
 	b.Helper()
 	e.createCampaign(b, campaign.Campaign{ID: bigCampaign, DiscountYen: 100, BudgetYen: 120_000_000})
-	ctx := context.Background()
-	if _, err := e.owner.Exec(ctx, `
-INSERT INTO issued_coupons (coupon_id, campaign_id, member_id, month, amount_yen, issued_at)
-SELECT gen_random_uuid(), $1, 'big' || g, to_char(t AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 100, t
+	exec := func(sql string, args ...any) {
+		b.Helper()
+		if _, err := e.owner.Exec(context.Background(), sql, args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	exec(`
+INSERT INTO issued_coupons (coupon_id, campaign_id, member_id, month, amount_yen, issued_at, redeemed_at)
+SELECT gen_random_uuid(), $1, 'big' || g, to_char(t AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 100, t, CASE WHEN g % 10 = 0 THEN t END
   FROM generate_series(1, $2::int) g, LATERAL (SELECT now() - make_interval(secs => 3 * 86400.0 * g / $2)) AS x(t)`,
-		bigCampaign, bigCoupons); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := e.owner.Exec(ctx, `UPDATE campaign_budgets SET issued_yen = $2 WHERE campaign_id = $1`, bigCampaign, 100*bigCoupons); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := e.owner.Exec(ctx, `VACUUM ANALYZE issued_coupons`); err != nil {
-		b.Fatal(err)
-	}
+		bigCampaign, bigCoupons)
+	exec(`INSERT INTO notification_outbox (coupon_id, member_id, created_at, sent_at)
+SELECT coupon_id, member_id, issued_at, issued_at FROM issued_coupons WHERE campaign_id = $1`, bigCampaign)
+	exec(`UPDATE campaign_budgets SET issued_yen = $2 WHERE campaign_id = $1`, bigCampaign, 100*bigCoupons)
+	exec(`VACUUM ANALYZE issued_coupons, notification_outbox`)
 }
 
 // get fetches the console's path as viewer and fails b on anything but 200.
@@ -58,9 +59,10 @@ func (e *env) fetch(b testing.TB, c *http.Client, path, assertion string) {
 }
 
 // BenchmarkPageAtAMillionCoupons is the time of the console's pages over a campaign of
-// 1,000,000 coupons: the campaign page (its burn-down's one scan of the campaign's coupons, with
-// the aggregates' cache emptied before each request, and reused as a refresh within aggregateTTL
-// reuses it), its burndown.json, and the list (the last 5 minutes' rate over every coupon).
+// 1,000,000 coupons: the campaign page (its one scan of the campaign's coupons with their outbox
+// rows, for the burn-down and the funnel, with the aggregates' cache emptied before each request,
+// and reused as a refresh within aggregateTTL reuses it), its burndown.json, and the list (the
+// last 5 minutes' rate and the usage, in one scan of every coupon).
 //
 //	go test ./console -run '^$' -bench PageAtAMillion -benchtime 20x
 func BenchmarkPageAtAMillionCoupons(b *testing.B) {

@@ -128,6 +128,7 @@ func (s *server) listPage(w http.ResponseWriter, r *http.Request) {
 // campaignView is the campaign page's data.
 type campaignView struct {
 	campaign.Status
+	Funnel   Funnel
 	Points   []Point
 	Chart    template.HTML
 	Requests []Request
@@ -148,6 +149,9 @@ func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := campaignView{Status: st}
+	if err == nil {
+		v.Funnel, err = s.reads.funnel(ctx, id)
+	}
 	if err == nil {
 		v.Points, err = s.reads.burndown(ctx, st, st.At) // the last point at the database's clock
 	}
@@ -196,6 +200,9 @@ type couponsView struct {
 	Coupons []coupon.Coupon
 	// VoidedBy is the person who voided a coupon through the console, by coupon id.
 	VoidedBy map[string]string
+	// Redemptions is a coupon page's redemption history (its redeems and rollbacks, oldest
+	// first), by coupon id; nil on a member's page, which shows none.
+	Redemptions map[string][]coupon.Redemption
 }
 
 func (s *server) couponPage(w http.ResponseWriter, r *http.Request) {
@@ -214,10 +221,16 @@ func (s *server) couponPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := couponsView{Member: c.MemberID, Coupons: []coupon.Coupon{c}}
-	if v.VoidedBy, err = s.reads.voidedByEmail(r.Context(), []string{c.ID}); err != nil {
+	v.VoidedBy, err = s.reads.voidedByEmail(r.Context(), []string{c.ID})
+	var history []coupon.Redemption
+	if err == nil {
+		history, err = coupon.Redemptions(r.Context(), s.reads.pool, c.ID)
+	}
+	if err != nil {
 		s.fail(w, r, 0, id, err, "/")
 		return
 	}
+	v.Redemptions = map[string][]coupon.Redemption{c.ID: history}
 	p.Data = v
 	s.render(w, http.StatusOK, "coupons.html", p)
 }

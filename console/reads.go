@@ -15,11 +15,11 @@ import (
 // The console's reads are plain SELECTs at READ COMMITTED: they take no row lock, so no read
 // waits for an issuance holding a budget stripe and no issuance waits for a read. The figures a
 // rule enforces (budget, issued yen) are the R1 counters of campaign_budgets, as campaign show
-// reads them; the aggregates over issued_coupons (the burn-down, the last 5 minutes' rate) scan a
-// campaign's coupons (no index orders them by time) and are cached per instance, so that however
-// many people refresh a page, each instance scans at most once per [aggregateTTL], and a scan
-// that took d is reused for [scanShare] times d at least: the scans of one aggregate take at most
-// 1/scanShare of a core, whatever the campaign's size.
+// reads them; the aggregates over issued_coupons (a campaign's burn-down and funnel, the list's
+// last 5 minutes' rate and usage) scan the coupons (no index orders a campaign's by time) and are
+// cached per instance, so that however many people refresh a page, each instance scans at most
+// once per [aggregateTTL], and a scan that took d is reused for [scanShare] times d at least: the
+// scans of one aggregate take at most 1/scanShare of a core, whatever the campaign's size.
 
 // aggregateTTL is the shortest time an instance reuses an aggregate over issued_coupons.
 const aggregateTTL = 5 * time.Second
@@ -30,11 +30,35 @@ const scanShare = 20
 // rateWindow is the window of [Row.RecentCount]: the rate over the last 5 minutes (issue 32).
 const rateWindow = 5 * time.Minute
 
+// The stages of a campaign's funnel (配布 → 送信 → 利用), as SQL conditions on a live coupon c
+// (issued_coupons, voided_at IS NULL) with its outbox row o (notification_outbox, LEFT JOINed):
+// sqlPushed is its LINE push sent, its row sent or deleted by the prune after delivery (the
+// coupon page's 送信済み); sqlRedeemed is redeemed now (redeemed_at, which a rollback clears).
+const (
+	sqlPushed   = `(o.sent_at IS NOT NULL OR (o.coupon_id IS NULL AND c.outbox_pruned_at IS NOT NULL))`
+	sqlRedeemed = `c.redeemed_at IS NOT NULL`
+)
+
+// Usage is what a campaign's coupons came to: Live, the coupons issued and not voided (配布数),
+// and Redeemed, those of them redeemed now (利用数).
+type Usage struct {
+	Live, Redeemed int
+}
+
+// Funnel is a campaign's live coupons by how far they went: issued (Live), pushed (Pushed,
+// [sqlPushed]) and redeemed (Redeemed). A coupon redeemed before its push is skipped by the relay:
+// it counts in Redeemed and not in Pushed.
+type Funnel struct {
+	Usage
+	Pushed int
+}
+
 // Row is one campaign of the list.
 type Row struct {
 	campaign.Status
 	// RecentCount is the coupons issued in the last [rateWindow], still live.
 	RecentCount int
+	Usage
 }
 
 // Count is the coupons the R1 counter stands for: issued yen over the face value, every coupon
@@ -79,9 +103,12 @@ type HistoryRow struct {
 
 // reads runs the console's SELECTs, caching the aggregates.
 type reads struct {
-	pool  *pgxpool.Pool
-	mu    sync.Mutex
-	cache map[string]cached
+	pool *pgxpool.Pool
+	// redeemed is the SQL condition on a coupon c that counts it in 利用数: [sqlRedeemed]. The
+	// tests run their checks with broken conditions in its place.
+	redeemed string
+	mu       sync.Mutex
+	cache    map[string]cached
 }
 
 type cached struct {
@@ -112,31 +139,40 @@ func (r *reads) memo(ctx context.Context, key string, load func(context.Context)
 	return v, nil
 }
 
-// list is every campaign with its figures and its rate.
+// listCounts is what the list counts of a campaign's live coupons in its one scan of them all.
+type listCounts struct {
+	recent int
+	usage  Usage
+}
+
+// list is every campaign with its figures, its rate and its usage: the rate and the usage are
+// counted in one scan of every live coupon (cached).
 func (r *reads) list(ctx context.Context) ([]Row, error) {
 	statuses, err := campaign.List(ctx, r.pool)
 	if err != nil {
 		return nil, err
 	}
-	recent, err := r.memo(ctx, "recent", func(ctx context.Context) (any, error) {
+	counts, err := r.memo(ctx, "list", func(ctx context.Context) (any, error) {
 		rows, err := r.pool.Query(ctx, `
-SELECT campaign_id, count(*) FROM issued_coupons
- WHERE issued_at >= now() - make_interval(secs => $1) AND voided_at IS NULL GROUP BY campaign_id`, rateWindow.Seconds())
+SELECT c.campaign_id, count(*) FILTER (WHERE c.issued_at >= now() - make_interval(secs => $1)), count(*),
+       count(*) FILTER (WHERE `+r.redeemed+`)
+  FROM issued_coupons c WHERE c.voided_at IS NULL GROUP BY c.campaign_id`, rateWindow.Seconds())
 		if err != nil {
 			return nil, err
 		}
-		m := map[string]int{}
+		m := map[string]listCounts{}
 		var id string
-		var n int
-		_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { m[id] = n; return nil })
+		var n listCounts
+		_, err = pgx.ForEachRow(rows, []any{&id, &n.recent, &n.usage.Live, &n.usage.Redeemed}, func() error { m[id] = n; return nil })
 		return m, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("console: the rate of the last %s: %w", rateWindow, err)
+		return nil, fmt.Errorf("console: the rate of the last %s and the usage: %w", rateWindow, err)
 	}
 	out := make([]Row, len(statuses))
 	for i, s := range statuses {
-		out[i] = Row{Status: s, RecentCount: recent.(map[string]int)[s.ID]}
+		n := counts.(map[string]listCounts)[s.ID]
+		out[i] = Row{Status: s, RecentCount: n.recent, Usage: n.usage}
 	}
 	return out, nil
 }
@@ -144,31 +180,65 @@ SELECT campaign_id, count(*) FROM issued_coupons
 // maxPoints bounds a burn-down's points: minutes are merged into wider buckets past it.
 const maxPoints = 120
 
-// burndown is campaign s's issued yen over time, from its first coupon to now: live coupons
-// summed per minute in one scan of the campaign's coupons (cached), merged into at most
-// [maxPoints] buckets, each point cumulative, with the budget in force then (from the
-// campaign's budget changes). The first point is the first coupon's minute at 0 yen, the last
-// is now, at the R1 counter.
-func (r *reads) burndown(ctx context.Context, s campaign.Status, now time.Time) ([]Point, error) {
-	v, err := r.memo(ctx, "burndown "+s.ID, func(ctx context.Context) (any, error) {
+// campaignScan is what one scan of a campaign's live coupons finds: the yen issued per minute,
+// oldest first, and the funnel.
+type campaignScan struct {
+	minutes []Point
+	funnel  Funnel
+}
+
+// scan is campaign id's live coupons, each with its outbox row, in one scan (cached): their yen
+// summed per minute, and the funnel counted per minute and summed. The burn-down and the funnel
+// share it.
+func (r *reads) scan(ctx context.Context, id string) (campaignScan, error) {
+	v, err := r.memo(ctx, "campaign "+id, func(ctx context.Context) (any, error) {
 		rows, err := r.pool.Query(ctx, `
-SELECT date_trunc('minute', issued_at) AS m, sum(amount_yen)
-  FROM issued_coupons WHERE campaign_id = $1 AND voided_at IS NULL GROUP BY m ORDER BY m`, s.ID)
+SELECT date_trunc('minute', c.issued_at) AS m, sum(c.amount_yen), count(*),
+       count(*) FILTER (WHERE `+sqlPushed+`), count(*) FILTER (WHERE `+r.redeemed+`)
+  FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
+ WHERE c.campaign_id = $1 AND c.voided_at IS NULL GROUP BY m ORDER BY m`, id)
 		if err != nil {
 			return nil, err
 		}
-		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (p Point, err error) {
-			return p, row.Scan(&p.T, &p.IssuedYen)
+		var sc campaignScan
+		var p Point
+		var f Funnel
+		_, err = pgx.ForEachRow(rows, []any{&p.T, &p.IssuedYen, &f.Live, &f.Pushed, &f.Redeemed}, func() error {
+			sc.minutes = append(sc.minutes, p)
+			sc.funnel.Live += f.Live
+			sc.funnel.Pushed += f.Pushed
+			sc.funnel.Redeemed += f.Redeemed
+			return nil
 		})
+		return sc, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("console: burn-down of %s: %w", s.ID, err)
+		return campaignScan{}, fmt.Errorf("console: the coupons of %s: %w", id, err)
+	}
+	return v.(campaignScan), nil
+}
+
+// funnel is campaign id's funnel, from the scan the burn-down shares.
+func (r *reads) funnel(ctx context.Context, id string) (Funnel, error) {
+	sc, err := r.scan(ctx, id)
+	return sc.funnel, err
+}
+
+// burndown is campaign s's issued yen over time, from its first coupon to now: live coupons
+// summed per minute in the campaign's scan ([reads.scan]), merged into at most [maxPoints]
+// buckets, each point cumulative, with the budget in force then (from the campaign's budget
+// changes). The first point is the first coupon's minute at 0 yen, the last is now, at the R1
+// counter.
+func (r *reads) burndown(ctx context.Context, s campaign.Status, now time.Time) ([]Point, error) {
+	sc, err := r.scan(ctx, s.ID)
+	if err != nil {
+		return nil, err
 	}
 	budgets, err := r.budgetChanges(ctx, s.ID)
 	if err != nil {
 		return nil, err
 	}
-	minutes := v.([]Point)
+	minutes := sc.minutes
 	step := 1
 	if len(minutes) > maxPoints-1 {
 		step = (len(minutes) + maxPoints - 2) / (maxPoints - 1)

@@ -25,9 +25,11 @@ var funcs = template.FuncMap{
 	"perMin": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"push":   pushJa,
 	"kind":   func(k string) string { return map[string]string{"budget": "予算", "period": "期間"}[k] },
+	"pct":    percent,
 	"reqState": func(s string) string {
 		return map[string]string{"pending": "承認待ち", "approved": "承認済み", "rejected": "却下", "lapsed": "失効（24 時間）"}[s]
 	},
+	"redemption": func(a string) string { return map[string]string{"redeem": "利用", "rollback": "取消"}[a] },
 }
 
 // yen writes n with thousands separators and the unit: 1,000,000 円.
@@ -53,6 +55,16 @@ func yen(n any) string {
 		return "-" + b.String() + " 円"
 	}
 	return b.String() + " 円"
+}
+
+// percent is part of whole as a percentage, rounded half up to one decimal (42.9 %), as
+// PostgreSQL's round(numeric, 1) rounds; "—", no figure, when whole is 0.
+func percent(part, whole int) string {
+	if whole <= 0 {
+		return "—"
+	}
+	tenths := (2000*int64(part) + int64(whole)) / (2 * int64(whole))
+	return fmt.Sprintf("%d.%d %%", tenths/10, tenths%10)
 }
 
 func jstPtr(t *time.Time) string {
