@@ -10,7 +10,7 @@
 -- change's time (issue_now()) the campaign's ends_at. It answers the campaign_changes row, or none
 -- when the campaign already was in that state. Errors: 22023 for an instant out of range
 -- (instant_check) or another p_what, CI404 for no such campaign, CI422 for a pause or resume of an
--- ended campaign, ending a campaign that has not started (pause it, or move its period), a start not
+-- ended campaign, ending a campaign that has not started or starts at this instant (pause it, or move its period), a start not
 -- before the end, or a blank reason, 55P03 as campaign_lock. docs/design.md, "Changing a live
 -- campaign". SECURITY DEFINER, executable by coupon_admin (couponctl campaign pause, resume, end,
 -- update).
@@ -44,7 +44,7 @@ BEGIN
   WHEN 'resume' THEN
     v_paused := NULL;
   WHEN 'end' THEN
-    IF v_starts > v_at THEN
+    IF v_starts >= v_at THEN -- at its very start, an end now would leave it no period (period_ordered)
       RAISE EXCEPTION USING ERRCODE = 'CI422',
         MESSAGE = format('campaign %s has not started (it starts %s): pause it, or move its period with --starts and --ends; nothing changed', p_campaign_id, v_starts);
     END IF;

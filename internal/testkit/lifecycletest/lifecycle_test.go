@@ -666,11 +666,11 @@ func (c *check) resume(t *rapid.T) {
 	}, func(mc *mCampaign, _ *campaign.Change) { mc.paused = false })
 }
 
-// end ends a campaign now: refused before it starts, nothing when it has ended, else its
+// end ends a campaign now: refused before it starts and at its start instant, nothing when it has ended, else its
 // ends_at becomes the change's time.
 func (c *check) end(t *rapid.T) {
 	c.stateChange(t, "end", campaign.End, func(mc *mCampaign, at time.Time) (bool, error) {
-		if mc.starts != nil && mc.starts.After(at) {
+		if mc.starts != nil && !mc.starts.Before(at) { // at its start instant too: no empty period
 			return false, errRefused
 		}
 		return mc.ends == nil || mc.ends.After(at), nil
