@@ -61,11 +61,12 @@ SELECT coupon_id::text FROM o ORDER BY member_id`)
 	if _, err := pool.Exec(ctx, `
 INSERT INTO member_line_accounts (member_id, line_user_id)
 SELECT 'm' || g, 'U' || md5('m' || g) FROM generate_series(1, 3) g;
-INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('v1', 'U' || md5('v1')), ('x1', 'U' || md5('x1'));
+INSERT INTO member_line_accounts (member_id, line_user_id) VALUES ('v1', 'U' || md5('v1')), ('x1', 'U' || md5('x1')), ('r1', 'U' || md5('r1'));
 WITH c AS (
-  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, voided_at, expires_at)
-  VALUES ('T', 'v1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, now(), NULL),
-         ('T', 'x1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, NULL, now() - interval '1 minute')
+  INSERT INTO issued_coupons (campaign_id, member_id, month, amount_yen, voided_at, expires_at, redeemed_at)
+  VALUES ('T', 'v1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, now(), NULL, NULL),
+         ('T', 'x1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, NULL, now() - interval '1 minute', NULL),
+         ('T', 'r1', to_char(now() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM'), 1000, NULL, NULL, now())
   RETURNING coupon_id, member_id)
 INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_id FROM c`); err != nil {
 		t.Fatal(err)
@@ -95,8 +96,8 @@ INSERT INTO notification_outbox (coupon_id, member_id) SELECT coupon_id, member_
 	}
 
 	status, got := call(h, "POST", `{"max_rows": 10}`)
-	if want := map[string]any{"sent": 1.0, "retry_later": 1.0, "parked": 1.0, "skipped": 3.0,
-		"skipped_reasons": map[string]any{"no_line_account": 1.0, "voided": 1.0, "expired": 1.0}}; status != 200 || !reflect.DeepEqual(got, want) {
+	if want := map[string]any{"sent": 1.0, "retry_later": 1.0, "parked": 1.0, "skipped": 4.0,
+		"skipped_reasons": map[string]any{"no_line_account": 1.0, "voided": 1.0, "redeemed": 1.0, "expired": 1.0}}; status != 200 || !reflect.DeepEqual(got, want) {
 		t.Errorf("run: %d %v, want 200 %v", status, got, want)
 	}
 	if status, got = call(h, "POST", ""); status != 200 {

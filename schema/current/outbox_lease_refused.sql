@@ -8,11 +8,13 @@
 -- may not be pushed. The refused row stays open and unleased, and outbox_claim closes it as skipped
 -- on its next run. It takes no lock: it reads the coupon row by its key in a snapshot of its own,
 -- taken after the claim locked the outbox row, so it sees a void or a redemption that committed
--- meanwhile. It runs with the rights of the statement that fires it and names its table by its
--- schema. Raises nothing. docs/design.md, "The database decides what is pushed".
+-- meanwhile. SECURITY DEFINER since 00032: an inline claim as coupon_relay, which may not read a
+-- coupon's redemption, is judged on it all the same. Raises nothing. docs/design.md, "The database decides what is pushed".
 CREATE OR REPLACE FUNCTION public.outbox_lease_refused()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
 AS $function$
 BEGIN
   IF EXISTS (SELECT 1 FROM public.issued_coupons c

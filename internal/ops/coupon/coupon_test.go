@@ -385,7 +385,7 @@ func TestReissueAfterVoid(t *testing.T) {
 	if _, err := coupon.Void(ctx, d.admin, "00000000-0000-4000-8000-000000000000", "none", false); !errors.Is(err, coupon.ErrNotFound) {
 		t.Errorf("a void of no coupon: %v, want not found", err)
 	}
-	if _, err := d.pool.Exec(ctx, `UPDATE issued_coupons SET redeemed_at = now() WHERE coupon_id = $1`, fresh.CouponID); err != nil {
+	if _, err := d.pool.Exec(ctx, `SELECT coupon_redeem($1, member_id, 'ORDER-1') FROM issued_coupons WHERE coupon_id = $1`, fresh.CouponID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := coupon.Void(ctx, d.admin, fresh.CouponID, "redeemed", false); !errors.Is(err, coupon.ErrRefused) {
