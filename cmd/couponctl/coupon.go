@@ -433,21 +433,26 @@ without coupons is not an error: it says so. A --campaign that does not exist is
 			if member != "" {
 				return showMember(cmd, pool, member, campaignID)
 			}
-			c, err := coupon.Show(cmd.Context(), pool, args[0])
-			if err != nil {
-				return err
-			}
-			history, err := coupon.Redemptions(cmd.Context(), pool, c.ID)
-			if err != nil {
-				return err
-			}
-			writeCoupon(cmd.OutOrStdout(), c, history)
-			return nil
+			return showCoupon(cmd, pool, args[0])
 		},
 	}
 	c.Flags().StringVar(&member, "member", "", "list this member's coupons")
 	c.Flags().StringVar(&campaignID, "campaign", "", "with --member: only this campaign's")
 	return c
+}
+
+// showCoupon prints coupon id and its redemption history.
+func showCoupon(cmd *cobra.Command, pool *pgxpool.Pool, id string) error {
+	c, err := coupon.Show(cmd.Context(), pool, id)
+	if err != nil {
+		return err
+	}
+	history, err := coupon.Redemptions(cmd.Context(), pool, c.ID)
+	if err != nil {
+		return err
+	}
+	writeCoupon(cmd.OutOrStdout(), c, history)
+	return nil
 }
 
 // memberCoupons is [coupon.ForMember] as coupon show --member calls it: a variable, so that a
@@ -542,6 +547,12 @@ func writeCoupon(w io.Writer, c coupon.Coupon, history []coupon.Redemption) {
 		}
 		fmt.Fprintf(w, "voided      %s by %s: %s\nreissue     %v\n", at(c.VoidedAt), by, c.VoidReason, c.ReissueAllowed)
 	}
+	writeRedemptions(w, history)
+}
+
+// writeRedemptions prints a coupon's redemption history under its other lines, oldest first, one
+// line a redeem or rollback: when, the order, who, and a rollback's reason.
+func writeRedemptions(w io.Writer, history []coupon.Redemption) {
 	for i, h := range history {
 		label := ""
 		if i == 0 {
@@ -551,7 +562,7 @@ func writeCoupon(w io.Writer, c coupon.Coupon, history []coupon.Redemption) {
 		if h.OrderID == "" {
 			order = "before the migration (order unknown)"
 		}
-		line := fmt.Sprintf("%-11s %s %-8s %s by %s", label, at(&h.At), h.Action, order, h.By)
+		line := fmt.Sprintf("%-11s %s %-8s %s by %s", label, h.At.In(issuance.Tokyo).Format(time.RFC3339), h.Action, order, h.By)
 		if h.Reason != "" {
 			line += ": " + h.Reason
 		}

@@ -60,46 +60,15 @@ func demoCheckout(ctx context.Context, out io.Writer, pool *pgxpool.Pool, url st
 		return nil, err
 	}
 	var wrong []string
-	var offContract, rolledBack, refused atomic.Int64
+	var tally checkoutTally
 	client := &http.Client{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(demoCheckoutClients)
 	wrongs := make([]string, len(picks))
 	for i, p := range picks {
-		g.Go(func() error {
-			order := fmt.Sprintf("SW-ORDER-%04d", i)
-			steps := []checkoutStep{
-				{"redeem", order, redemption.ResultRedeemed},
-				{"redeem", order, redemption.ResultRedeemed}, // the double submit
-			}
-			if i%demoOtherOrderEvery == 0 {
-				steps = append(steps, checkoutStep{"redeem", order + "-B", redemption.ResultAlreadyRedeemed})
-			}
-			if i%demoRollbackEvery == 0 {
-				steps = append(steps, checkoutStep{"rollback", order, redemption.ResultRolledBack})
-			}
-			for _, s := range steps {
-				body := map[string]any{"action": s.action, "coupon_id": p.Coupon, "member_id": p.Member, "order_id": s.order}
-				if s.action == "rollback" {
-					body["reason"] = "the order was cancelled"
-				}
-				_, result, err := postForResult(gctx, client, url, body)
-				if err != nil {
-					return fmt.Errorf("RedeemCoupon: %w", err)
-				}
-				got := redemption.Result(result)
-				if got != s.want {
-					offContract.Add(1)
-					wrongs[i] = fmt.Sprintf("checkout: %s of %s by %s answered %s, want %s", s.action, p.Coupon, s.order, got, s.want)
-				}
-				switch {
-				case got == redemption.ResultRolledBack:
-					rolledBack.Add(1)
-				case got == redemption.ResultAlreadyRedeemed:
-					refused.Add(1)
-				}
-			}
-			return nil
+		g.Go(func() (err error) {
+			wrongs[i], err = checkoutOne(gctx, client, url, i, p.Coupon, p.Member, &tally)
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -112,15 +81,26 @@ func demoCheckout(ctx context.Context, out io.Writer, pool *pgxpool.Pool, url st
 	}
 	fmt.Fprintf(out, "\nCheckout (RedeemCoupon over HTTP, %d clients): %d coupons redeemed, each sent twice by its order; "+
 		"%d orders cancelled (rolled back); %d second orders refused ALREADY_REDEEMED; %d answers off the contract\n",
-		demoCheckoutClients, len(picks), rolledBack.Load(), refused.Load(), offContract.Load())
+		demoCheckoutClients, len(picks), tally.rolledBack.Load(), tally.refused.Load(), tally.offContract.Load())
 
+	problem, err := redemptionReport(ctx, out, pool, int64(len(picks)), tally.rolledBack.Load())
+	if problem != "" {
+		wrong = append(wrong, problem)
+	}
+	return wrong, err
+}
+
+// redemptionReport counts the redemptions with SQL and reconcile's drift, prints them, and
+// returns how the tables disagree with the checkout's redeemed coupons and rollbacks, "" when
+// they agree.
+func redemptionReport(ctx context.Context, out io.Writer, pool *pgxpool.Pool, coupons, rolledBack int64) (string, error) {
 	var redeemed, live, redeems, rollbacks int64
 	if err := pool.QueryRow(ctx, sqlDemoRedemptions).Scan(&redeemed, &live, &redeems, &rollbacks); err != nil {
-		return nil, err
+		return "", err
 	}
 	rep, err := reconcile.Check(ctx, pool)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	rate := 0.0
 	if live > 0 {
@@ -128,10 +108,52 @@ func demoCheckout(ctx context.Context, out io.Writer, pool *pgxpool.Pool, url st
 	}
 	fmt.Fprintf(out, "Redemption report (SQL on the tables): %d of %d live coupons redeemed now (%.1f%% used); "+
 		"history %d redeem and %d rollback rows; redemption drift %d\n", redeemed, live, rate, redeems, rollbacks, rep.RedemptionDrift)
-	wantRedeemed := int64(len(picks)) - rolledBack.Load()
-	if redeemed != wantRedeemed || redeems != int64(len(picks)) || rollbacks != rolledBack.Load() || rep.RedemptionDrift != 0 {
-		wrong = append(wrong, fmt.Sprintf("redemption: the tables hold %d redeemed coupons, %d redeem and %d rollback rows, drift %d; "+
-			"the answers say %d, %d, %d and 0", redeemed, redeems, rollbacks, rep.RedemptionDrift, wantRedeemed, len(picks), rolledBack.Load()))
+	if redeemed != coupons-rolledBack || redeems != coupons || rollbacks != rolledBack || rep.RedemptionDrift != 0 {
+		return fmt.Sprintf("redemption: the tables hold %d redeemed coupons, %d redeem and %d rollback rows, drift %d; "+
+			"the answers say %d, %d, %d and 0", redeemed, redeems, rollbacks, rep.RedemptionDrift, coupons-rolledBack, coupons, rolledBack), nil
+	}
+	return "", nil
+}
+
+// checkoutTally counts the checkout's answers: those off the contract, the rollbacks, and the
+// second orders refused.
+type checkoutTally struct{ offContract, rolledBack, refused atomic.Int64 }
+
+// checkoutOne is the i-th pick's checkout, coupon of member: its order's redeem twice, a second
+// order's for every demoOtherOrderEvery-th, a rollback for every demoRollbackEvery-th. It
+// returns the first answer off the contract, "" when none, counted in tally. Errors: a call that
+// got no answer.
+func checkoutOne(ctx context.Context, client *http.Client, url string, i int, coupon, member string, tally *checkoutTally) (string, error) {
+	order := fmt.Sprintf("SW-ORDER-%04d", i)
+	steps := []checkoutStep{
+		{"redeem", order, redemption.ResultRedeemed},
+		{"redeem", order, redemption.ResultRedeemed}, // the double submit
+	}
+	if i%demoOtherOrderEvery == 0 {
+		steps = append(steps, checkoutStep{"redeem", order + "-B", redemption.ResultAlreadyRedeemed})
+	}
+	if i%demoRollbackEvery == 0 {
+		steps = append(steps, checkoutStep{"rollback", order, redemption.ResultRolledBack})
+	}
+	wrong := ""
+	for _, s := range steps {
+		body := map[string]any{"action": s.action, "coupon_id": coupon, "member_id": member, "order_id": s.order}
+		if s.action == "rollback" {
+			body["reason"] = "the order was cancelled"
+		}
+		_, result, err := postForResult(ctx, client, url, body)
+		if err != nil {
+			return "", fmt.Errorf("RedeemCoupon: %w", err)
+		}
+		switch got := redemption.Result(result); {
+		case got != s.want:
+			tally.offContract.Add(1)
+			wrong = fmt.Sprintf("checkout: %s of %s by %s answered %s, want %s", s.action, coupon, s.order, got, s.want)
+		case got == redemption.ResultRolledBack:
+			tally.rolledBack.Add(1)
+		case got == redemption.ResultAlreadyRedeemed:
+			tally.refused.Add(1)
+		}
 	}
 	return wrong, nil
 }

@@ -147,10 +147,7 @@ func (s *Service) Do(ctx context.Context, r Request) (Outcome, error) {
 	if err := r.Check(); err != nil {
 		return Outcome{}, err
 	}
-	end := time.Now().Add(s.cfg.Budget - db.CancelGrace)
-	if d, ok := ctx.Deadline(); ok && d.Before(end) {
-		end = d
-	}
+	end := s.attemptsEnd(ctx)
 	contended := 0
 	for n := 1; ; n++ {
 		left := time.Until(end)
@@ -171,15 +168,36 @@ func (s *Service) Do(ctx context.Context, r Request) (Outcome, error) {
 		case !lost && !isStatementTimeout(err):
 			return out, fmt.Errorf("redemption: %s, attempt %d: %w", r.Action, n, err)
 		}
-		wait := backoff.FullJitter(issuance.BackoffBase, issuance.BackoffCap, n)
-		if time.Until(end) < wait+minAttemptTime+issuance.ServerMargin {
+		if waited, err := pause(ctx, end, n); err != nil {
+			return out, fmt.Errorf("redemption: %s: %w", r.Action, err)
+		} else if !waited {
 			return Outcome{Result: ResultRetryExhausted, Attempts: n}, nil
 		}
-		select {
-		case <-ctx.Done():
-			return out, fmt.Errorf("redemption: %s: %w", r.Action, ctx.Err())
-		case <-time.After(wait):
-		}
+	}
+}
+
+// attemptsEnd is when a call's attempts must end: its budget from now, less the time a
+// cancelled statement may take to stop ([db.CancelGrace]), or ctx's deadline if sooner.
+func (s *Service) attemptsEnd(ctx context.Context) time.Time {
+	end := time.Now().Add(s.cfg.Budget - db.CancelGrace)
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		end = d
+	}
+	return end
+}
+
+// pause waits the full-jitter wait after failed attempt n, and reports false, without waiting,
+// when no attempt would fit before end after it. Errors: ctx's, when it ends first.
+func pause(ctx context.Context, end time.Time, n int) (bool, error) {
+	wait := backoff.FullJitter(issuance.BackoffBase, issuance.BackoffCap, n)
+	if time.Until(end) < wait+minAttemptTime+issuance.ServerMargin {
+		return false, nil
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-time.After(wait):
+		return true, nil
 	}
 }
 
