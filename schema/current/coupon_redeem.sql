@@ -5,13 +5,14 @@
 -- or a redemption and coupon_void, queue there, and the second judges what the first left), never a
 -- budget stripe; it moves no budget and no month. Then redemption_judge: a VALID coupon is redeemed
 -- now (redeemed_at, and a redeem row in coupon_redemptions by the login) and answered REDEEMED; the
--- same order again answers REDEEMED with the first instant; otherwise the judge's refusal
--- (ALREADY_REDEEMED, COUPON_VOIDED, COUPON_EXPIRED by the database's clock at the write,
--- UNKNOWN_COUPON for another member's coupon), nothing written. Answers the amount in yen, expiry
--- and redemption instant, NULL for UNKNOWN_COUPON. Errors: 22023 (redemption_args_check), 55P03 past
+-- same order again answers REDEEMED with the first instant; otherwise the judge's answer,
+-- nothing written: ROLLED_BACK (this order's redemption was rolled back: it redeems the coupon no
+-- more), ALREADY_REDEEMED, COUPON_VOIDED, COUPON_EXPIRED by the database's clock at the write,
+-- UNKNOWN_COUPON for another member's coupon. Answers the amount in yen, expiry, redemption instant
+-- and usable (a new order could redeem it now), NULL for UNKNOWN_COUPON. Errors: 22023 (redemption_args_check), 55P03 past
 -- the session's lock_timeout. docs/design.md, "Redemption". SECURITY DEFINER, executable by
 -- coupon_redeem.
-CREATE OR REPLACE FUNCTION public.coupon_redeem(p_coupon_id uuid, p_member_id text, p_order_id text, OUT result text, OUT amount_yen integer, OUT expires_at timestamp with time zone, OUT redeemed_at timestamp with time zone)
+CREATE OR REPLACE FUNCTION public.coupon_redeem(p_coupon_id uuid, p_member_id text, p_order_id text, OUT result text, OUT amount_yen integer, OUT expires_at timestamp with time zone, OUT redeemed_at timestamp with time zone, OUT usable boolean)
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -32,6 +33,7 @@ BEGIN
   END IF;
   IF result <> 'UNKNOWN_COUPON' THEN
     amount_yen := v_c.amount_yen; expires_at := v_c.expires_at; redeemed_at := v_c.redeemed_at;
+    usable := redemption_judge(v_c, p_member_id, NULL) = 'VALID';
   END IF;
 END
 $function$

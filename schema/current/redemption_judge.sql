@@ -3,12 +3,14 @@
 -- The one judge of a redemption: what coupon row p_c (all NULL when not found) answers member
 -- p_member_id's order p_order_id now, by the database's clock (issue_now()), in this order:
 -- UNKNOWN_COUPON (no such coupon, or another member's: nothing tells them apart), REDEEMED (its
--- redemption is held by this order: the last history row is this order's redeem), ALREADY_REDEEMED
--- (held by another order, or a legacy coupon redeemed before the migration), COUPON_VOIDED,
--- COUPON_EXPIRED (expires_at at or before now), else VALID. A redemption is judged before the void and
--- the expiry, so the same order sent again answers the same. coupon_validate, coupon_redeem and
--- coupon_redemption_rollback call it; it locks nothing and raises nothing. docs/design.md,
--- "Redemption".
+-- redemption is held by this order: the last history row is this order's redeem), ROLLED_BACK (this
+-- order's redemption of it was rolled back: an order redeems a coupon at most once, and its re-sent
+-- redeem after a cancellation takes nothing), ALREADY_REDEEMED (held by another order, or a legacy
+-- coupon redeemed before the migration), COUPON_VOIDED, COUPON_EXPIRED (expires_at at or before
+-- now), else VALID. A p_order_id of NULL asks for any new order: VALID says the coupon is usable.
+-- An order's own state is judged before the void and the expiry, so the same order sent again
+-- answers the same. coupon_validate, coupon_redeem and coupon_redemption_rollback call it; it locks
+-- nothing and raises nothing. docs/design.md, "Redemption".
 CREATE OR REPLACE FUNCTION public.redemption_judge(p_c issued_coupons, p_member_id text, p_order_id text)
  RETURNS text
  LANGUAGE sql
@@ -17,10 +19,11 @@ CREATE OR REPLACE FUNCTION public.redemption_judge(p_c issued_coupons, p_member_
 AS $function$
   SELECT CASE
     WHEN p_c.coupon_id IS NULL OR p_c.member_id IS DISTINCT FROM p_member_id THEN 'UNKNOWN_COUPON'
-    WHEN p_c.redeemed_at IS NOT NULL THEN
-      CASE WHEN (SELECT r.order_id FROM coupon_redemptions r WHERE r.coupon_id = p_c.coupon_id
-                  ORDER BY r.redemption_id DESC LIMIT 1) = p_order_id
-           THEN 'REDEEMED' ELSE 'ALREADY_REDEEMED' END
+    WHEN p_c.redeemed_at IS NOT NULL AND (SELECT r.order_id FROM coupon_redemptions r WHERE r.coupon_id = p_c.coupon_id
+                                            ORDER BY r.redemption_id DESC LIMIT 1) = p_order_id THEN 'REDEEMED'
+    WHEN EXISTS (SELECT FROM coupon_redemptions r
+                  WHERE r.coupon_id = p_c.coupon_id AND r.order_id = p_order_id AND r.action = 'rollback') THEN 'ROLLED_BACK'
+    WHEN p_c.redeemed_at IS NOT NULL THEN 'ALREADY_REDEEMED'
     WHEN p_c.voided_at IS NOT NULL THEN 'COUPON_VOIDED'
     WHEN p_c.expires_at <= issue_now() THEN 'COUPON_EXPIRED'
     ELSE 'VALID' END

@@ -106,10 +106,11 @@ SET search_path = public, pg_temp
 AS $$
   SELECT CASE
     WHEN p_c.coupon_id IS NULL OR p_c.member_id IS DISTINCT FROM p_member_id THEN 'UNKNOWN_COUPON'
-    WHEN p_c.redeemed_at IS NOT NULL THEN
-      CASE WHEN (SELECT r.order_id FROM coupon_redemptions r WHERE r.coupon_id = p_c.coupon_id
-                  ORDER BY r.redemption_id DESC LIMIT 1) = p_order_id
-           THEN 'REDEEMED' ELSE 'ALREADY_REDEEMED' END
+    WHEN p_c.redeemed_at IS NOT NULL AND (SELECT r.order_id FROM coupon_redemptions r WHERE r.coupon_id = p_c.coupon_id
+                                            ORDER BY r.redemption_id DESC LIMIT 1) = p_order_id THEN 'REDEEMED'
+    WHEN EXISTS (SELECT FROM coupon_redemptions r
+                  WHERE r.coupon_id = p_c.coupon_id AND r.order_id = p_order_id AND r.action = 'rollback') THEN 'ROLLED_BACK'
+    WHEN p_c.redeemed_at IS NOT NULL THEN 'ALREADY_REDEEMED'
     WHEN p_c.voided_at IS NOT NULL THEN 'COUPON_VOIDED'
     WHEN p_c.expires_at <= issue_now() THEN 'COUPON_EXPIRED'
     ELSE 'VALID' END
@@ -120,16 +121,18 @@ COMMENT ON FUNCTION redemption_judge(issued_coupons, text, text) IS
 $$The one judge of a redemption: what coupon row p_c (all NULL when not found) answers member
 p_member_id's order p_order_id now, by the database's clock (issue_now()), in this order:
 UNKNOWN_COUPON (no such coupon, or another member's: nothing tells them apart), REDEEMED (its
-redemption is held by this order: the last history row is this order's redeem), ALREADY_REDEEMED
-(held by another order, or a legacy coupon redeemed before the migration), COUPON_VOIDED,
-COUPON_EXPIRED (expires_at at or before now), else VALID. A redemption is judged before the void and
-the expiry, so the same order sent again answers the same. coupon_validate, coupon_redeem and
-coupon_redemption_rollback call it; it locks nothing and raises nothing. docs/design.md,
-"Redemption".$$;
+redemption is held by this order: the last history row is this order's redeem), ROLLED_BACK (this
+order's redemption of it was rolled back: an order redeems a coupon at most once, and its re-sent
+redeem after a cancellation takes nothing), ALREADY_REDEEMED (held by another order, or a legacy
+coupon redeemed before the migration), COUPON_VOIDED, COUPON_EXPIRED (expires_at at or before
+now), else VALID. A p_order_id of NULL asks for any new order: VALID says the coupon is usable.
+An order's own state is judged before the void and the expiry, so the same order sent again
+answers the same. coupon_validate, coupon_redeem and coupon_redemption_rollback call it; it locks
+nothing and raises nothing. docs/design.md, "Redemption".$$;
 
 -- +goose StatementBegin
 CREATE FUNCTION coupon_validate(p_coupon_id uuid, p_member_id text, p_order_id text,
-  OUT result text, OUT amount_yen integer, OUT expires_at timestamptz, OUT redeemed_at timestamptz)
+  OUT result text, OUT amount_yen integer, OUT expires_at timestamptz, OUT redeemed_at timestamptz, OUT usable boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = public, pg_temp
 AS $$
@@ -141,6 +144,7 @@ BEGIN
   result := redemption_judge(v_c, p_member_id, p_order_id);
   IF result <> 'UNKNOWN_COUPON' THEN
     amount_yen := v_c.amount_yen; expires_at := v_c.expires_at; redeemed_at := v_c.redeemed_at;
+    usable := redemption_judge(v_c, p_member_id, NULL) = 'VALID';
   END IF;
 END
 $$;
@@ -150,14 +154,14 @@ GRANT EXECUTE ON FUNCTION coupon_validate(uuid, text, text) TO coupon_redeem;
 COMMENT ON FUNCTION coupon_validate(uuid, text, text) IS
 $$RedeemCoupon's validate (shared/redemption): whether coupon p_coupon_id of member p_member_id
 could be redeemed by order p_order_id now. It takes no lock and writes nothing. It answers
-redemption_judge's result (VALID, REDEEMED, ALREADY_REDEEMED, COUPON_VOIDED, COUPON_EXPIRED,
-UNKNOWN_COUPON) with the coupon's amount in yen, expiry and redemption instant, all NULL for
-UNKNOWN_COUPON. Errors: 22023 for arguments out of format (redemption_args_check). docs/api.md,
+redemption_judge's result (VALID, REDEEMED, ROLLED_BACK, ALREADY_REDEEMED, COUPON_VOIDED,
+COUPON_EXPIRED, UNKNOWN_COUPON) with the coupon's amount in yen, expiry and redemption instant,
+and usable (a new order could redeem it now), all NULL for UNKNOWN_COUPON. Errors: 22023 for arguments out of format (redemption_args_check). docs/api.md,
 "RedeemCoupon". SECURITY DEFINER, executable by coupon_redeem.$$;
 
 -- +goose StatementBegin
 CREATE FUNCTION coupon_redeem(p_coupon_id uuid, p_member_id text, p_order_id text,
-  OUT result text, OUT amount_yen integer, OUT expires_at timestamptz, OUT redeemed_at timestamptz)
+  OUT result text, OUT amount_yen integer, OUT expires_at timestamptz, OUT redeemed_at timestamptz, OUT usable boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = public, pg_temp
 AS $$
@@ -176,6 +180,7 @@ BEGIN
   END IF;
   IF result <> 'UNKNOWN_COUPON' THEN
     amount_yen := v_c.amount_yen; expires_at := v_c.expires_at; redeemed_at := v_c.redeemed_at;
+    usable := redemption_judge(v_c, p_member_id, NULL) = 'VALID';
   END IF;
 END
 $$;
@@ -188,10 +193,11 @@ order p_order_id exactly once. Lock: the coupon's row alone (FOR NO KEY UPDATE: 
 or a redemption and coupon_void, queue there, and the second judges what the first left), never a
 budget stripe; it moves no budget and no month. Then redemption_judge: a VALID coupon is redeemed
 now (redeemed_at, and a redeem row in coupon_redemptions by the login) and answered REDEEMED; the
-same order again answers REDEEMED with the first instant; otherwise the judge's refusal
-(ALREADY_REDEEMED, COUPON_VOIDED, COUPON_EXPIRED by the database's clock at the write,
-UNKNOWN_COUPON for another member's coupon), nothing written. Answers the amount in yen, expiry
-and redemption instant, NULL for UNKNOWN_COUPON. Errors: 22023 (redemption_args_check), 55P03 past
+same order again answers REDEEMED with the first instant; otherwise the judge's answer,
+nothing written: ROLLED_BACK (this order's redemption was rolled back: it redeems the coupon no
+more), ALREADY_REDEEMED, COUPON_VOIDED, COUPON_EXPIRED by the database's clock at the write,
+UNKNOWN_COUPON for another member's coupon. Answers the amount in yen, expiry, redemption instant
+and usable (a new order could redeem it now), NULL for UNKNOWN_COUPON. Errors: 22023 (redemption_args_check), 55P03 past
 the session's lock_timeout. docs/design.md, "Redemption". SECURITY DEFINER, executable by
 coupon_redeem.$$;
 
@@ -205,9 +211,9 @@ DECLARE
   v_c issued_coupons;
 BEGIN
   PERFORM redemption_args_check('coupon_redemption_rollback', p_coupon_id, p_member_id, p_order_id);
-  IF p_reason IS NULL OR btrim(p_reason) = '' OR char_length(p_reason) > 1000 THEN
+  IF p_reason IS NULL OR btrim(p_reason) = '' OR char_length(p_reason) > 1000 OR p_reason ~ '[[:cntrl:]]' THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'coupon_redemption_rollback: reason: want 1-1000 characters, not blank';
+      MESSAGE = 'coupon_redemption_rollback: reason: want 1-1000 characters, not blank, no control characters';
   END IF;
   SELECT * INTO v_c FROM issued_coupons c
    WHERE c.coupon_id = p_coupon_id AND c.member_id = p_member_id
@@ -219,14 +225,11 @@ BEGIN
     UPDATE issued_coupons c SET redeemed_at = NULL WHERE c.coupon_id = p_coupon_id RETURNING * INTO v_c;
     INSERT INTO coupon_redemptions (coupon_id, action, order_id, reason) VALUES (p_coupon_id, 'rollback', p_order_id, p_reason);
     result := 'ROLLED_BACK';
-  ELSIF EXISTS (SELECT FROM coupon_redemptions r
-                 WHERE r.coupon_id = p_coupon_id AND r.order_id = p_order_id AND r.action = 'rollback') THEN
-    result := 'ROLLED_BACK';
-  ELSE
+  ELSIF result <> 'ROLLED_BACK' THEN
     result := 'NOT_REDEEMED';
   END IF;
   IF result = 'ROLLED_BACK' THEN
-    usable := redemption_judge(v_c, p_member_id, p_order_id) = 'VALID';
+    usable := redemption_judge(v_c, p_member_id, NULL) = 'VALID';
   END IF;
   expires_at := v_c.expires_at;
 END
@@ -236,7 +239,8 @@ REVOKE ALL ON FUNCTION coupon_redemption_rollback(uuid, text, text, text) FROM P
 GRANT EXECUTE ON FUNCTION coupon_redemption_rollback(uuid, text, text, text) TO coupon_redeem;
 COMMENT ON FUNCTION coupon_redemption_rollback(uuid, text, text, text) IS
 $$RedeemCoupon's rollback (shared/redemption): undoes order p_order_id's redemption of coupon
-p_coupon_id of member p_member_id, for reason p_reason (1-1000 characters). Lock: the coupon's row
+p_coupon_id of member p_member_id, for reason p_reason (1-1000 characters, no control
+characters). Lock: the coupon's row
 alone (FOR NO KEY UPDATE), as coupon_redeem takes it, so a rollback never undoes another order's
 redemption that committed meanwhile. A coupon this order holds is given back (redeemed_at
 cleared, a rollback row in coupon_redemptions with the reason and the login) and answered
@@ -244,7 +248,8 @@ ROLLED_BACK; this order's rollback sent again answers ROLLED_BACK, nothing writt
 order does not hold and never rolled back answers NOT_REDEEMED; UNKNOWN_COUPON as
 redemption_judge. usable says whether the coupon may be redeemed now (false once expired, or
 redeemed by another order since); expires_at is the coupon's expiry. Errors: 22023 for arguments
-out of format or a blank reason, 55P03 past the session's lock_timeout. docs/design.md,
+out of format or a blank reason or one with a control character, 55P03 past the session's
+lock_timeout. docs/design.md,
 "Redemption". SECURITY DEFINER, executable by coupon_redeem.$$;
 
 -- The relay: a redeemed coupon's push is skipped, reason redeemed (after voided, before expired).

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgerrcode"
@@ -71,7 +72,7 @@ type Request struct {
 
 // Check returns an error naming the first field of r out of format, in this order: an unknown
 // action; the coupon, member and order ids (a wrapped [ids.ErrInvalid]); a reason where none
-// belongs, or a rollback's missing, blank or too long. The same formats as the database's
+// belongs, or a rollback's missing, blank, too long or holding a control character. The same formats as the database's
 // (redemption_args_check).
 func (r Request) Check() error {
 	switch r.Action {
@@ -98,7 +99,7 @@ type Outcome struct {
 	AmountYen  int        // the coupon's amount, in yen
 	ExpiresAt  *time.Time // the coupon's expiry; nil when its campaign gives none
 	RedeemedAt *time.Time // when the order's redemption was made (REDEEMED)
-	Usable     bool       // ROLLED_BACK: the coupon may be redeemed now (false once expired)
+	Usable     bool       // ROLLED_BACK: a new order may redeem the coupon now (false once expired)
 	Attempts   int        // calls sent, retries included
 }
 
@@ -122,8 +123,8 @@ func New(pool *pgxpool.Pool, cfg issuance.Config) (*Service, error) {
 
 // The calls: $1 coupon id, $2 member id, $3 order id, and for a rollback $4 the reason.
 const (
-	sqlValidate = `SELECT result, amount_yen, expires_at, redeemed_at, NULL::boolean FROM coupon_validate($1, $2, $3)`
-	sqlRedeem   = `SELECT result, amount_yen, expires_at, redeemed_at, NULL::boolean FROM coupon_redeem($1, $2, $3)`
+	sqlValidate = `SELECT result, amount_yen, expires_at, redeemed_at, usable FROM coupon_validate($1, $2, $3)`
+	sqlRedeem   = `SELECT result, amount_yen, expires_at, redeemed_at, usable FROM coupon_redeem($1, $2, $3)`
 	sqlRollback = `SELECT result, NULL::integer, expires_at, NULL::timestamptz, usable FROM coupon_redemption_rollback($1, $2, $3, $4)`
 )
 
@@ -249,8 +250,9 @@ func isStatementTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.QueryCanceled
 }
 
-// checkReason refuses a reason that action does not take, or a rollback's reason that is blank
-// or longer than [MaxReasonChars] characters.
+// checkReason refuses a reason that action does not take, or a rollback's reason that is blank,
+// longer than [MaxReasonChars] characters, or holds a control character (PostgreSQL's text takes
+// no NUL, and a line break or an escape would garble `couponctl coupon show`).
 func checkReason(action Action, reason string) error {
 	n := utf8.RuneCountInString(reason)
 	switch {
@@ -258,6 +260,8 @@ func checkReason(action Action, reason string) error {
 		return errors.New("reason: only a rollback takes one")
 	case action == Rollback && (strings.TrimSpace(reason) == "" || n > MaxReasonChars || !utf8.ValidString(reason)):
 		return fmt.Errorf("reason: a rollback needs one of 1-%d characters, not blank (got %d)", MaxReasonChars, n)
+	case strings.IndexFunc(reason, unicode.IsControl) >= 0:
+		return errors.New("reason: no control characters (a line break, a tab, an escape): one line of text")
 	}
 	return nil
 }

@@ -142,11 +142,13 @@ func TestEveryAnswer(t *testing.T) {
 		{req(redemption.Rollback, c, "m2", "A"), redemption.ResultUnknownCoupon, false},
 		{req(redemption.Rollback, c, "m1", "A"), redemption.ResultRolledBack, true},
 		{req(redemption.Rollback, c, "m1", "A"), redemption.ResultRolledBack, true},
+		{req(redemption.Redeem, c, "m1", "A"), redemption.ResultRolledBack, true}, // a cancelled order redeems no more
+		{req(redemption.Validate, c, "m1", "A"), redemption.ResultRolledBack, true},
 		{req(redemption.Redeem, c, "m1", "B"), redemption.ResultRedeemed, false},
 		{req(redemption.Rollback, c, "m1", "A"), redemption.ResultRolledBack, false}, // undone before; B holds it now
 	} {
 		out := f.do(t, step.r)
-		if out.Result != step.want || out.Usable != step.usable {
+		if out.Result != step.want || (out.Result == redemption.ResultRolledBack && out.Usable != step.usable) {
 			t.Fatalf("step %d, %s by %s for %s: %+v, want %s (usable %t)", i, step.r.Action, step.r.OrderID, step.r.MemberID, out, step.want, step.usable)
 		}
 		switch {
@@ -199,6 +201,8 @@ func TestRefusesBadRequests(t *testing.T) {
 		{Action: redemption.Redeem, CouponID: c, MemberID: "m1", OrderID: "A", Reason: "x"},
 		{Action: redemption.Rollback, CouponID: c, MemberID: "m1", OrderID: "A", Reason: "  "},
 		{Action: redemption.Rollback, CouponID: c, MemberID: "m1", OrderID: "A"},
+		{Action: redemption.Rollback, CouponID: c, MemberID: "m1", OrderID: "A", Reason: "bad \x00 nul"},
+		{Action: redemption.Rollback, CouponID: c, MemberID: "m1", OrderID: "A", Reason: "two\nlines \x1b[31mred"},
 	} {
 		if out, err := svc.Do(context.Background(), r); err == nil || out.Attempts != 0 {
 			t.Errorf("%+v: %+v, %v; want an error before any call", r, out, err)

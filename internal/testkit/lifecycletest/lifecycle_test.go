@@ -592,7 +592,7 @@ func (c *check) doubleSubmit(t *rapid.T) {
 				return fmt.Errorf("order %s answered %s, the model says %s", o, outs[i].Result, want)
 			}
 		}
-		if winner == "" && cp.redeemAnswer(cp.member, "none", at) == redemption.ResultValid {
+		if winner == "" && cp.usable(at) == redemption.ResultValid && !allRolledBack(cp, subs) {
 			return errors.New("no order redeemed the free coupon")
 		}
 		return nil
@@ -602,6 +602,17 @@ func (c *check) doubleSubmit(t *rapid.T) {
 	if winner != "" {
 		cp.redeemed(winner)
 	}
+}
+
+// allRolledBack reports whether every one of orders rolled back its redemption of cp: none of
+// them may redeem it.
+func allRolledBack(cp *mCoupon, orders []string) bool {
+	for _, o := range orders {
+		if !cp.rolledBack[o] {
+			return false
+		}
+	}
+	return true
 }
 
 // couponNote is a coupon's state in the model, for a failure's message.

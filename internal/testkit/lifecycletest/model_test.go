@@ -106,13 +106,24 @@ type mCoupon struct {
 
 // redeemAnswer is what redemption_judge answers member's order on coupon c at at (docs/api.md,
 // "RedeemCoupon"): the coupon's member alone sees it; the order holding it is answered REDEEMED
-// (again), before the void and the expiry.
+// (again), and an order whose redemption was rolled back ROLLED_BACK, before the void and the
+// expiry.
 func (c *mCoupon) redeemAnswer(member, order string, at time.Time) redemption.Result {
 	switch {
 	case member != c.member:
 		return redemption.ResultUnknownCoupon
-	case c.heldBy == order:
+	case c.heldBy != "" && c.heldBy == order:
 		return redemption.ResultRedeemed
+	case c.rolledBack[order]:
+		return redemption.ResultRolledBack
+	}
+	return c.usable(at)
+}
+
+// usable is what the coupon answers an order that never redeemed it, at at: VALID when a new
+// order may redeem it.
+func (c *mCoupon) usable(at time.Time) redemption.Result {
+	switch {
 	case c.heldBy != "":
 		return redemption.ResultAlreadyRedeemed
 	case c.voided:
@@ -124,17 +135,17 @@ func (c *mCoupon) redeemAnswer(member, order string, at time.Time) redemption.Re
 }
 
 // rollbackAnswer is what a rollback of order's redemption of c by member answers at at, and
-// whether the coupon is usable after it.
+// whether a new order may redeem the coupon after it.
 func (c *mCoupon) rollbackAnswer(member, order string, at time.Time) (redemption.Result, bool) {
 	switch {
 	case member != c.member:
 		return redemption.ResultUnknownCoupon, false
-	case c.heldBy == order:
+	case c.heldBy != "" && c.heldBy == order:
 		after := *c
 		after.heldBy = ""
-		return redemption.ResultRolledBack, after.redeemAnswer(member, order, at) == redemption.ResultValid
+		return redemption.ResultRolledBack, after.usable(at) == redemption.ResultValid
 	case c.rolledBack[order]:
-		return redemption.ResultRolledBack, c.redeemAnswer(member, order, at) == redemption.ResultValid
+		return redemption.ResultRolledBack, c.usable(at) == redemption.ResultValid
 	}
 	return redemption.ResultNotRedeemed, false
 }
