@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -173,10 +174,10 @@ decides the figures; compare them only within one table.`,
 			cfg := hotbench.Config{Pgbench: pgbench, RTTs: rtts, Clients: clients, Duration: duration}
 			cfg.SoldOut, cfg.Changes = optional(soldOut, hotbench.BlackFriday), optional(changes, hotbench.LiveChanges)
 			cfg.Release, cfg.DryRuns = optional(release, hotbench.TenOClock), optional(dryRuns, hotbench.ButtonHerd)
-			if redeemAt <= 0 {
-				return flagError("--redeem-rate %g: want redemptions a second above 0", redeemAt)
+			var err error
+			if cfg.Store, err = storeCell(store, redeemAt); err != nil {
+				return err
 			}
-			cfg.Store = optional(store, hotbench.StoreOpening{Herd: hotbench.StoreRush.Herd, Rounds: hotbench.StoreRush.Rounds, Rate: redeemAt})
 			return runBench(cmd, cfg, format, standby)
 		},
 	}
@@ -194,6 +195,15 @@ decides the figures; compare them only within one table.`,
 	f.Float64Var(&redeemAt, "redeem-rate", hotbench.StoreRush.Rate, "with --store-opening: redemptions a second at most")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	return c
+}
+
+// storeCell is the store-opening cell when on (nil when not), its redemptions at rate a second:
+// a usage error for a rate that is not a finite number above 0.
+func storeCell(on bool, rate float64) (*hotbench.StoreOpening, error) {
+	if !(rate > 0) || math.IsInf(rate, 1) {
+		return nil, flagError("--redeem-rate %g: want a finite number of redemptions a second, above 0", rate)
+	}
+	return optional(on, hotbench.StoreOpening{Herd: hotbench.StoreRush.Herd, Rounds: hotbench.StoreRush.Rounds, Rate: rate}), nil
 }
 
 // optional is a copy of cell when on, else nil: an optional cell of the bench.

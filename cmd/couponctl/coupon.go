@@ -266,7 +266,7 @@ func (v voider) dryRun(ctx context.Context, ids []string) error {
 			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: voided already, at %s by %s\n", id, tokyoTime(c.VoidedAt), c.VoidedBy)
 		case c.RedeemedAt != nil:
 			refused++
-			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: redeemed (a legacy coupon tied to an order)\n", id)
+			fmt.Fprintf(v.errs, "couponctl: %s: would be refused: redeemed, tied to an order (coupon show has its history)\n", id)
 		default:
 			would++
 			fmt.Fprintf(v.out, "%s: would void: %d yen back to %s's budget and to %s's %s; push now %s\n",

@@ -51,7 +51,8 @@ func demoCmd() *cobra.Command {
   1. with no DATABASE_URL, start a throwaway PostgreSQL (removed on exit or Ctrl-C);
   2. apply the schema migrations and create SW-A (100,000 yen), SW-B and SW-C (300,000 yen),
      1,000 yen coupons;
-  3. serve IssueCoupon through the functions framework on loopback, as deployed;
+  3. serve IssueCoupon, RelayOutbox and RedeemCoupon through the functions framework on
+     loopback, as deployed;
   4. replay the Silver Week traffic over HTTP: every member asks for every campaign twice
      (a double tap within --tap-gap), shuffled, from --workers concurrent clients;
   5. print the outcomes, the latency percentiles, and an invariant report counted with SQL
@@ -202,7 +203,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	if d.srv, err = serveDemoFunctions(ctx, dbURL, poolSize, d.line); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox), a pool of %d connections each\n",
+	fmt.Fprintf(d.errOut, "functions framework serving on %s (/IssueCoupon, /RelayOutbox, /RedeemCoupon), a pool of %d connections each\n",
 		d.srv.url, poolSize)
 	return nil
 }

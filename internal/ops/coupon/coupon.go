@@ -21,7 +21,7 @@ import (
 var ErrNotFound = errors.New("coupon: not found")
 
 // ErrRefused is returned, wrapped with the reason, for a void that changes nothing: the coupon
-// was voided already, or it is a redeemed legacy coupon tied to an order, or no reason was given.
+// was voided already, or it is redeemed (tied to an order), or no reason was given.
 var ErrRefused = errors.New("coupon: void refused")
 
 // Querier runs a statement: a pool or a connection.
@@ -99,7 +99,7 @@ func Void(ctx context.Context, db Querier, id, reason string, allowReissue bool)
 		return v, fmt.Errorf("%w: coupon %s was voided already, at %s by %s; nothing changed", ErrRefused, id,
 			v.At.In(issuance.Tokyo).Format(time.RFC3339), orUnknown(v.By))
 	case result == resultRedeemed:
-		return v, fmt.Errorf("%w: coupon %s was redeemed (a legacy coupon tied to an order); nothing changed", ErrRefused, id)
+		return v, fmt.Errorf("%w: coupon %s was redeemed, tied to an order (coupon show has its history); nothing changed", ErrRefused, id)
 	case result != resultVoided:
 		return v, fmt.Errorf("coupon: void %s: coupon_void answered %q", id, result)
 	}
