@@ -173,7 +173,7 @@ func runDemo(cmd *cobra.Command, o demoOptions) error {
 
 // setUp checks the functions' settings, then starts or opens the database, migrates it,
 // creates the Silver Week campaigns, starts the LINE stand-in and the telemetry, and serves
-// both functions through the functions framework on loopback.
+// the functions through the functions framework on loopback.
 func (d *demo) setUp(ctx context.Context) error {
 	// The functions' settings come from the environment: refuse bad ones before starting
 	// anything, as the deployable mains and serve do.
@@ -345,7 +345,7 @@ func newProgress(w io.Writer, total int, what string) (step func(done int), end 
 	}, func(bool) {}
 }
 
-// serveDemoFunctions serves both functions in this process (see [serveLocal]), configured
+// serveDemoFunctions serves the functions in this process (see [serveLocal]), configured
 // through the environment as Cloud Run configures them: DATABASE_URL with a pool of poolSize
 // connections each, and RelayOutbox pushing to the LINE stand-in, retrying on its next run.
 func serveDemoFunctions(ctx context.Context, dbURL string, poolSize int, line *lineStandIn) (*localServer, error) {

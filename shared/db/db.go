@@ -1,4 +1,4 @@
-// Package db builds the pgx connection pool both functions use: a direct PostgreSQL URL for local
+// Package db builds the pgx connection pool the functions use: a direct PostgreSQL URL for local
 // runs and tests, or Cloud SQL through the Cloud SQL Go connector (cloud.google.com/go/cloudsqlconn)
 // as the pool's dial function, as in GoogleCloudPlatform/golang-samples.
 package db

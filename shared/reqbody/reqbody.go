@@ -1,4 +1,4 @@
-// Package reqbody holds the request-body rules both functions share (docs/api.md) and the words
+// Package reqbody holds the request-body rules the functions share (docs/api.md) and the words
 // of their refusals. Each function's decodeRequest judges them in its own order, the size
 // always before the content:
 //

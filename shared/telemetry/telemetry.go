@@ -1,5 +1,5 @@
 // Package telemetry sets up OpenTelemetry traces and metrics and the structured log for every
-// entry point (both functions' mains, `couponctl serve`, reconcile in couponops and couponctl, the
+// entry point (the functions' mains, `couponctl serve`, reconcile in couponops and couponctl, the
 // demo), and holds the metric instruments of coupon-api (docs/api.md, "Telemetry"; docs/operations.md).
 //
 //   - Exporters come from the standard OTEL_* environment through
