@@ -428,7 +428,7 @@ func TestBatchTimeoutsFollowTheTightestMember(t *testing.T) {
 		t.Errorf("statement_timeout sent %v, want one call within the tightest member's %s", sent.statement, group[1].deadline.Sub(now))
 	}
 	// The broken variant: timeouts from the member that came last.
-	_, broken := s.cfg.AttemptTimeouts(time.Until(group[len(group)-1].deadline))
+	_, broken := s.cfg.attemptTimeouts(time.Until(group[len(group)-1].deadline))
 	if !tooLong(broken, time.Now()) {
 		t.Error("the check passed the broken variant's timeout: it would not see a batch ignoring a member's deadline")
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/envconf"
 )
@@ -157,14 +159,25 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// AttemptTimeouts derives one attempt's lock_timeout and statement_timeout from the time left
+// attemptTimeouts derives one attempt's lock_timeout and statement_timeout from the time left
 // in the budget: the statement timeout ends [ServerMargin] before the budget does, and the lock
 // timeout stays strictly below it (three quarters at most), so a lock wait ends as 55P03
 // before the statement is cancelled, and both end on the server before the client gives up.
-func (c Config) AttemptTimeouts(left time.Duration) (lock, statement time.Duration) {
+func (c Config) attemptTimeouts(left time.Duration) (lock, statement time.Duration) {
 	statement = min(c.StatementTimeout, left-ServerMargin)
 	lock = min(c.LockTimeout, statement*3/4)
 	return lock, statement
+}
+
+// QueueTimeouts queues on b the statement that arms one attempt's lock_timeout and
+// statement_timeout, derived from left, the time left in the budget ([Config.attemptTimeouts]),
+// for the attempt's implicit transaction only (sqlTimeoutsSet); queue the attempt's call after it
+// in the same pipeline. It returns the statement timeout. The redemption arms its calls with it
+// too (shared/redemption).
+func (c Config) QueueTimeouts(b *pgx.Batch, left time.Duration) (statement time.Duration) {
+	lock, statement := c.attemptTimeouts(left)
+	b.Queue(sqlTimeoutsSet, pgInterval(lock), pgInterval(statement))
+	return statement
 }
 
 // minTimeout is the least lock or statement timeout: PostgreSQL takes them in whole

@@ -98,7 +98,7 @@ var errPanicked = errors.New("issuance: the call panicked")
 // ISSUE_BUDGET ([Config.Budget], 2.5 s by default, inside the app gateway's 3 s, [AppTimeout]),
 // of which its attempts get what [attemptsEnd] leaves (docs/api.md, "The 3 s bound"). Every call
 // ends by the deadline of the group's tightest member, its lock_timeout and statement_timeout
-// derived from that member's time left ([Config.AttemptTimeouts]), and a member is tried again,
+// derived from that member's time left ([Config.attemptTimeouts]), and a member is tried again,
 // or waited for, only while an attempt still fits after the wait ([fits]); otherwise it is
 // answered RETRY_EXHAUSTED: nothing was written, and the same request is safe to send again. A
 // lost answer is settled by the group's earliest call end.
@@ -315,10 +315,9 @@ func (s *Service) attempt(ctx context.Context, pending []*member, left time.Dura
 	for i, m := range pending {
 		couponIDs[i], memberIDs[i], traces[i] = m.couponID, m.req.memberID, traceParent(m.ctx)
 	}
-	lockTimeout, statementTimeout := s.cfg.AttemptTimeouts(left)
 	outs := make([]Outcome, n)
 	b := &pgx.Batch{}
-	b.Queue(sqlTimeoutsSet, pgInterval(lockTimeout), pgInterval(statementTimeout))
+	s.cfg.QueueTimeouts(b, left)
 	b.Queue(pending[0].req.call(), pending[0].req.campaignID, couponIDs, memberIDs, traces).
 		Query(func(rows pgx.Rows) error { return scanAnswers(rows, pending, outs) })
 	return outs, afterSend(ctx, conn.SendBatch(ctx, b).Close(), outs, sess)

@@ -128,10 +128,6 @@ const (
 	sqlRollback = `SELECT result, NULL::integer, expires_at, NULL::timestamptz, usable FROM coupon_redemption_rollback($1, $2, $3, $4)`
 )
 
-// sqlTimeoutsSet arms one call's lock_timeout ($1) and statement_timeout ($2) for its implicit
-// transaction only, pipelined before the call, as the issuance arms its own.
-const sqlTimeoutsSet = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
-
 // minAttemptTime is the least time left for which a call is still sent: a round trip and a
 // queue on one coupon's row.
 const minAttemptTime = 20 * time.Millisecond
@@ -207,7 +203,8 @@ func pause(ctx context.Context, end time.Time, n int) (bool, error) {
 // a late call first. lost says the connection was closed under the call (a network failure, the
 // deadline, a FATAL error): whatever the call did, sending it again answers the same.
 func (s *Service) call(ctx context.Context, r Request, left time.Duration) (out Outcome, lost bool, err error) {
-	lock, statement := s.cfg.AttemptTimeouts(left)
+	b := &pgx.Batch{}
+	statement := s.cfg.QueueTimeouts(b, left)
 	ctx, cancel := context.WithTimeout(ctx, statement+issuance.ServerMargin)
 	defer cancel()
 	conn, err := s.pool.Acquire(ctx)
@@ -225,8 +222,6 @@ func (s *Service) call(ctx context.Context, r Request, left time.Duration) (out 
 	var result string
 	var amount *int
 	var usable *bool
-	b := &pgx.Batch{}
-	b.Queue(sqlTimeoutsSet, pgInterval(lock), pgInterval(statement))
 	b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&result, &amount, &out.ExpiresAt, &out.RedeemedAt, &usable)
 	})
@@ -264,10 +259,4 @@ func checkReason(action Action, reason string) error {
 		return errors.New("reason: no control characters (a line break, a tab, an escape): one line of text")
 	}
 	return nil
-}
-
-// pgInterval writes d as a PostgreSQL interval in whole milliseconds, at least 1 (0 would be
-// "no timeout").
-func pgInterval(d time.Duration) string {
-	return fmt.Sprintf("%dms", max(d.Milliseconds(), 1))
 }
