@@ -200,11 +200,23 @@ func processCPU() (time.Duration, error) {
 }
 
 // dryRunLoop keeps up to clients dry runs of campaignID in flight, each for a new member, each
-// sent when limit allows, until stop, and returns the latencies of the AVAILABLE answers and the
-// count of the others. A client waiting for its turn at stop sends nothing: the limiter's wait
-// ends at stop too, so no dry run is sent after the load it is measured beside.
+// sent when limit allows, until stop (see [herdLoop]), and returns the latencies of the
+// AVAILABLE answers and the count of the others.
 func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID string, limit *rate.Limiter,
 	stop <-chan struct{}) ([]time.Duration, int64) {
+	var members atomic.Int64
+	return herdLoop(ctx, clients, limit, stop, func() (bool, bool) {
+		res, err := dryRun(ctx, fmt.Sprintf("d%s-%d", campaignID, members.Add(1)), campaignID)
+		return err == nil && res == "AVAILABLE", true
+	})
+}
+
+// herdLoop runs clients clients beside a cell's load, each sending one request after another
+// with send when limit allows, until stop or send says there is nothing more to send, and returns
+// the latencies of the requests send says succeeded and the count of the others. A client waiting
+// for its turn at stop sends nothing: the limiter's wait ends at stop too, so no request is sent
+// after the load it is measured beside.
+func herdLoop(ctx context.Context, clients int, limit *rate.Limiter, stop <-chan struct{}, send func() (ok, more bool)) ([]time.Duration, int64) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -215,19 +227,21 @@ func dryRunLoop(ctx context.Context, dryRun IssueFunc, clients int, campaignID s
 		}
 	}()
 	var (
-		mu      sync.Mutex
-		lat     []time.Duration
-		failed  atomic.Int64
-		members atomic.Int64
-		wg      sync.WaitGroup
+		mu     sync.Mutex
+		lat    []time.Duration
+		failed atomic.Int64
+		wg     sync.WaitGroup
 	)
 	for range clients {
 		wg.Go(func() {
 			var mine []time.Duration
 			for limit.Wait(waitCtx) == nil {
 				t0 := time.Now()
-				res, err := dryRun(ctx, fmt.Sprintf("d%s-%d", campaignID, members.Add(1)), campaignID)
-				if err != nil || res != "AVAILABLE" {
+				ok, more := send()
+				if !more {
+					break
+				}
+				if !ok {
 					failed.Add(1)
 					continue
 				}

@@ -205,47 +205,18 @@ func (s *session) storeTurn(ctx context.Context, id string, clients int, beside 
 
 // redeemLoop keeps up to clients redemptions in flight, each of the next unused coupon of
 // coupons for an order of its own, each sent when limit allows, until stop or the coupons run
-// out, and returns the latencies of the REDEEMED answers and the count of the others.
+// out (see [herdLoop]), and returns the latencies of the REDEEMED answers and the count of the
+// others.
 func redeemLoop(ctx context.Context, redeem RedeemFunc, clients int, coupons [][2]string, next *atomic.Int64,
 	limit *rate.Limiter, stop <-chan struct{}) ([]time.Duration, int64) {
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-waitCtx.Done():
+	return herdLoop(ctx, clients, limit, stop, func() (bool, bool) {
+		i := next.Add(1) - 1
+		if i >= int64(len(coupons)) {
+			return false, false
 		}
-	}()
-	var (
-		mu     sync.Mutex
-		lat    []time.Duration
-		failed atomic.Int64
-		wg     sync.WaitGroup
-	)
-	for range clients {
-		wg.Go(func() {
-			var mine []time.Duration
-			for limit.Wait(waitCtx) == nil {
-				i := next.Add(1) - 1
-				if i >= int64(len(coupons)) {
-					break
-				}
-				t0 := time.Now()
-				res, err := redeem(ctx, coupons[i][0], coupons[i][1], "STORE-"+strconv.FormatInt(i, 10))
-				if err != nil || res != "REDEEMED" {
-					failed.Add(1)
-					continue
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return lat, failed.Load()
+		res, err := redeem(ctx, coupons[i][0], coupons[i][1], "STORE-"+strconv.FormatInt(i, 10))
+		return err == nil && res == "REDEEMED", true
+	})
 }
 
 // writeStore writes the store-opening cells, if any, as a table after a blank line.
