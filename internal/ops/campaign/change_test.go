@@ -397,7 +397,7 @@ func returned(err error) (time.Time, error) { return time.Now(), err }
 
 // TestPauseUnderLoad: a pause under load stops every coupon once it returns, on one stripe and
 // on 16; a resume issues again. Over a queued call, the race is made to happen instead of hoped
-// for (pauseOverAQueuedCall): a call that read the campaign active waits behind the pause, and
+// for (overAQueuedCall): a call that read the campaign active waits behind the pause, and
 // is refused once the pause commits. The broken variant, a pause judged only by the reads before
 // the writes, lets that call commit after the pause returned.
 func TestPauseUnderLoad(t *testing.T) {
@@ -426,24 +426,35 @@ func TestPauseUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	for _, broken := range []bool{false, true} {
-		t.Run(fmt.Sprintf("over a queued call broken=%v", broken), func(t *testing.T) {
+	queuedBehind(t, issuance.ReasonPaused, stateOnlyByReads, func(ctx context.Context, l *live) error {
+		_, err := campaign.Pause(ctx, l.admin, "RUN", "runaway discount")
+		return err
+	})
+}
+
+// queuedBehind runs overAQueuedCall with change (a pause or an end) on the production code and on
+// the broken variant of issue_coupons_batch_v3 that broken makes, as subtests: the call queued
+// behind the change must write no coupon and answer CAMPAIGN_NOT_ACTIVE reason; the variant must
+// be caught.
+func queuedBehind(t *testing.T, reason string, broken [][2]string, change func(context.Context, *live) error) {
+	for _, isBroken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("over a queued call broken=%v", isBroken), func(t *testing.T) {
 			t.Parallel()
 			l := newLive(t, campaign.Campaign{ID: "RUN", DiscountYen: coupon, BudgetYen: 100_000 * coupon})
-			if broken {
-				pgtest.BreakFunction(t, l.pool, "issue_coupons_batch_v3", stateOnlyByReads...)
+			if isBroken {
+				pgtest.BreakFunction(t, l.pool, "issue_coupons_batch_v3", broken...)
 			}
-			answer := pauseOverAQueuedCall(t, l, "RUN")
+			answer := overAQueuedCall(t, l, "RUN", func(ctx context.Context) error { return change(ctx, l) })
 			var wrong []string
 			if n := l.coupons(t, "RUN"); n != 0 {
-				wrong = append(wrong, fmt.Sprintf("the call queued behind the pause wrote %d coupon (answered %q)", n, answer))
+				wrong = append(wrong, fmt.Sprintf("the call queued behind the change wrote %d coupon (answered %q)", n, answer))
 			}
-			if want := "CAMPAIGN_NOT_ACTIVE " + issuance.ReasonPaused; answer != want {
-				wrong = append(wrong, fmt.Sprintf("the call queued behind the pause answered %q, want %q", answer, want))
+			if want := "CAMPAIGN_NOT_ACTIVE " + reason; answer != want {
+				wrong = append(wrong, fmt.Sprintf("the call queued behind the change answered %q, want %q", answer, want))
 			}
-			if broken {
+			if isBroken {
 				if len(wrong) == 0 {
-					t.Fatal("the broken variant passed: the test would not see a pause that lets issuances in flight commit")
+					t.Fatal("the broken variant passed: the test would not see a change that lets issuances in flight commit")
 				}
 				t.Logf("the broken variant: %d findings, first %q", len(wrong), wrong[0])
 				return
@@ -458,25 +469,22 @@ func TestPauseUnderLoad(t *testing.T) {
 	}
 }
 
-// pauseOverAQueuedCall pauses campaign id (one stripe, no coupon yet, no traffic) with
-// campaign.Pause while a call of issue_coupon waits behind the pause, a call that read the
-// campaign active before the pause committed, and returns the call's answer: "RESULT REASON", or
-// for the refusal issue_coupon raises after its writes (CI409, rolled back) "MESSAGE DETAIL".
-// The order is made, not hoped for: a session of the test holds the stripe FOR UPDATE, the pause
-// queues behind it, the call queues behind the pause (it names the pause in pg_blocking_pids),
-// and the hold commits. The hold only locked the row, so the pause, first in its queue, locks
+// overAQueuedCall makes change (a pause or an end of campaign id: one stripe, no coupon yet, no
+// traffic) while a call of issue_coupon waits behind it, a call that read the campaign active
+// before the change committed, and returns the call's answer: "RESULT REASON", or for the refusal
+// issue_coupon raises after its writes (CI409, rolled back) "MESSAGE DETAIL".
+// The order is made, not hoped for: a session of the test holds the stripe FOR UPDATE, the change
+// queues behind it, the call queues behind the change (it names it in pg_blocking_pids), and the
+// hold commits. The hold only locked the row, so the change, first in its queue, locks
 // that same row version before the call. Traffic beside it would break that order: an UPDATE
 // that commits first makes a new row version, for which the queue starts afresh.
-func pauseOverAQueuedCall(t *testing.T, l *live, id string) string {
+func overAQueuedCall(t *testing.T, l *live, id string, change func(context.Context) error) string {
 	t.Helper()
 	ctx := context.Background()
 	hold := pgtest.HoldCampaign(t, l.url, id)
-	paused := make(chan error, 1)
-	go func() {
-		_, err := campaign.Pause(ctx, l.admin, id, "runaway discount")
-		paused <- err
-	}()
-	pause := hold.WaitBlocked(1)[0]
+	changed := make(chan error, 1)
+	go func() { changed <- change(ctx) }()
+	changer := hold.WaitBlocked(1)[0]
 	conn, err := pgx.Connect(ctx, l.url)
 	if err != nil {
 		t.Fatal(err)
@@ -498,11 +506,11 @@ func pauseOverAQueuedCall(t *testing.T, l *live, id string) string {
 			answered <- strings.TrimSpace(result + " " + reason)
 		}
 	}()
-	if waiters := pgtest.WaitBlockedBy(t, l.pool, pause, 1); waiters[0] != call {
-		t.Fatalf("backend %d waits behind the pause (backend %d), want the call's %d", waiters[0], pause, call)
+	if waiters := pgtest.WaitBlockedBy(t, l.pool, changer, 1); waiters[0] != call {
+		t.Fatalf("backend %d waits behind the change (backend %d), want the call's %d", waiters[0], changer, call)
 	}
 	hold.Release()
-	if err := <-paused; err != nil {
+	if err := <-changed; err != nil {
 		t.Fatal(err)
 	}
 	return <-answered
@@ -510,8 +518,16 @@ func pauseOverAQueuedCall(t *testing.T, l *live, id string) string {
 
 // TestEndUnderLoad: ending now, and moving the end to now, stop every coupon once the change
 // returns (reason ENDED); an end moved a moment ahead stops them once that moment has passed.
+// Over a queued call (overAQueuedCall), a call that read the clock before the end stamped its own
+// and waited for the stripe is refused once the end commits. The broken variant, a stripe judged
+// at a clock read before the wait (00031, fixed by 00033; here the call's start), lets it commit
+// after the end returned.
 func TestEndUnderLoad(t *testing.T) {
 	t.Parallel()
+	queuedBehind(t, issuance.ReasonEnded, clockBeforeTheWait, func(ctx context.Context, l *live) error {
+		_, err := campaign.End(ctx, l.admin, "RUN", "misconfigured discount")
+		return err
+	})
 	tomorrow := time.Now().Add(24 * time.Hour)
 	for _, c := range []struct {
 		name string
@@ -720,11 +736,15 @@ func TestConcurrentChanges(t *testing.T) {
 }
 
 // stateOnlyByReads is the broken variant of issue_coupons_batch that judges the campaign's state
-// only by its reads: the guards on the stripe it writes, the free stripe's (judged at the instant
-// taken just before it) and the waited stripe's, always true.
+// only by its reads: the guards on the stripe it writes, the free stripe's and the waited
+// stripe's, always true.
 var stateOnlyByReads = [][2]string{
-	{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, v_now) IS NULL", "true"},
+	{"campaign_inactive_reason(s.starts_at, s.ends_at, s.paused_at, s.coupons_expire_at, greatest(v_at, issue_now())) IS NULL", "true"},
 }
+
+// clockBeforeTheWait is the broken variant of issue_coupons_batch_v3 that judges the stripes it
+// writes at an instant read before it waited for them: the call's start.
+var clockBeforeTheWait = [][2]string{{"greatest(v_at, issue_now())", "v_at"}}
 
 // TestPauseJudgedOnTheStripe: a pause that has not committed yet holds every stripe; a call that
 // read the campaign active meanwhile waits for a stripe, and once the pause commits it is refused

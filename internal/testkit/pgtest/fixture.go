@@ -73,7 +73,7 @@ func BlindToExpiry(t testing.TB, db Execer) {
 	t.Helper()
 	BreakFunction(t, db, "campaign_judge",
 		[2]string{"f.paused_at, f.coupons_expire_at, campaign_judge.p_at)", "f.paused_at, NULL, campaign_judge.p_at)"})
-	BreakFunction(t, db, "issue_coupons_batch_v3", [2]string{"s.paused_at, s.coupons_expire_at, v_now)", "s.paused_at, NULL, v_now)"})
+	BreakFunction(t, db, "issue_coupons_batch_v3", [2]string{"s.paused_at, s.coupons_expire_at, greatest(", "s.paused_at, NULL, greatest("})
 }
 
 // Verdict judges a check that ran against the production code (broken false) or against a broken
