@@ -81,7 +81,11 @@ type twinRows struct {
 
 const (
 	sqlTwinPlain = `SELECT count(*) FROM campaign_create('%[1]s', %[3]d, %[4]d, %[5]d, NULL, NULL, NULL, NULL, 'test')`
-	sqlTwinKinds = `SELECT count(*) FROM campaign_create('%[1]s', 1000, %[4]d, %[5]d, NULL, NULL, NULL, NULL, 'test', %[6]s, %[7]s, %[8]t)`
+	// The releases are made a day later and moved back: campaign_create refuses one that has
+	// passed (00034), and a case's first release may be an hour ago.
+	sqlTwinKinds = `SELECT count(*) FROM campaign_create('%[1]s', 1000, %[4]d, %[5]d, NULL, NULL, NULL, NULL, 'test',
+  ARRAY(SELECT a + interval '1 day' FROM unnest(%[6]s::timestamptz[]) WITH ORDINALITY AS r(a, o) ORDER BY o), %[7]s, %[8]t);
+UPDATE campaign_releases SET at = at - interval '1 day' WHERE campaign_id = '%[1]s'`
 	sqlTwinMonth = `to_char(clock_timestamp() AT TIME ZONE 'Asia/Tokyo', 'YYYY-MM')`
 )
 

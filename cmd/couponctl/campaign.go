@@ -60,7 +60,7 @@ a refusal by the database exits 1; either way nothing is created.`,
   couponctl campaign create --id WEEK --discount-yen 500 --budget-yen 50000 \
     --starts "$(date --iso-8601=seconds)" --ends "$(date -d '+7 days' --iso-8601=seconds)"
   couponctl campaign create --id FIRST1000 --discount-yen 300 --coupons 1000 --expected-rps 8000
-  couponctl campaign create --id DAILY --discount-yen 500 --starts 2026-12-05T00:00:00+09:00 \
+  couponctl campaign create --id DAILY --discount-yen 500 --starts "$(date -d tomorrow +%FT00:00:00+09:00)" \
     --daily-release 10:00=100 --days 7
   couponctl campaign create --id GOLD --discount-yen 1000 --coupons 5000 --audience-only`,
 		Args: cobra.NoArgs,

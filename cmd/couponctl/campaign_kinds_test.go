@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/testkit/pgtest"
 	"github.com/mops/coupon-api/shared/issuance"
 )
 
@@ -34,7 +35,12 @@ func TestCampaignCreateCounts(t *testing.T) {
 			"--release", "2099-01-01T10:00:00+09:00=20"}, "REL", 25_000, 2, false},
 		{[]string{"--id", "GOLD", "--discount-yen", "1000", "--coupons", "50", "--audience-only"}, "GOLD", 50_000, 0, true},
 	} {
-		code, stdout, stderr := grantCLI(append([]string{"campaign", "create"}, step.args...)...)
+		var code int
+		var stdout, stderr string
+		// REL's first release has passed: it is created before it (campaign create refuses one).
+		pgtest.AtClock(t, d.owner, time.Date(2019, 12, 31, 0, 0, 0, 0, issuance.Tokyo), func() {
+			code, stdout, stderr = grantCLI(append([]string{"campaign", "create"}, step.args...)...)
+		})
 		if code != 0 {
 			t.Fatalf("create %v: exit %d\n%s%s", step.args, code, stdout, stderr)
 		}
@@ -180,6 +186,8 @@ func TestDailyReleaseTokyoDays(t *testing.T) {
 func dailyReleaseCheck(t *testing.T, v *verdict) {
 	d := newGrantDB(t)
 	t.Setenv("DATABASE_URL", d.admin)
+	// The database's clock before the releases below: create refuses a release that has passed.
+	pgtest.SetClock(t, d.owner, time.Date(2026, 12, 1, 0, 0, 0, 0, issuance.Tokyo))
 	for _, c := range []struct {
 		id, starts, daily string
 		want              []string // the releases' instants in UTC
@@ -218,11 +226,20 @@ func dailyReleaseCheck(t *testing.T, v *verdict) {
 // and reason, after a budget raise given in the same command (one transaction, the raise
 // first); the database's refusals (an instant past by its clock, printed at +09:00; releases
 // above the budget; a campaign created without releases) exit 1 and change nothing, the raise
-// given with a refused release included; a malformed --release exits 2 naming it. Judged by
-// campaign_releases, the budget and the history counted with SQL.
+// given with a refused release included; a malformed --release exits 2 naming it. campaign
+// create refuses a past instant as update does (before 00034: created, its coupons open at
+// once, exit 0). Judged by campaign_releases, the budget and the history counted with SQL.
 func TestCampaignUpdateRelease(t *testing.T) {
 	d := newGrantDB(t, campaign.Campaign{ID: "PLAIN", DiscountYen: 100, BudgetYen: 1000})
 	t.Setenv("DATABASE_URL", d.admin)
+	code, stdout, stderr := grantCLI("campaign", "create", "--id", "LATE", "--discount-yen", "100",
+		"--release", "2099-01-01T10:00:00+09:00=5", "--release", "2020-01-01T10:00:00+09:00=5")
+	if want := "campaign LATE: a release at 2020-01-01T10:00:00+09:00 is not after the database's clock ("; code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("create with a past release: exit %d, want 1 saying %q\n%s%s", code, want, stdout, stderr)
+	}
+	if n := d.count(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'LATE'`); n != 0 {
+		t.Errorf("create with a past release left %d budget rows, want none", n)
+	}
 	if code, stdout, stderr := grantCLI("campaign", "create", "--id", "REL", "--discount-yen", "100",
 		"--release", "2099-01-01T10:00:00+09:00=5"); code != 0 {
 		t.Fatalf("create: exit %d\n%s%s", code, stdout, stderr)
@@ -283,7 +300,13 @@ func TestGrantOnACampaignWithReleases(t *testing.T) {
 		{"--id", "LATER", "--release", "2099-01-01T10:00:00+09:00=5"},
 		{"--id", "TAKEN", "--release", "2020-01-01T10:00:00+09:00=5", "--release", "2099-01-01T10:00:00+09:00=5"},
 	} {
-		if code, stdout, stderr := grantCLI(append([]string{"campaign", "create", "--discount-yen", "100"}, args...)...); code != 0 {
+		var code int
+		var stdout, stderr string
+		// TAKEN's first release has passed: it is created before it (campaign create refuses one).
+		pgtest.AtClock(t, d.owner, time.Date(2019, 12, 31, 0, 0, 0, 0, issuance.Tokyo), func() {
+			code, stdout, stderr = grantCLI(append([]string{"campaign", "create", "--discount-yen", "100"}, args...)...)
+		})
+		if code != 0 {
 			t.Fatalf("create %v: exit %d\n%s%s", args, code, stdout, stderr)
 		}
 	}

@@ -54,9 +54,18 @@ func newGrantDB(t *testing.T, campaigns ...campaign.Campaign) grantDB {
 	}
 	t.Cleanup(d.owner.Close)
 	for _, c := range campaigns {
-		if err := campaign.Create(context.Background(), d.owner, c); err != nil {
-			t.Fatal(err)
+		create := func() {
+			if err := campaign.Create(context.Background(), d.owner, c); err != nil {
+				t.Fatal(err)
+			}
 		}
+		if len(c.Releases) == 0 {
+			create()
+			continue
+		}
+		// A fixture's releases may have passed: it is made a minute before its first.
+		first := slices.MinFunc(c.Releases, func(a, b campaign.Release) int { return a.At.Compare(b.At) })
+		pgtest.AtClock(t, d.owner, first.At.Add(-time.Minute), create)
 	}
 	return d
 }

@@ -45,10 +45,15 @@ func TestOpenAPI(t *testing.T) {
 	if _, err := campaign.Pause(ctx, pool, "PAUSED", "TestOpenAPI"); err != nil {
 		t.Fatal(err)
 	}
-	// REL has released one coupon and releases more in an hour; AUD issues to its audience only.
+	// REL has released one coupon and releases more in an hour (made before its first release,
+	// which campaign_create refuses once passed); AUD issues to its audience only.
+	pgtest.AtClock(t, pool, now.Add(-2*time.Hour), func() {
+		if _, err := pool.Exec(ctx, `SELECT count(*) FROM campaign_create('REL', 1000, 10000, 1, NULL, NULL, NULL, NULL, 'TestOpenAPI',
+  ARRAY[$1::timestamptz - interval '1 hour', $1::timestamptz + interval '1 hour'], '{1,9}', false)`, now); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if _, err := pool.Exec(ctx, `
-SELECT count(*) FROM campaign_create('REL', 1000, 10000, 1, NULL, NULL, NULL, NULL, 'TestOpenAPI',
-  ARRAY[now() - interval '1 hour', now() + interval '1 hour'], '{1,9}', false);
 SELECT count(*) FROM campaign_create('AUD', 500, 10000, 1, NULL, NULL, NULL, NULL, 'TestOpenAPI', NULL, NULL, true);
 SELECT campaign_audience_change('AUD', '{in}', true, 'TestOpenAPI')`); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func herd(t *testing.T, owner *pgxpool.Pool, issueURL string, cfg issuance.Confi
 		released += r.coupons
 	}
 	if _, err := owner.Exec(ctx, `SELECT count(*) FROM campaign_create($1, 1000, $2, $3, NULL, NULL, NULL, NULL, 'herd test',
-		(SELECT array_agg(clock_timestamp() + o::interval ORDER BY n) FROM unnest($4::text[]) WITH ORDINALITY AS u(o, n)), $5, false)`,
+		(SELECT array_agg(issue_now() + o::interval ORDER BY n) FROM unnest($4::text[]) WITH ORDINALITY AS u(o, n)), $5, false)`,
 		herdCampaign, herdBudget*1000, herdStripes, offsets, counts); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestEndedCampaignTakesOnlyAReopening(t *testing.T) {
 	ctx := context.Background()
 	ends := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	l := newLive(t, campaign.Campaign{ID: "OVER", DiscountYen: coupon, BudgetYen: 10 * coupon, EndsAt: &ends,
-		Releases: []campaign.Release{{At: time.Now().Add(-time.Hour), Coupons: 5}}})
+		Releases: []campaign.Release{{At: time.Now().Add(30 * time.Minute), Coupons: 5}}})
 	if _, err := campaign.Pause(ctx, l.admin, "OVER", "paused before its end"); err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,17 @@ func SetClock(t testing.TB, db Execer, at time.Time) {
 		"RETURN " + quoteLiteral(at.UTC().Format(time.RFC3339Nano)) + "::timestamp with time zone"})
 }
 
+// AtClock runs fn with the database that db connects to as its owner reading at, standing
+// still (SetClock), then gives it back its real clock (issue_now() as schema/current defines
+// it). It is how a fixture makes a campaign whose releases have passed: campaign_create refuses
+// a release at or before the clock (00034), as an operator is refused.
+func AtClock(t testing.TB, db Execer, at time.Time, fn func()) {
+	t.Helper()
+	SetClock(t, db, at)
+	fn()
+	BreakFunction(t, db, "issue_now")
+}
+
 // ShiftClock makes the database that db connects to as its owner read its clock moved by d,
 // still running: issue_now() replaced with clock_timestamp() plus d.
 func ShiftClock(t testing.TB, db Execer, d time.Duration) {
