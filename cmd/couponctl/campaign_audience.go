@@ -11,7 +11,6 @@ import (
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/shared/backoff"
-	"github.com/mops/coupon-api/shared/ids"
 )
 
 // Retries of one audience chunk that failed without a refusal (a lost connection, a lock held
@@ -31,6 +30,7 @@ func campaignAudienceCmd() *cobra.Command {
 // audienceJob is one audience add or remove as the command line gives it.
 type audienceJob struct {
 	campaignID, file, reason string
+	column                   string   // --csv-column: the CSV column of the member ids
 	members                  []string // in the file's order, each once
 	add                      bool
 }
@@ -50,7 +50,7 @@ func audienceVerbCmd(add bool) *cobra.Command {
 		short = "Remove the members of FILE from a campaign's audience"
 	}
 	c := &cobra.Command{
-		Use:   job.verb() + " ID --members FILE --reason TEXT",
+		Use:   job.verb() + " ID --members FILE [--csv-column NAME] --reason TEXT",
 		Short: short,
 		Long: `Add the members of FILE to campaign ID's audience (add), or remove them (remove). An
 audience-only campaign (campaign create --audience-only) gives its coupon only to its audience's
@@ -59,8 +59,11 @@ it holds (couponctl coupon void does).
 
 FILE is read as grant reads it: one member id a line; blank lines, comments (a line starting with
 "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are skipped; a
-BOM further down or UTF-16 text is refused, naming its line; a member listed twice is sent once.
-A FILE that is missing, empty or holds a line that is not a member id changes nothing (exit 1).
+BOM further down, UTF-16 text, and a spreadsheet's row or heading (a line holding a comma, a
+semicolon, a tab or a double quote, or a first line such as member_id) are refused, naming the
+line; a member listed twice is sent once. --csv-column NAME reads FILE as a CSV instead, its
+first line the headings, the member ids in column NAME. A FILE that is missing, empty or holds a
+line that is not a member id changes nothing (exit 2).
 
 The members go to the database in chunks of ` + fmt.Sprint(campaign.MaxAudienceChange) + `, each one transaction that writes one row of the
 campaign's history (couponctl campaign history ID) with --reason and the database login. A chunk
@@ -82,15 +85,16 @@ audience) stops it at once, exit 1. Run it as a user in coupon_admin (docs/roles
 			if job.file == "" {
 				return flagError("%s needs --members FILE: one member id a line", cmd.CommandPath())
 			}
-			list, err := readIDs(job.file, ids.Member, cmd.ErrOrStderr())
+			list, err := readMembers(job.file, job.column, cmd.ErrOrStderr())
 			if err != nil {
-				return fmt.Errorf("campaign audience %s: --members: %w; nothing was changed", job.verb(), err)
+				return fileError{fmt.Errorf("campaign audience %s: --members: %w; nothing was changed", job.verb(), err)}
 			}
 			job.members = dedupe(cmd.ErrOrStderr(), "campaign audience "+job.verb(), list)
 			return runAudience(cmd, job)
 		},
 	}
 	c.Flags().StringVar(&job.file, "members", "", "a file of member ids, one a line (required)")
+	c.Flags().StringVar(&job.column, "csv-column", "", "read --members as a CSV with a header line, its member ids in the column NAME")
 	reasonFlag(c, &job.reason)
 	return c
 }

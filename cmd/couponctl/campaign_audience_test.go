@@ -54,9 +54,9 @@ func TestCampaignAudienceVerbs(t *testing.T) {
 			"couponctl: campaign audience add: campaign OPEN is open to every member"}, 2},
 		{[]string{"add", "NOPE", "--members", some, "--reason", "r"}, 1, []string{
 			"couponctl: campaign audience add: campaign NOPE does not exist"}, 2},
-		{[]string{"add", "GOLD", "--members", bad, "--reason", "r"}, 1, []string{
+		{[]string{"add", "GOLD", "--members", bad, "--reason", "r"}, 2, []string{
 			"couponctl: campaign audience add: --members: " + bad + ":2: "}, 2},
-		{[]string{"add", "GOLD", "--members", filepath.Join(dir, "missing.txt"), "--reason", "r"}, 1, []string{"no such file"}, 2},
+		{[]string{"add", "GOLD", "--members", filepath.Join(dir, "missing.txt"), "--reason", "r"}, 2, []string{"no such file"}, 2},
 		{[]string{"add", "GOLD", "--reason", "r"}, 2, []string{"campaign audience add needs --members FILE", "Usage:"}, 2},
 		{[]string{"remove", "GOLD", "--members", some}, 2, []string{"campaign audience remove needs --reason TEXT", "Usage:"}, 2},
 		{[]string{"add", "--members", some, "--reason", "r"}, 2, []string{"needs one campaign id", "Usage:"}, 2},

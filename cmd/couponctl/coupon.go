@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -79,7 +77,7 @@ trying every one.`,
 			if file != "" {
 				var err error
 				if list, err = readIDs(file, coupon.CheckID, cmd.ErrOrStderr()); err != nil {
-					return err
+					return fileError{fmt.Errorf("%s: --file: %w; nothing was voided", cmd.CommandPath(), err)}
 				}
 				list = dedupeIDs(cmd.ErrOrStderr(), "coupons listed more than once, voided once each", list)
 			}
@@ -316,81 +314,6 @@ func dedupeIDs(w io.Writer, what string, list []string) []string {
 	}
 	return out
 }
-
-// utf8BOM is the byte order mark some editors (Excel's "CSV UTF-8") put before a file's first line.
-const utf8BOM = "\ufeff"
-
-// readIDs reads one id a line from path and checks each with check; it names the first bad
-// line. Blank lines are skipped, and so are comments: lines starting with "#" and a space or
-// tab, which no id can be (ids hold no space), so that an id starting with "#" is read as one. A
-// UTF-8 byte order mark before the first line is skipped with a note on w.
-func readIDs(path string, check func(string) error, w io.Writer) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var ids []string
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		text := sc.Text()
-		if n == 1 {
-			var bom bool
-			if text, bom = idTrimBOM(text); bom {
-				fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
-			}
-		}
-		if why := idEncoding(text); why != "" {
-			return nil, fmt.Errorf("%s:%d: %s", path, n, why)
-		}
-		line := strings.TrimSpace(text)
-		if line == "" || idComment(line) {
-			continue
-		}
-		if err := check(line); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		ids = append(ids, line)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("%s: no ids in it", path)
-	}
-	return ids, nil
-}
-
-// misencoded says what in line is not the UTF-8 (ASCII) text of an id file, "" when nothing is:
-// UTF-16 text (its byte order mark, or the NUL bytes between its ASCII characters), or a UTF-8
-// byte order mark past the file's start (files joined together, each saved with one).
-func misencoded(line string) string {
-	switch {
-	case strings.Contains(line, "\xff\xfe"), strings.Contains(line, "\xfe\xff"), strings.Contains(line, "\x00"):
-		return "UTF-16 text (a UTF-16 byte order mark or NUL bytes) from here on: save the file as UTF-8 (or ASCII)"
-	case strings.Contains(line, utf8BOM):
-		return fmt.Sprintf("a UTF-8 byte order mark (BOM) at byte %d of the line, where files were joined: remove it",
-			strings.Index(line, utf8BOM))
-	}
-	return ""
-}
-
-// idEncoding is [misencoded] as readIDs calls it: a variable, so that a test can swap in its
-// broken variant (newuser_test.go).
-var idEncoding = misencoded
-
-// isComment reports whether line (trimmed) is a comment of an id file: "#" alone is an id.
-func isComment(line string) bool {
-	return strings.HasPrefix(line, "# ") || strings.HasPrefix(line, "#\t")
-}
-
-// idComment is isComment, and idTrimBOM returns a line without a leading UTF-8 byte order mark
-// and whether it had one, as readIDs calls them: variables, so that a test can swap in their
-// broken variants (members_file_test.go).
-var (
-	idComment = isComment
-	idTrimBOM = func(line string) (string, bool) { return strings.CutPrefix(line, utf8BOM) }
-)
 
 func couponShowCmd() *cobra.Command {
 	var member, campaignID string

@@ -52,27 +52,29 @@ type grantJob struct {
 
 func grantCmd() *cobra.Command {
 	var (
-		campaignID, members, out string
-		concurrency              int
-		dryRun                   bool
+		campaignID, members, column, out string
+		concurrency                      int
+		dryRun                           bool
 	)
 	c := &cobra.Command{
-		Use:   "grant --campaign ID --members FILE [--concurrency N] [--out CSV] [--dry-run]",
+		Use:   "grant --campaign ID --members FILE [--csv-column NAME] [--concurrency N] [--out CSV] [--dry-run]",
 		Short: "Issue a campaign to every member of a list, through IssueCoupon's rules and answers",
 		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines, comments (a line
 starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are
-skipped; a BOM further down or UTF-16 text is refused, naming its line; a member listed twice is
-sent once), through the same issuance as
+skipped; a BOM further down or UTF-16 text is refused, naming its line; so is a spreadsheet's
+row or heading: a line holding a comma, a semicolon, a tab or a double quote (c006,gold), or a
+first line such as member_id; a member listed twice is sent once). --csv-column NAME reads FILE
+as a CSV instead, its first line the headings, the member ids in column NAME. Through the same issuance as
 IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap as the database holds it: couponctl rules show),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon
 granted records that login.
 
-Before it sends anything it checks, and refuses with what to do (exit 1, nothing issued): a
-login outside coupon_admin, a campaign that does not exist, is paused, has ended or has not
-started, a coupon above the monthly cap, a budget without room for one more coupon, a FILE that
-is missing, empty or holds a line that is not a member id (named by its number), an --out
-that cannot be written or is not a regular file (a symbolic link, directory, device or FIFO is
-refused, naming it). --dry-run makes these checks, says what the grant would send, and sends
+Before it sends anything it checks, and refuses with what to do, nothing issued: a FILE that is
+missing, empty or holds a line that is not a member id (named by its number; exit 2), a login
+outside coupon_admin, a campaign that does not exist, is paused, has ended or has not started, a
+coupon above the monthly cap, a budget without room for one more coupon, an --out that cannot be
+written or is not a regular file (a symbolic link, directory, device or FIFO is refused, naming
+it) (exit 1). --dry-run makes these checks, says what the grant would send, and sends
 and writes nothing.
 
 It is idempotent: a second run of the same file issues nothing new and answers ALREADY_ISSUED
@@ -99,6 +101,7 @@ answer lost and the coupon not found by looking it up: UNKNOWN in the CSV, count
 re-run settles it); refusals (MONTHLY_CAP, BUDGET_EXCEEDED, COUPON_VOIDED, ...) are answers,
 not errors.`,
 		Example: `  couponctl grant --campaign SORRY-1201 --members outage-members.txt
+  couponctl grant --campaign SORRY-1201 --members crm-export.csv --csv-column member_id
   couponctl grant --campaign SORRY-1201 --members outage-members.txt --concurrency 16 --out sorry.csv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -111,9 +114,9 @@ not errors.`,
 			if err := ids.Campaign(campaignID); err != nil {
 				return usageError{fmt.Errorf("--campaign: %w", err)}
 			}
-			list, err := readIDs(members, ids.Member, cmd.ErrOrStderr())
+			list, err := readMembers(members, column, cmd.ErrOrStderr())
 			if err != nil {
-				return fmt.Errorf("grant: --members: %w; nothing was issued", err)
+				return fileError{fmt.Errorf("grant: --members: %w; nothing was issued", err)}
 			}
 			if out == "" {
 				out = outDefault(members, "."+campaignID+".csv")
@@ -128,6 +131,7 @@ not errors.`,
 	f := c.Flags()
 	f.StringVar(&campaignID, "campaign", "", "the campaign to grant (required)")
 	f.StringVar(&members, "members", "", "a file of member ids, one a line (required)")
+	f.StringVar(&column, "csv-column", "", "read --members as a CSV with a header line, its member ids in the column NAME")
 	f.IntVar(&concurrency, "concurrency", defaultGrantConcurrency,
 		fmt.Sprintf("members granted at once, 1-%d: the requests in flight and the database connections", maxGrantConcurrency))
 	f.StringVar(&out, "out", "", "the CSV of member,result,coupon_id, a regular file or a new name (default BASE.ID.csv in the working directory)")

@@ -621,9 +621,9 @@ func TestGrantChecksFirst(t *testing.T) {
 		{d.admin, []string{"--campaign", "OK"}, 2, "grant needs --campaign ID and --members FILE"},
 		{d.admin, []string{"--campaign", "OK", "--members", good, "--concurrency", "0"}, 2, "--concurrency 0: want 1-64"},
 		{d.admin, []string{"--campaign", "bad id", "--members", good}, 2, "--campaign: "},
-		{d.admin, []string{"--campaign", "OK", "--members", filepath.Join(dir, "none.txt")}, 1, "no such file"},
-		{d.admin, []string{"--campaign", "OK", "--members", bad}, 1, "bad.txt:3: invalid id"},
-		{d.admin, []string{"--campaign", "OK", "--members", empty}, 1, "empty.txt: no ids in it"},
+		{d.admin, []string{"--campaign", "OK", "--members", filepath.Join(dir, "none.txt")}, 2, "none.txt: no such file"},
+		{d.admin, []string{"--campaign", "OK", "--members", bad}, 2, "bad.txt:3: invalid id"},
+		{d.admin, []string{"--campaign", "OK", "--members", empty}, 2, "empty.txt: no ids in it"},
 		{issuer, []string{"--campaign", "OK", "--members", good}, 1, "may not grant coupons: a grant runs as a user in coupon_admin"},
 		{d.admin, []string{"--campaign", "NOPE", "--members", good}, 1, "campaign NOPE does not exist (couponctl campaign list"},
 		{d.admin, []string{"--campaign", "PAUSED", "--members", good}, 1, "is paused since"},
@@ -642,8 +642,12 @@ func TestGrantChecksFirst(t *testing.T) {
 		if c.code == 1 && !strings.Contains(stderr, "nothing was issued") {
 			t.Errorf("%q: the refusal does not say nothing was issued:\n%s", c.args, stderr)
 		}
-		if c.code == 2 && !strings.Contains(stderr, "Usage:") {
+		// A command line not understood prints the usage; a file refused (exit 2 too) names its
+		// line and says nothing was issued.
+		if file := strings.Contains(c.want, ".txt"); c.code == 2 && !file && !strings.Contains(stderr, "Usage:") {
 			t.Errorf("%q: exit 2 without the usage:\n%s", c.args, stderr)
+		} else if c.code == 2 && file && !strings.Contains(stderr, "nothing was issued") {
+			t.Errorf("%q: the refused file does not say nothing was issued:\n%s", c.args, stderr)
 		}
 	}
 	if n := d.count(t, `SELECT count(*) FROM issued_coupons`); n != 0 {

@@ -75,12 +75,19 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
+// fileError is an input file couponctl refuses (a line that is not an id, a missing file):
+// exit 2 as a [usageError], printed without the usage, the file and the line in its text.
+type fileError struct{ err error }
+
+func (f fileError) Error() string { return f.err.Error() }
+func (f fileError) Unwrap() error { return f.err }
+
 // flagError is a flag value or argument couponctl refuses: a [usageError].
 func flagError(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 // Exit codes besides 0 and 1 (a failure, or a finding: a rule broken, drift).
 const (
-	exitUsage = 2 // a command line couponctl does not understand, or a flag value it refuses
+	exitUsage = 2 // a command line couponctl does not understand, a flag value or a file it refuses
 )
 
 // run runs the command line args and returns the process's exit code. An error is printed once
@@ -107,6 +114,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &usage), errors.As(err, new(opsverbs.UsageError)):
 		fmt.Fprintf(stderr, "couponctl: %s\n\n%s", refusalTimes(err.Error()), cmd.UsageString())
+		return exitUsage
+	case errors.As(err, new(fileError)):
+		fmt.Fprintf(stderr, "couponctl: %s\n", err)
 		return exitUsage
 	case errors.Is(err, errViolations):
 		return 1

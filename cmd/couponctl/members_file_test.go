@@ -43,3 +43,62 @@ func grantMemberFileCheck(t *testing.T, v *verdict) {
 		v.Errorf("%d coupons, want 3: a comment was granted as a member", n)
 	}
 }
+
+// TestMemberFilesRefuseSpreadsheetRows: a member list saved from a spreadsheet, a heading line
+// (member_id,rank, or member_id alone) and rows such as c006,gold, is refused by grant and by
+// campaign audience add before anything is sent: exit 2, naming the file and the line, no
+// coupon, no audience row (before: every line was granted as a member id, the budget spent on
+// members who do not exist, exit 0). --csv-column reads the column of such a file, a quoted
+// id holding a comma too. Judged by counting the tables with SQL. Shown red on the broken
+// variant, readIDs without the row and heading check.
+func TestMemberFilesRefuseSpreadsheetRows(t *testing.T) {
+	checkAndBreak(t, spreadsheetRowsCheck, brokenVariant{"every line of a file read as an id",
+		func(t *testing.T) { swap(t, &idRow, func(string, bool) error { return nil }) }})
+}
+
+func spreadsheetRowsCheck(t *testing.T, v *verdict) {
+	d := newGrantDB(t, campaign.Campaign{ID: "OPEN", DiscountYen: 500, BudgetYen: 1_000_000})
+	t.Setenv("DATABASE_URL", d.admin)
+	if code, stdout, stderr := grantCLI("campaign", "create", "--id", "GOLD", "--discount-yen", "500", "--coupons", "10", "--audience-only"); code != 0 {
+		t.Fatalf("create: exit %d\n%s%s", code, stdout, stderr)
+	}
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct{ path, want string }{
+		{file("rows.csv", "member_id,rank\nc006,gold\n"), `:1: "member_id,rank" holds ","`},
+		{file("heading.txt", "\ufeffMember_ID\nm1\n"), `:1: "Member_ID" is a column heading`},
+		{file("tsv.txt", "# from the CRM\nm1\nc006\tgold\n"), `:3: "c006\tgold" holds "\t"`},
+		{file("semi.txt", "m1;m2\n"), `:1: "m1;m2" holds ";"`},
+	} {
+		for _, args := range [][]string{
+			{"grant", "--campaign", "OPEN", "--members", c.path, "--out", filepath.Join(dir, "out.csv")},
+			{"campaign", "audience", "add", "GOLD", "--members", c.path, "--reason", "tier"},
+		} {
+			code, stdout, stderr := grantCLI(args...)
+			if code != 2 || !strings.Contains(stderr, c.path+c.want) || !strings.Contains(stderr, "--csv-column NAME") {
+				v.Errorf("%s %s: exit %d, want 2 naming %q and --csv-column\n%s%s", args[0], filepath.Base(c.path), code, c.want, stdout, stderr)
+			}
+		}
+	}
+	if n := d.count(t, `SELECT count(*) FROM issued_coupons`) + d.count(t, `SELECT count(*) FROM campaign_audience`); n != 0 {
+		v.Errorf("%d coupons and audience rows after the refused files, want 0", n)
+	}
+	csvFile := file("crm.csv", "\ufeffrank, member_id\ngold,c006\nsilver,\"m,7\"\n")
+	code, stdout, stderr := grantCLI("grant", "--campaign", "OPEN", "--members", csvFile, "--csv-column", "member_id", "--out", filepath.Join(dir, "g.csv"))
+	if code != 0 {
+		v.Errorf("grant --csv-column member_id: exit %d, want 0\n%s%s", code, stdout, stderr)
+	}
+	if n := d.count(t, `SELECT count(*) FROM issued_coupons WHERE member_id IN ('c006', 'm,7')`); n != 2 {
+		v.Errorf("--csv-column member_id: %d of c006 and \"m,7\" granted, want 2", n)
+	}
+	code, _, stderr = grantCLI("grant", "--campaign", "OPEN", "--members", csvFile, "--csv-column", "id", "--out", filepath.Join(dir, "h.csv"))
+	if want := csvFile + `:1: no column "id"; its headings are ["rank" " member_id"]`; code != 2 || !strings.Contains(stderr, want) {
+		v.Errorf("--csv-column id: exit %d, want 2 saying %q\n%s", code, want, stderr)
+	}
+}

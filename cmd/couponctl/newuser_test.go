@@ -224,8 +224,8 @@ func memberFileEncodingCheck(t *testing.T, found *verdict) {
 			t.Fatal(err)
 		}
 		code, stdout, stderr := grantCLI("grant", "--campaign", "X", "--members", file)
-		if code != 1 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "byte 0 is 0x") {
-			found.Errorf("%s: exit %d, want 1 with %q\n%s%s", c.name, code, c.want, stdout, stderr)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "byte 0 is 0x") {
+			found.Errorf("%s: exit %d, want 2 with %q\n%s%s", c.name, code, c.want, stdout, stderr)
 		}
 	}
 }
