@@ -322,6 +322,9 @@ func assertionRefused(t *testing.T, v *verdict, identity identityOf) {
 		"another audience":      e.idp.assertion(t, operatorEmail, func(c jwt.MapClaims) { c["aud"] = "/projects/1/apps/other" }),
 		"another issuer":        e.idp.assertion(t, operatorEmail, func(c jwt.MapClaims) { c["iss"] = "https://accounts.google.com" }),
 		"no email":              e.idp.assertion(t, operatorEmail, func(c jwt.MapClaims) { delete(c, "email") }),
+		"without iat":           e.idp.assertion(t, operatorEmail, func(c jwt.MapClaims) { delete(c, "iat") }),
+		"living 30 years":       e.idp.assertion(t, operatorEmail, func(c jwt.MapClaims) { c["exp"] = time.Now().AddDate(30, 0, 0).Unix() }),
+		"living 11 min 1 s":     e.idp.assertion(t, operatorEmail, func(c jwt.MapClaims) { c["exp"] = c["iat"].(int64) + 661 }),
 		"unsigned (alg none)":   unsigned(t, operatorEmail),
 	}
 	c := client(t)
@@ -373,6 +376,13 @@ func TestMissingOrForgedAssertionIs401(t *testing.T) {
 	checkAndBreak(t, func(t *testing.T, v *verdict) { assertionRefused(t, v, verifiedIAP) },
 		brokenVariant{"trusts the email header", func(t *testing.T, v *verdict) {
 			assertionRefused(t, v, func(testing.TB, *idp) Identifier { return trustsEmailHeader{} })
+		}},
+		brokenVariant{"iat optional, any lifetime (jwt's checks alone)", func(t *testing.T, v *verdict) {
+			assertionRefused(t, v, func(t testing.TB, p *idp) Identifier {
+				iap := verifiedIAP(t, p).(*IAP)
+				iap.lifetime = func(*jwt.NumericDate, *jwt.NumericDate) error { return nil }
+				return iap
+			})
 		}})
 }
 

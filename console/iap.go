@@ -25,6 +25,9 @@ const (
 	GoogleIAPKeys = "https://www.gstatic.com/iap/verify/public_key-jwk"
 	// clockLeeway is the clock skew allowed on exp and iat, as Google's own verifier allows.
 	clockLeeway = 30 * time.Second
+	// maxLifetime is the longest an IAP assertion may live, exp minus iat: IAP signs each for 10
+	// minutes, and the same docs allow the skew at both ends ("10 minutes + 2 * skew").
+	maxLifetime = 10*time.Minute + 2*clockLeeway
 )
 
 // ErrNoIdentity is wrapped by every refusal of [Identifier.Identify]: the request carries no
@@ -43,6 +46,21 @@ type Identifier interface {
 type IAP struct {
 	keys     jwt.Keyfunc
 	audience string
+	// lifetime judges the verified assertion's iat and exp: [lifetimeOfIAP]. A field so that a
+	// test can keep its broken variant (browser_test.go).
+	lifetime func(iat, exp *jwt.NumericDate) error
+}
+
+// lifetimeOfIAP refuses an assertion without iat, or one that lives longer than [maxLifetime]
+// (exp 30 years ahead, say): jwt checks iat only when it is there, and any exp to come.
+func lifetimeOfIAP(iat, exp *jwt.NumericDate) error {
+	switch {
+	case iat == nil:
+		return errors.New("the assertion has no iat (IAP always sets it)")
+	case exp.Sub(iat.Time) > maxLifetime:
+		return fmt.Errorf("the assertion lives %s (iat to exp), longer than IAP's %s", exp.Sub(iat.Time), maxLifetime)
+	}
+	return nil
 }
 
 // NewIAP verifies assertions for audience (IAP's "/projects/NUMBER/locations/REGION/services/NAME"
@@ -57,7 +75,7 @@ func NewIAP(ctx context.Context, url, audience string) (*IAP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: IAP keys from %s: %w", url, err)
 	}
-	return &IAP{keys: k.Keyfunc, audience: audience}, nil
+	return &IAP{keys: k.Keyfunc, audience: audience, lifetime: lifetimeOfIAP}, nil
 }
 
 // NewIAPFromFile verifies assertions for audience against the JWK set in file (the JSON of
@@ -74,12 +92,12 @@ func NewIAPFromFile(file, audience string) (*IAP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: IAP keys in %s: %w", file, err)
 	}
-	return &IAP{keys: k.Keyfunc, audience: audience}, nil
+	return &IAP{keys: k.Keyfunc, audience: audience, lifetime: lifetimeOfIAP}, nil
 }
 
 // Identify returns the verified assertion's email, lower-cased. Errors wrap [ErrNoIdentity]:
-// no header, a bad signature, another algorithm, audience or issuer, an expired assertion, no
-// email.
+// no header, a bad signature, another algorithm, audience or issuer, an expired assertion, one
+// without iat or living longer than IAP's (maxLifetime), no email.
 func (v *IAP) Identify(r *http.Request) (string, error) {
 	raw := r.Header.Get(AssertionHeader)
 	if raw == "" {
@@ -93,6 +111,9 @@ func (v *IAP) Identify(r *http.Request) (string, error) {
 		jwt.WithValidMethods([]string{jwt.SigningMethodES256.Alg()}),
 		jwt.WithAudience(v.audience), jwt.WithIssuer(IAPIssuer),
 		jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(clockLeeway))
+	if err == nil {
+		err = v.lifetime(claims.IssuedAt, claims.ExpiresAt)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoIdentity, err)
 	}
