@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/text/width"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/internal/ops/coupon"
-	"github.com/mops/coupon-api/internal/ops/refusal"
 )
 
 // The console's changes go through the console_* functions of migration 00026 (schema/current),
@@ -103,9 +103,9 @@ func (a *actions) period(ctx context.Context, id string, starts, ends *time.Time
 }
 
 // refusalOf turns a change's error into the status and message the page shows: the database's
-// refusal as couponctl prints it (times at +09:00), or, for anything unexpected, a generic
-// message (the detail goes to the log).
-func refusalOf(subject string, err error) (status int, msg string, unexpected bool) {
+// refusal in Japanese (sayJa), or, for anything unexpected, a generic message (the detail goes
+// to the log, as does a refusal the table does not know).
+func refusalOf(err error) (status int, msg string, unexpected bool) {
 	var own errRefusedGo
 	if errors.As(err, &own) {
 		return http.StatusConflict, "拒否されました: " + string(own), false
@@ -116,19 +116,19 @@ func refusalOf(subject string, err error) (status int, msg string, unexpected bo
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		ja, known := sayRefusal(pgErr.Message) // an unknown refusal is logged, to join the table
 		switch pgErr.Code {
 		case pgerrcode.InsufficientPrivilege:
 			if !roleRefusal(pgErr) {
 				break // a grant the console's login lacks: the deployment's fault, not the person's
 			}
-			return http.StatusForbidden, "権限がありません: " + refusal.TokyoTimes(pgErr.Message), false
+			return http.StatusForbidden, "権限がありません: " + ja, !known
 		case "CI404":
-			return http.StatusNotFound, refusal.TokyoTimes(pgErr.Message), false
+			return http.StatusNotFound, ja, !known
 		case "CI422", "CI409":
-			return http.StatusConflict, "拒否されました: " + refusal.TokyoTimes(pgErr.Message) + "（何も変更していません）", false
+			return http.StatusConflict, "できませんでした: " + ja + "（何も変更していません）", !known
 		case pgerrcode.LockNotAvailable:
-			return http.StatusServiceUnavailable, fmt.Sprintf("%s: 予算ストライプが 1 秒以上ロックされたままでした。何も変更していません。もう一度実行してください。",
-				subject), false
+			return http.StatusServiceUnavailable, "ほかの変更か配布が 1 秒以上続いたため、変更できませんでした。何も変更していません。もう一度実行してください。", false
 		}
 	}
 	return http.StatusInternalServerError, "予期しないエラーです。何も変更されていない可能性があります。ログを確認してください。", true
@@ -184,32 +184,42 @@ func (f form) yenField(field string, lo, hi int64) (*int64, error) {
 		return n, err
 	}
 	if *n < lo || *n > hi {
-		return nil, fmt.Errorf("%s: %d 円から %d 円の整数を入力してください: %d", field, lo, hi, *n)
+		return nil, fmt.Errorf("%s: %sから %sまでの整数を入力してください（入力: %s）", fieldJa[field], yen(lo), yen(hi), yen(*n))
 	}
 	return n, nil
 }
 
-// int64Field is field as an integer in yen, nil when empty.
+// int64Field is field as an integer in yen ([number]), nil when empty.
 func (f form) int64Field(field string) (*int64, error) {
-	v := strings.TrimSpace(strings.ReplaceAll(f.r.PostFormValue(field), ",", ""))
+	v := number(f.r.PostFormValue(field))
 	if v == "" {
 		return nil, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("%s: 整数（円）を入力してください: %q", field, v)
+		return nil, fmt.Errorf("%s: 整数（円）を入力してください: %q", fieldJa[field], f.r.PostFormValue(field))
 	}
 	return &n, nil
 }
 
+// number is a number field as the team types it: full-width digits and signs folded
+// (width.Narrow), commas, 円 and spaces dropped, a minus sign (U+2212) read as "-".
+func number(v string) string {
+	return strings.NewReplacer(",", "", "円", "", " ", "", "\u2212", "-").Replace(width.Narrow.String(v))
+}
+
+// fieldJa are the forms' fields as their labels name them.
+var fieldJa = map[string]string{"budget_yen": "新しい予算", "add_budget_yen": "増減額", "stripes": "予算ストライプ数",
+	"starts": "開始", "ends": "終了"}
+
 func (f form) stripes() (*int, error) {
-	v := strings.TrimSpace(f.r.PostFormValue("stripes"))
+	v := number(f.r.PostFormValue("stripes"))
 	if v == "" {
 		return nil, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > campaign.MaxStripes {
-		return nil, fmt.Errorf("stripes: 1 から %d の整数を入力してください: %q", campaign.MaxStripes, v)
+		return nil, fmt.Errorf("予算ストライプ数: 1 から %d の整数を入力してください: %q", campaign.MaxStripes, f.r.PostFormValue("stripes"))
 	}
 	return &n, nil
 }
@@ -228,9 +238,9 @@ func (f form) budgetArgs() (set, add *int64, stripes *int, err error) {
 	}
 	switch {
 	case set != nil && add != nil:
-		err = errors.New("budget_yen と add_budget_yen はどちらか一方だけを入力してください")
+		err = errors.New("新しい予算と増減額は、どちらか一方だけを入力してください")
 	case set == nil && add == nil && stripes == nil:
-		err = errors.New("budget_yen、add_budget_yen、stripes のいずれかを入力してください")
+		err = errors.New("増減額か新しい予算を入力してください")
 	}
 	return
 }
@@ -247,7 +257,7 @@ func (f form) jstField(field string) (*time.Time, error) {
 			return &t, nil
 		}
 	}
-	return nil, fmt.Errorf("%s: 日本時間の日時（2026-12-01T10:00）を入力してください: %q", field, v)
+	return nil, fmt.Errorf("%s: 日本時間の日時（2026-12-01T10:00）を入力してください: %q", fieldJa[field], v)
 }
 
 // periodArgs reads the period form: starts and ends (either may be empty, not both).
@@ -259,7 +269,7 @@ func (f form) periodArgs() (starts, ends *time.Time, err error) {
 		return
 	}
 	if starts == nil && ends == nil {
-		err = errors.New("starts、ends のいずれかを入力してください")
+		err = errors.New("開始か終了を入力してください")
 	}
 	return
 }

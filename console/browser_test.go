@@ -1,9 +1,11 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -161,7 +163,7 @@ func raiseAboveTheLine(t *testing.T, v *verdict, breakIt func(*env)) {
 	rid := e.count(t, `SELECT request_id FROM campaign_change_requests WHERE campaign_id = 'RAISE' AND state = 'pending'`)
 	status, body := e.do(t, c, http.MethodPost, fmt.Sprintf("/requests/%d/approve", rid), e.idp.assertion(t, approverEmail),
 		url.Values{CSRFField: {csrfToken(t, page)}, "campaign_id": {"RAISE"}, "reason": {"自分で承認"}})
-	if status != http.StatusForbidden || !strings.Contains(body, "a different approver decides it") {
+	if status != http.StatusForbidden || !strings.Contains(body, "申請者とは別の承認者が決定します") {
 		v.Errorf("the requester's own approval: %d, the page does not show the database's refusal:\n%.600s", status, body)
 	}
 	if got := budget(); got != 100_000 {
@@ -219,6 +221,7 @@ func voidFrees(t *testing.T, v *verdict, breakIt func(*env)) {
 	ctx := b.as(t, e.idp.assertion(t, operatorEmail))
 	e.open(t, ctx, "/members/m-void")
 	submit(t, ctx, "void", fmt.Sprintf(`[data-coupon=%q]`, first), map[string]string{"allow_reissue": "on", "reason": "誤配布のため再発行"})
+	submit(t, ctx, "void", ".confirm", nil) // the confirmation (TestEndAndVoidAskFirst)
 	if text := pageText(t, ctx); !strings.Contains(text, "再発行を受けられます") {
 		t.Fatalf("after the void button: %s", text)
 	}
@@ -419,4 +422,67 @@ func TestChartDrawsItsPoints(t *testing.T) {
 		submit(t, ctx, "budget", "", map[string]string{"add_budget_yen": "200000", "reason": "週末の増額（稟議 2026-124）"})
 	}
 	screenshot(t, ctx, "campaign")
+}
+
+// askFirst is the confirmation check: an operator's end of a campaign and void of a coupon each
+// show a confirmation page first (data-confirm) and change nothing, counted with SQL; the
+// confirmation's own form, the reason and the reissue choice kept, then does it.
+func askFirst(t *testing.T, v *verdict, breakIt func(*env)) {
+	e := setup(t, verifiedIAP)
+	breakIt(e)
+	e.createCampaign(t, campaign.Campaign{ID: "ASK", DiscountYen: 1000, BudgetYen: 100_000})
+	r, id := e.issueCoupon(t, "m-ask", "ASK")
+	if r != "ISSUED" {
+		t.Fatalf("IssueCoupon: %s", r)
+	}
+	b := newBrowser(t)
+	ctx := b.as(t, e.idp.assertion(t, operatorEmail))
+	ended := func() int64 {
+		return e.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'ASK' AND what = 'end'`)
+	}
+	voided := func() int64 {
+		return e.count(t, `SELECT count(*) FROM issued_coupons WHERE coupon_id = $1 AND voided_at IS NOT NULL AND reissue_allowed`, id)
+	}
+	e.open(t, ctx, "/campaigns/ASK")
+	submit(t, ctx, "end", "", map[string]string{"reason": "x"})
+	if asked := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("[data-confirm=end]").length`)); asked != 1 || ended() != 0 {
+		v.Errorf("end: the first click showed %d confirmations and ended %d times, want 1 and none", asked, ended())
+	}
+	if get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("[data-confirm=end] form[data-action=end]").length`)) == 1 {
+		submit(t, ctx, "end", ".confirm", nil)
+	}
+	if n := ended(); n != 1 {
+		v.Errorf("end: confirmed, %d end changes, want 1", n)
+	}
+	e.open(t, ctx, "/coupons/"+id)
+	submit(t, ctx, "void", "", map[string]string{"allow_reissue": "on", "reason": "誤配布"})
+	if asked := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("[data-confirm=void]").length`)); asked != 1 || voided() != 0 {
+		v.Errorf("void: the first click showed %d confirmations and voided %d coupons, want 1 and none", asked, voided())
+	}
+	if get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("[data-confirm=void] form[data-action=void]").length`)) == 1 {
+		submit(t, ctx, "void", ".confirm", nil)
+	}
+	if n := voided(); n != 1 {
+		v.Errorf("void: confirmed, %d coupons voided with reissue allowed, want 1", n)
+	}
+}
+
+// TestEndAndVoidAskFirst: ending a campaign and voiding a coupon ask for a confirmation first
+// (before: one click with the reason "x" ended a campaign for good). Also run on a console
+// whose every form arrives confirmed (a proxy in the test adds confirm=yes): the check finds it.
+func TestEndAndVoidAskFirst(t *testing.T) {
+	checkAndBreak(t, func(t *testing.T, v *verdict) { askFirst(t, v, func(*env) {}) },
+		brokenVariant{"acts at the first click", func(t *testing.T, v *verdict) {
+			askFirst(t, v, func(e *env) {
+				h := e.console.Config.Handler
+				e.console.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodPost {
+						body, _ := io.ReadAll(r.Body)
+						body = append(body, "&confirm=yes"...)
+						r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+					}
+					h.ServeHTTP(w, r)
+				})
+			})
+		}})
 }

@@ -213,5 +213,11 @@ func (s *server) static() http.Handler {
 	})
 }
 
-// tokyoTime formats t at +09:00, RFC 3339, as couponctl prints times.
-func tokyoTime(t time.Time) string { return t.In(tokyo).Format(time.RFC3339) }
+// tokyoTime writes t as the team reads a time, Asia/Tokyo to the minute: 2026/12/07（月）19:23.
+func tokyoTime(t time.Time) string {
+	t = t.In(tokyo)
+	return fmt.Sprintf("%s（%s）%s", t.Format("2006/01/02"), weekdayJa[t.Weekday()], t.Format("15:04"))
+}
+
+// weekdayJa are the days of the week as a Japanese date writes them, Sunday first.
+var weekdayJa = [...]string{"日", "月", "火", "水", "木", "金", "土"}

@@ -100,7 +100,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, status int, subjec
 	msg := err.Error()
 	if status == 0 {
 		var unexpected bool
-		status, msg, unexpected = refusalOf(subject, err)
+		status, msg, unexpected = refusalOf(err)
 		if unexpected {
 			s.log.Error("console: "+subject, "path", r.URL.Path, "person", person(r), "err", err.Error())
 		}
@@ -133,6 +133,9 @@ type campaignView struct {
 	Chart    template.HTML
 	Requests []Request
 	History  []HistoryRow
+	// ApprovalAboveYen is the four-eyes line (coupon_rules.approval_above_yen), in yen: a raise
+	// above it waits for a second approver.
+	ApprovalAboveYen int64
 }
 
 func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
@@ -160,6 +163,9 @@ func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		v.History, err = s.reads.history(ctx, id)
+	}
+	if err == nil {
+		v.ApprovalAboveYen, err = s.reads.approvalLine(ctx)
 	}
 	if err != nil {
 		s.fail(w, r, 0, id, err, "/")
@@ -283,6 +289,10 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, who := r.Context(), person(r)
+	if action == "end" && !confirmed(r) {
+		s.confirmEnd(w, r, id, reason, back)
+		return
+	}
 	var out outcome
 	switch action {
 	case "pause", "resume", "end":
@@ -350,6 +360,10 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reissue := r.PostFormValue("allow_reissue") != ""
+	if !confirmed(r) {
+		s.confirmVoid(w, r, id, reason, reissue, back)
+		return
+	}
 	if err := s.actions.voidCoupon(r.Context(), id, reissue, person(r), reason); err != nil {
 		s.fail(w, r, 0, "coupon "+id, err, back)
 		return
@@ -360,6 +374,53 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: void", "coupon", id, "reissue", reissue, "person", person(r))
 	http.Redirect(w, r, back+"?"+outcome{done: done}.query(), http.StatusSeeOther)
+}
+
+// confirmation is the page that asks before a change that cannot be undone (an end, a void):
+// the same form again, its fields kept, with confirm=yes. No script needed.
+type confirmation struct {
+	Action, Path, Back, Question, Button, Reason string
+	Facts                                        []string
+	Hidden                                       map[string]string
+}
+
+// confirmed says the form came from a [confirmation] page.
+func confirmed(r *http.Request) bool { return r.PostFormValue("confirm") == "yes" }
+
+// confirmEnd asks before ending campaign id, saying what the end does and where it stands.
+func (s *server) confirmEnd(w http.ResponseWriter, r *http.Request, id, reason, back string) {
+	p, err := s.newPage(r, "キャンペーン "+id+" を終了しますか")
+	var st campaign.Status
+	if err == nil {
+		st, err = campaign.Show(r.Context(), s.reads.pool, id)
+	}
+	if err != nil {
+		s.fail(w, r, 0, id, err, back)
+		return
+	}
+	p.Data = confirmation{Action: "end", Path: r.URL.Path, Back: back, Reason: reason, Button: "終了する",
+		Question: "このキャンペーンを今すぐ終了します。終了すると一時停止と違い再開できず、クーポンは配布されません（再び配布するには期間の変更の申請と承認が必要です）。",
+		Facts: []string{"状態: " + stateJa(st.State), fmt.Sprintf("配布数: %s 枚、残り枚数: %s 枚", groupDigits(issuedCoupons(st)), groupDigits(st.RemainingCoupons)),
+			"配布済みのクーポンは有効なままです。"}}
+	s.render(w, http.StatusOK, "confirm.html", p)
+}
+
+// confirmVoid asks before voiding coupon id.
+func (s *server) confirmVoid(w http.ResponseWriter, r *http.Request, id, reason string, reissue bool, back string) {
+	p, err := s.newPage(r, "クーポンを無効化しますか")
+	if err != nil {
+		s.fail(w, r, 0, id, err, back)
+		return
+	}
+	c := confirmation{Action: "void", Path: r.URL.Path, Back: back, Reason: reason, Button: "無効化する",
+		Question: "クーポン " + id + " を無効化します。無効化したクーポンは使えなくなり、元に戻せません。",
+		Facts:    []string{"同じ会員への再発行: 許可しない"}}
+	if reissue {
+		c.Facts = []string{"同じ会員への再発行: 許可する"}
+		c.Hidden = map[string]string{"allow_reissue": "1"}
+	}
+	p.Data = c
+	s.render(w, http.StatusOK, "confirm.html", p)
 }
 
 // notFound answers a path the console does not serve: 404 on the error page.

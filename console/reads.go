@@ -344,3 +344,11 @@ SELECT coupon_id::text, voided_by_email FROM issued_coupons WHERE coupon_id = AN
 	_, err = pgx.ForEachRow(rows, []any{&id, &email}, func() error { m[id] = email; return nil })
 	return m, err
 }
+
+// approvalLine is the four-eyes line, in yen: the rule setting approval_above_yen (couponctl
+// rules set --approval-above-yen), above which console_budget makes a raise a request.
+func (r *reads) approvalLine(ctx context.Context) (int64, error) {
+	var yen int64
+	err := r.pool.QueryRow(ctx, `SELECT approval_above_yen FROM coupon_rules`).Scan(&yen)
+	return yen, err
+}

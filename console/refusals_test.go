@@ -2,15 +2,19 @@ package console
 
 import (
 	"context"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
+	"github.com/mops/coupon-api/internal/ops/refusal"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // poster sends a person's forms as their browser would: with the CSRF token of a page they
@@ -64,7 +68,7 @@ func (e *env) changes(t *testing.T, id string) int64 {
 
 // TestNothingChangedIsSaidSo: a resume of an active campaign and an add of 0 yen change nothing
 // and say so (done=unchanged), writing no history; a resume of an ended campaign is refused
-// (409) naming campaign update --ends, as couponctl campaign resume refuses it. Before, each
+// (409) in Japanese, saying a period change reopens it, as couponctl campaign resume refuses it. Before, each
 // answered done=resume or done=budget, "再開しました。"
 func TestNothingChangedIsSaidSo(t *testing.T) {
 	e := setup(t, verifiedIAP)
@@ -87,12 +91,12 @@ func TestNothingChangedIsSaidSo(t *testing.T) {
 		t.Errorf("the page after done=unchanged does not say nothing changed")
 	}
 
-	if status, loc, _ = op.post(t, "/campaigns/EMPTY/end", url.Values{"reason": {"終了"}}); status != http.StatusSeeOther || !strings.Contains(loc, "done=end") {
+	if status, loc, _ = op.post(t, "/campaigns/EMPTY/end", url.Values{"reason": {"終了"}, "confirm": {"yes"}}); status != http.StatusSeeOther || !strings.Contains(loc, "done=end") {
 		t.Fatalf("end: %d %q, want 303 to done=end", status, loc)
 	}
 	status, loc, body = op.post(t, "/campaigns/EMPTY/resume", url.Values{"reason": {"終了後の再開"}})
-	if status != http.StatusConflict || !strings.Contains(body, "campaign update EMPTY --ends") {
-		t.Errorf("resume of an ended campaign: %d %q %.300s, want 409 naming campaign update --ends", status, loc, body)
+	if want := "に終了しているため、再開はできません。再び配布するには、期間の変更を申請してください。"; status != http.StatusConflict || !strings.Contains(body, want) {
+		t.Errorf("resume of an ended campaign: %d %q %.300s, want 409 saying %q", status, loc, body, want)
 	}
 	if n := e.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'EMPTY' AND what = 'resume'`); n != 0 {
 		t.Errorf("resume rows of EMPTY: %d, want none", n)
@@ -112,10 +116,10 @@ func TestBadInputIsRefusedAt400(t *testing.T) {
 		form url.Values
 		want string
 	}{
-		"add beyond int4":    {url.Values{"reason": {"増額"}, "add_budget_yen": {"9223372036854775807"}}, "2147483647"},
-		"add just beyond":    {url.Values{"reason": {"増額"}, "add_budget_yen": {"2147483648"}}, "2147483647"},
-		"cut beyond":         {url.Values{"reason": {"減額"}, "add_budget_yen": {"-2147483648"}}, "2147483647"},
-		"negative budget":    {url.Values{"reason": {"予算"}, "budget_yen": {"-5"}}, "budget_yen"},
+		"add beyond int4":    {url.Values{"reason": {"増額"}, "add_budget_yen": {"9223372036854775807"}}, "2,147,483,647 円まで"},
+		"add just beyond":    {url.Values{"reason": {"増額"}, "add_budget_yen": {"2147483648"}}, "2,147,483,647 円まで"},
+		"cut beyond":         {url.Values{"reason": {"減額"}, "add_budget_yen": {"-2147483648"}}, "2,147,483,647 円まで"},
+		"negative budget":    {url.Values{"reason": {"予算"}, "budget_yen": {"-5"}}, "新しい予算: 1 円から 2,147,483,647 円まで"},
 		"invalid UTF-8":      {url.Values{"reason": {"\xff\xfe"}, "add_budget_yen": {"1000"}}, "UTF-8"},
 		"reason too long":    {url.Values{"reason": {strings.Repeat("長", 1001)}, "add_budget_yen": {"1000"}}, "1000 文字"},
 		"zero-width space":   {url.Values{"reason": {"\u200b"}, "add_budget_yen": {"1000"}}, "理由を入力してください"},
@@ -132,6 +136,16 @@ func TestBadInputIsRefusedAt400(t *testing.T) {
 	}
 	if n := e.changes(t, "INPUT"); n != 0 {
 		t.Errorf("changes of INPUT after refused input: %d, want none", n)
+	}
+	// As the team types amounts: full-width digits, commas, 円, a full-width or a typographic minus.
+	for _, typed := range []string{"１，０００円", "2,000 円", "－５００", "\u2212500円"} {
+		status, _, body := op.post(t, "/campaigns/INPUT/budget", url.Values{"reason": {"入力 " + typed}, "add_budget_yen": {typed}})
+		if status != http.StatusSeeOther {
+			t.Errorf("add_budget_yen=%q: %d %.300s, want 303", typed, status, body)
+		}
+	}
+	if n := e.count(t, `SELECT sum(budget_yen) FROM campaign_budgets WHERE campaign_id = 'INPUT'`); n != 102_000 {
+		t.Errorf("INPUT's budget after +1,000, +2,000, -500 and -500 typed as the team types them: %d yen, want 102,000", n)
 	}
 	status, _, body := op.post(t, "/campaigns/INPUT/budget", url.Values{"reason": {"上限まで"}, "add_budget_yen": {"2147483647"}})
 	if status != http.StatusSeeOther {
@@ -156,7 +170,7 @@ func TestLargeAmountsPrintAsYen(t *testing.T) {
 		t.Fatalf("raise of 2,500,000: %d %q %.300s, want a request", status, loc, body)
 	}
 	_, body := e.do(t, op.c, http.MethodGet, "/campaigns/BIG", e.idp.assertion(t, operatorEmail), nil)
-	for _, want := range []string{"budget_yen=12,345,678 円", "budget_yen=10,000,000 円", "add_yen=2,500,000 円"} {
+	for _, want := range []string{"予算: 12,345,678 円", "予算: 10,000,000 円", "増減額: 2,500,000 円"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page of BIG does not show %q", want)
 		}
@@ -286,7 +300,7 @@ func TestUnknownPathsAndTheRequesterAreAnsweredAsAPage(t *testing.T) {
 		t.Errorf("GET /static/style.css: %d, want 200", status)
 	}
 	_, body := e.do(t, c, http.MethodGet, "/campaigns/PAGES", e.idp.assertion(t, viewerEmail), nil)
-	if !strings.Contains(body, `data-what="create"`) || !strings.Contains(body, "<td>作成</td>") || strings.Contains(body, "<td>create</td>") {
+	if !strings.Contains(body, `data-what="create"`) || !strings.Contains(body, `<td data-label="変更">作成</td>`) || strings.Contains(body, `>create</td>`) {
 		t.Errorf("the history does not name the creation 作成")
 	}
 
@@ -337,4 +351,113 @@ func TestPeriodMoveIsARequest(t *testing.T) {
  AND starts_at = '2027-01-01T01:00:00Z' AND ends_at = '2027-02-01T01:00:30Z'`); n == 0 {
 		t.Errorf("after the approval the period of PERIOD is not 2027-01-01T10:00+09:00 to 2027-02-01T10:00:30+09:00")
 	}
+}
+
+// englishWords finds a run of three English words: a sentence the page should have said in
+// Japanese (a command in <code> aside).
+var englishWords = regexp.MustCompile(`[A-Za-z]{2,}[ ,:]+[A-Za-z]{2,}[ ,:]+[A-Za-z]{2,}`)
+
+// refusedInJapanese is the check of the database's refusals as the pages show them: each change
+// the database refuses through the console (an end before the start, a pause of an ended
+// campaign, a budget below the issued yen, a period ending before it starts, a viewer's pause)
+// is said in Japanese with its facts (the times as the team reads them), no English sentence.
+func refusedInJapanese(t *testing.T, v *verdict) {
+	e := setup(t, verifiedIAP)
+	soon := time.Now().Add(48 * time.Hour)
+	e.createCampaign(t, campaign.Campaign{ID: "SOON", DiscountYen: 1000, BudgetYen: 100_000, StartsAt: &soon})
+	e.createCampaign(t, campaign.Campaign{ID: "DONE", DiscountYen: 1000, BudgetYen: 100_000})
+	e.createCampaign(t, campaign.Campaign{ID: "USED", DiscountYen: 1000, BudgetYen: 100_000})
+	if _, err := campaign.End(context.Background(), e.owner, "DONE", "終了"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.issueCoupon(t, "m1", "USED"); r != "ISSUED" {
+		t.Fatalf("IssueCoupon: %s", r)
+	}
+	op := e.poster(t, operatorEmail, "/campaigns/USED")
+	viewer := *op // a viewer's page has no form: an operator's token
+	viewer.email = viewerEmail
+	for _, c := range []struct {
+		who        *poster
+		path       string
+		form       url.Values
+		want, fact string
+	}{
+		{op, "/campaigns/SOON/end", url.Values{"reason": {"中止"}, "confirm": {"yes"}}, "はまだ始まっていません", tokyoTime(soon)},
+		{op, "/campaigns/DONE/pause", url.Values{"reason": {"停止"}}, "終了しているため、一時停止はできません", "期間の変更を申請"},
+		{op, "/campaigns/USED/budget", url.Values{"reason": {"減額"}, "budget_yen": {"500"}}, "発行済みの 1,000 円を下回ります", "予算 500 円"},
+		{op, "/campaigns/USED/period", url.Values{"reason": {"期間"}, "starts": {"2027-01-02T10:00"}, "ends": {"2027-01-01T10:00"}}, "より前ではありません", "2027/01/02（土）10:00"},
+		{&viewer, "/campaigns/USED/pause", url.Values{"reason": {"停止"}}, "役割は閲覧者です", "オペレーターの役割が必要です"},
+	} {
+		status, _, body := c.who.post(t, c.path, c.form)
+		msg := errorText(body)
+		if status < 400 || !strings.Contains(msg, c.want) || !strings.Contains(msg, c.fact) || englishWords.MatchString(msg) {
+			v.Errorf("%s: %d %q, want a refusal saying %q and %q, no English", c.path, status, msg, c.want, c.fact)
+		}
+	}
+}
+
+// errorText is the text of a page's error message (class "error"), "" without one.
+func errorText(body string) string {
+	_, rest, ok := strings.Cut(body, `class="error" role="alert">`)
+	if !ok {
+		return ""
+	}
+	msg, _, _ := strings.Cut(rest, "</p>")
+	return html.UnescapeString(msg)
+}
+
+// TestRefusalsInJapanese: the database's refusals are said in the team's words (refusals_ja.go).
+// Before, the pages showed the database's English ("campaign DONE has ended, at ...: a pause does
+// not reopen it; move its end first (couponctl campaign update DONE --ends T ...)"); kept as the
+// broken variant.
+func TestRefusalsInJapanese(t *testing.T) {
+	checkAndBreak(t, refusedInJapanese, brokenVariant{"the database's English as it is", func(t *testing.T, v *verdict) {
+		saved := sayRefusal
+		sayRefusal = func(msg string) (string, bool) { return refusal.TokyoTimes(msg), true }
+		t.Cleanup(func() { sayRefusal = saved })
+		refusedInJapanese(t, v)
+	}})
+}
+
+// historyWords is the check of the history in the team's words: a campaign created with two
+// releases and given a budget change shows, in its history, the releases' instants as the team
+// reads a time (2026/12/09（水）10:00, Asia/Tokyo), the keys in Japanese, no Go map syntax, no
+// raw key, no UTC instant; the stripes only in the 詳細 section.
+func historyWords(t *testing.T, v *verdict) {
+	e := setup(t, verifiedIAP)
+	first := time.Date(2030, 12, 9, 10, 0, 0, 0, issuance.Tokyo)
+	e.createCampaign(t, campaign.Campaign{ID: "HIST", DiscountYen: 1000, BudgetYen: 100_000,
+		Releases: []campaign.Release{{At: first, Coupons: 50}, {At: first.AddDate(0, 0, 1), Coupons: 50}}})
+	op := e.poster(t, operatorEmail, "/campaigns/HIST")
+	if status, _, body := op.post(t, "/campaigns/HIST/budget", url.Values{"reason": {"増額"}, "add_budget_yen": {"5000"}}); status != http.StatusSeeOther {
+		t.Fatalf("raise: %d %.300s", status, body)
+	}
+	_, body := e.do(t, op.c, http.MethodGet, "/campaigns/HIST", e.idp.assertion(t, operatorEmail), nil)
+	_, history, _ := strings.Cut(body, `<section class="history">`)
+	shown, _, _ := strings.Cut(history, "<details>")
+	for _, want := range []string{"2030/12/09（月）10:00", "2030/12/10（火）10:00", "枚数: 50 枚", "予算: 105,000 円"} {
+		if !strings.Contains(history, want) {
+			v.Errorf("the history lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"map[", "_yen=", "T01:00:00", "+00:00", "releases=", "stripes"} {
+		if strings.Contains(shown, bad) {
+			v.Errorf("the history shows %q: %.300s", bad, shown[strings.Index(shown, bad)-min(strings.Index(shown, bad), 100):])
+		}
+	}
+	if !strings.Contains(history, "予算ストライプ数: 1") {
+		v.Errorf("the history's 詳細 lacks the stripes")
+	}
+}
+
+// TestHistoryInTheTeamsWords: the history in the team's words (historyWords). Before, it
+// printed releases=[map[at:2026-12-09T01:00:00+00:00 ...]]. Also run with the console's
+// time zone UTC (the broken variant of a history printed in UTC): the check finds it.
+func TestHistoryInTheTeamsWords(t *testing.T) {
+	checkAndBreak(t, historyWords, brokenVariant{"a history printed in UTC", func(t *testing.T, v *verdict) {
+		saved := tokyo
+		tokyo = time.UTC
+		t.Cleanup(func() { tokyo = saved })
+		historyWords(t, v)
+	}})
 }

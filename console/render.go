@@ -22,6 +22,13 @@ var funcs = template.FuncMap{
 	"over":   over,
 	"what":   whatJa,
 	"json":   jsonText,
+	"detail": jsonDetail,
+	"badges": badges,
+	"note":   stateNote,
+	"count":  issuedCoupons,
+	"used":   usedTenths,
+	"low":    lowBudget,
+	"tenths": func(n int) string { return fmt.Sprintf("%d.%d %%", n/10, n%10) },
 	"perMin": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"push":   pushJa,
 	"kind":   func(k string) string { return map[string]string{"budget": "予算", "period": "期間"}[k] },
@@ -41,20 +48,7 @@ func yen(n any) string {
 	case int64:
 		v = x
 	}
-	s := strconv.FormatInt(v, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String() + " 円"
-	}
-	return b.String() + " 円"
+	return groupDigits(v) + " 円"
 }
 
 // percent is part of whole as a percentage, rounded half up to one decimal (42.9 %), as
@@ -103,14 +97,54 @@ func pushJa(s string) string {
 	return s
 }
 
-// jsonText writes a history row's before or after, or a request's arguments, as key=value
-// pairs: times at +09:00, amounts (keys ending _yen) as yen, other whole numbers as integers.
+// jsonText writes a history row's before or after, or a request's arguments, in the team's
+// words: each key by [keyJa] (an unknown key as it is), times as [tokyoTime], amounts (keys
+// ending _yen) in yen, counts with their unit, true and false as はい and いいえ, a list
+// joined, an object in brackets; the keys of [detailKeys] are left to [jsonDetail].
 func jsonText(m map[string]any) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, k+"="+jsonValue(k, m[k]))
+		if _, detail := detailKeys[k]; !detail {
+			parts = append(parts, label(k)+": "+jsonValue(k, m[k]))
+		}
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(parts, "、")
+}
+
+// jsonDetail writes the keys of [detailKeys] in m, for the page's 詳細 section.
+func jsonDetail(m map[string]any) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if ja, ok := detailKeys[k]; ok {
+			parts = append(parts, ja+": "+jsonValue(k, m[k]))
+		}
+	}
+	return strings.Join(parts, "、")
+}
+
+// keyJa are the keys of campaign_changes' before and after (campaign_change_record's callers)
+// and of campaign_change_requests' arguments, in the team's words.
+var keyJa = map[string]string{
+	"budget_yen": "予算", "add_yen": "増減額", "issued_yen": "発行額", "discount_yen": "1 枚の額",
+	"starts_at": "開始", "ends_at": "終了", "paused_at": "一時停止", "coupons_expire_at": "有効期限",
+	"coupon_valid_days": "有効日数", "releases": "配布予定", "at": "日時", "coupons": "枚数",
+	"released_coupons": "配布予定の合計", "audience_only": "会員限定", "added": "追加", "removed": "削除",
+	"given": "指定",
+}
+
+// detailKeys are the keys shown only in the 詳細 section, with their words: how the budget is
+// held, not what the team decides.
+var detailKeys = map[string]string{"stripes": "予算ストライプ数"}
+
+// unitJa are the units of the counts among [keyJa]'s keys.
+var unitJa = map[string]string{"coupons": " 枚", "released_coupons": " 枚", "added": " 名", "removed": " 名",
+	"given": " 名", "coupon_valid_days": " 日"}
+
+func label(k string) string {
+	if ja, ok := keyJa[k]; ok {
+		return ja
+	}
+	return k
 }
 
 // jsonValue writes the value of key k as [jsonText] does. pgx decodes a jsonb number as a
@@ -120,6 +154,8 @@ func jsonValue(k string, v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "なし"
+	case bool:
+		return map[bool]string{true: "はい", false: "いいえ"}[x]
 	case string:
 		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
 			return tokyoTime(t)
@@ -132,7 +168,15 @@ func jsonValue(k string, v any) string {
 		if strings.HasSuffix(k, "_yen") {
 			return yen(int64(x))
 		}
-		return strconv.FormatInt(int64(x), 10)
+		return groupDigits(int64(x)) + unitJa[k]
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = jsonValue(k, e)
+		}
+		return strings.Join(parts, "、")
+	case map[string]any:
+		return "（" + jsonText(x) + "）"
 	}
 	return fmt.Sprint(v)
 }
@@ -169,8 +213,8 @@ func chartSVG(points []Point) template.HTML {
 	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, padL, padT, padL, chartH-padB)
 	fmt.Fprintf(&b, `<text class="label" x="%d" y="%.1f" text-anchor="end">%s</text>`, padL-6, y(top)+4, template.HTMLEscapeString(yen(top)))
 	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">0 円</text>`, padL-6, chartH-padB+4)
-	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">%s</text>`, padL, chartH-12, t0.In(tokyo).Format("01/02 15:04"))
-	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">%s</text>`, chartW-padR, chartH-12, t1.In(tokyo).Format("01/02 15:04"))
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">%s</text>`, padL, chartH-12, shortTime(t0))
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">%s</text>`, chartW-padR, chartH-12, shortTime(t1))
 	var budget, issued strings.Builder
 	for i, p := range points {
 		if i > 0 {

@@ -224,7 +224,7 @@ SELECT at, CASE action WHEN 'redeem' THEN '利用' WHEN 'rollback' THEN '取消'
 		if err := rows.Scan(&at, &r[1], &r[2], &r[3], &r[4]); err != nil {
 			t.Fatal(err)
 		}
-		r[0] = at.In(tokyo).Format(time.RFC3339)
+		r[0] = tokyoTime(at)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -1,0 +1,110 @@
+package console
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/mops/coupon-api/internal/ops/campaign"
+)
+
+// The campaign's figures in the promotion team's words, each from the database's own reading
+// (campaign.Status: campaign_state, the R1 counter, the releases): nothing here judges a state.
+
+// lowBudgetPercent is the share of the budget left below which a campaign is flagged 残りわずか
+// (Talon.One's "Low on budget" flags 5%).
+const lowBudgetPercent = 5
+
+// shortTime writes t as a state's note does, Asia/Tokyo: 12/08 10:00.
+func shortTime(t time.Time) string { return t.In(tokyo).Format("01/02 15:04") }
+
+// issuedCoupons is 配布数: the live coupons the R1 counter stands for.
+func issuedCoupons(s campaign.Status) int {
+	if s.DiscountYen == 0 {
+		return 0
+	}
+	return s.IssuedYen / s.DiscountYen
+}
+
+// usedTenths is 予算消化率 in tenths of a percent (issued yen over the budget), rounded down so
+// that a campaign shows 100.0 % only once it is spent; 0 for a budget of 0.
+func usedTenths(s campaign.Status) int {
+	if s.BudgetYen <= 0 {
+		return 0
+	}
+	return int(min(1000, 1000*int64(s.IssuedYen)/int64(s.BudgetYen)))
+}
+
+// lowBudget says the budget left is above none and below [lowBudgetPercent] of the budget.
+func lowBudget(s campaign.Status) bool {
+	left := s.BudgetYen - s.IssuedYen
+	return left > 0 && int64(left)*100 < int64(s.BudgetYen)*lowBudgetPercent
+}
+
+// stateNote is what the team needs beside a state: the next release of a campaign whose
+// released coupons are taken (次回 12/08 10:00 +200枚), when a campaign not started opens
+// (12/08 10:00 開始), "" otherwise.
+func stateNote(s campaign.Status) string {
+	switch {
+	case s.State == campaign.StateWaitingRelease && s.NextReleaseAt != nil:
+		return fmt.Sprintf("次回 %s +%d枚", shortTime(*s.NextReleaseAt), releaseAt(s, *s.NextReleaseAt))
+	case s.State == campaign.StateNotStarted && s.OpensAt != nil:
+		return shortTime(*s.OpensAt) + " 開始"
+	}
+	return ""
+}
+
+// releaseAt is the coupons campaign s's release at instant at gives, 0 when none is there.
+func releaseAt(s campaign.Status, at time.Time) int {
+	for _, r := range s.Schedule {
+		if r.At.Equal(at) {
+			return r.Coupons
+		}
+	}
+	return 0
+}
+
+// badges are campaign s's kinds: 先着N名 (its budget in coupons, first come first served),
+// 毎日HH:MM for releases a day apart at one Asia/Tokyo time (配布 N 回 for other releases),
+// and 会員限定 with its audience's size.
+func badges(s campaign.Status) []string {
+	var out []string
+	if s.DiscountYen > 0 {
+		out = append(out, "先着"+groupDigits(s.BudgetYen/s.DiscountYen)+"名")
+	}
+	if n := len(s.Schedule); n > 0 {
+		if hhmm, ok := daily(s.Schedule); ok {
+			out = append(out, "毎日"+hhmm)
+		} else {
+			out = append(out, fmt.Sprintf("配布 %d 回", n))
+		}
+	}
+	if s.AudienceOnly {
+		out = append(out, "会員限定 "+groupDigits(s.AudienceSize)+"名")
+	}
+	return out
+}
+
+// daily says whether releases are at least two, each a day after the one before at the same
+// Asia/Tokyo HH:MM, and that time.
+func daily(releases []campaign.ReleaseStatus) (string, bool) {
+	if len(releases) < 2 {
+		return "", false
+	}
+	for i := 1; i < len(releases); i++ {
+		prev := releases[i-1].At.In(tokyo)
+		if !releases[i].At.Equal(prev.AddDate(0, 0, 1)) {
+			return "", false
+		}
+	}
+	return releases[0].At.In(tokyo).Format("15:04"), true
+}
+
+// groupDigits writes n with thousands separators: 12,000.
+func groupDigits[N int | int64](n N) string {
+	s := strconv.FormatInt(int64(n), 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
