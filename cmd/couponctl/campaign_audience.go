@@ -59,9 +59,9 @@ it holds (couponctl coupon void does).
 
 FILE is read as grant reads it: one member id a line; blank lines, comments (a line starting with
 "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are skipped; a
-BOM further down, UTF-16 text, and a spreadsheet's row or heading (a line holding a comma, a
-semicolon, a tab or a double quote, or a first line such as member_id) are refused, naming the
-line; a member listed twice is sent once. --csv-column NAME reads FILE as a CSV instead, its
+BOM further down, UTF-16 text, and a spreadsheet's row or heading (as grant refuses them: a
+comma, a semicolon, a tab, a double quote or a |, a leading ', a heading such as member_id) are
+refused, naming the line; a member listed twice is sent once. --csv-column NAME reads FILE as a CSV instead, its
 first line the headings, the member ids in column NAME. A FILE that is missing, empty or holds a
 line that is not a member id changes nothing (exit 2).
 

@@ -62,8 +62,9 @@ func grantCmd() *cobra.Command {
 		Long: `Issue campaign ID to each member of FILE (one member id a line; blank lines, comments (a line
 starting with "#" and a space: an id starting with # is an id) and a UTF-8 BOM before line 1 are
 skipped; a BOM further down or UTF-16 text is refused, naming its line; so is a spreadsheet's
-row or heading: a line holding a comma, a semicolon, a tab or a double quote (c006,gold), or a
-first line such as member_id; a member listed twice is sent once). --csv-column NAME reads FILE
+row or heading: a line holding a comma, a semicolon, a tab, a double quote or a | (c006,gold),
+a leading ' (Excel's text marker), a known heading such as member_id or email on any line, or a
+first id without a digit above ids with digits; a member listed twice is sent once). --csv-column NAME reads FILE
 as a CSV instead, its first line the headings, the member ids in column NAME. Through the same issuance as
 IssueCoupon: the same rules (R1 budget, R2 one per member, R3 monthly cap as the database holds it: couponctl rules show),
 timeouts and result codes. It runs as a user in coupon_admin (docs/roles.md), and every coupon

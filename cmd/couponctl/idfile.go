@@ -17,6 +17,26 @@ import (
 // (members only) one column of a CSV with a header (--csv-column). Every refusal names the file
 // and the line, and the commands exit 2 before anything is sent.
 
+// columnOf reads the headings of the CSV r (the file at path) and answers the index of the one
+// named column (trimmed, as written); a file without it, or with two, is refused.
+func columnOf(path string, r *csv.Reader, column string) (int, error) {
+	head, err := r.Read()
+	if err == io.EOF {
+		return 0, fmt.Errorf("%s: empty: --csv-column wants a CSV whose first line holds the headings", path)
+	} else if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	named := func(h string) bool { return strings.TrimSpace(h) == column }
+	col := slices.IndexFunc(head, named)
+	switch {
+	case col < 0:
+		return 0, fmt.Errorf("%s:1: no column %q; its headings are %q", path, column, head)
+	case slices.IndexFunc(head[col+1:], named) >= 0:
+		return 0, fmt.Errorf("%s:1: two columns are headed %q: rename one; its headings are %q", path, column, head)
+	}
+	return col, nil
+}
+
 // utf8BOM is the byte order mark some editors (Excel's "CSV UTF-8") put before a file's first line.
 const utf8BOM = "\ufeff"
 
@@ -32,37 +52,58 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 	}
 	defer f.Close()
 	var ids []string
+	first := 0 // the line of the first id
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
-		text := sc.Text()
-		if n == 1 {
-			var bom bool
-			if text, bom = idTrimBOM(text); bom {
-				fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
-			}
+		line, err := idLine(path, n, sc.Text(), check, w)
+		if err != nil {
+			return nil, err
 		}
-		if why := idEncoding(text); why != "" {
-			return nil, fmt.Errorf("%s:%d: %s", path, n, why)
-		}
-		line := strings.TrimSpace(text)
-		if line == "" || idComment(line) {
+		if line == "" {
 			continue
 		}
-		if err := idRow(line, len(ids) == 0); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		if err := check(line); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		if first == 0 {
+			first = n
 		}
 		ids = append(ids, line)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(ids) == 0 {
+	switch {
+	case len(ids) == 0:
 		return nil, fmt.Errorf("%s: no ids in it", path)
+	case idHeading(ids):
+		return nil, fmt.Errorf("%s:%d: %q has no digit, unlike the ids below it: a column heading (a member id without a digit is read further down the list): %w",
+			path, first, ids[0], errNotAnID)
 	}
 	return ids, nil
+}
+
+// idLine is line n of the id file at path, text, as readIDs reads it: its id, trimmed and
+// checked, or "" for a blank line or a comment; a UTF-8 byte order mark before line 1 is
+// skipped with a note on w.
+func idLine(path string, n int, text string, check func(string) error, w io.Writer) (string, error) {
+	if n == 1 {
+		var bom bool
+		if text, bom = idTrimBOM(text); bom {
+			fmt.Fprintf(w, "%s: skipped the UTF-8 byte order mark (BOM) before line 1\n", path)
+		}
+	}
+	if why := idEncoding(text); why != "" {
+		return "", fmt.Errorf("%s:%d: %s", path, n, why)
+	}
+	line := strings.TrimSpace(text)
+	if line == "" || idComment(line) {
+		return "", nil
+	}
+	if err := idRow(line); err != nil {
+		return "", fmt.Errorf("%s:%d: %w", path, n, err)
+	}
+	if err := check(line); err != nil {
+		return "", fmt.Errorf("%s:%d: %w", path, n, err)
+	}
+	return line, nil
 }
 
 // misencoded says what in line is not the UTF-8 (ASCII) text of an id file, "" when nothing is:
@@ -102,29 +143,54 @@ var (
 // issued a coupon as a member id.
 var errNotAnID = errors.New("a spreadsheet's row or heading, not an id: a file of ids holds one id a line and nothing else")
 
-// rowSeparators are the characters of a CSV or TSV row that [notAnID] refuses in a line.
-const rowSeparators = ",;\t\""
+// rowSeparators are the characters of a CSV, TSV or pipe-separated row that [notAnID] refuses
+// in a line.
+const rowSeparators = ",;\t\"|"
 
-// headings are the column headings (lower case) that [notAnID] refuses as the first id of a file.
-var headings = []string{"id", "ids", "member", "members", "member_id", "memberid", "member id",
-	"coupon", "coupon_id", "couponid", "line_user_id", "customer_id", "user_id", "userid"}
+// headings are column headings (lower case) that [notAnID] refuses on any line; [headingFirst]
+// finds the others.
+var headings = []string{"id", "ids", "member", "members", "member_id", "memberid", "member id", "member_no",
+	"coupon", "coupon_id", "couponid", "line_user_id", "customer", "customer_id", "user", "user_id", "userid", "email"}
 
-// notAnID refuses line, a trimmed line of an id file that is not a comment (first: the first
-// such line), when it holds a separator of a row or is a column heading: [errNotAnID], saying
+// notAnID refuses line, a trimmed line of an id file that is not a comment, when it is a
+// spreadsheet's row or heading: a row's separator, a spreadsheet's text marker (a leading
+// apostrophe: '0012 keeps its zeros in Excel), or a known column heading. [errNotAnID], saying
 // which.
-func notAnID(line string, first bool) error {
-	if i := strings.IndexAny(line, rowSeparators); i >= 0 {
+func notAnID(line string) error {
+	switch i := strings.IndexAny(line, rowSeparators); {
+	case i >= 0:
 		return fmt.Errorf("%q holds %q: %w", line, line[i:i+1], errNotAnID)
-	}
-	if first && slices.Contains(headings, strings.ToLower(line)) {
+	case strings.HasPrefix(line, "'"):
+		return fmt.Errorf("%q starts with a spreadsheet's text marker ('): %w", line, errNotAnID)
+	case slices.Contains(headings, strings.ToLower(line)):
 		return fmt.Errorf("%q is a column heading: %w", line, errNotAnID)
 	}
 	return nil
 }
 
-// idRow is [notAnID] as readIDs calls it: a variable, so that a test can swap in its broken
-// variant (members_file_test.go).
-var idRow = notAnID
+// headingFirst says the first of ids is a column heading by its shape: it has no digit while
+// at least half of the ids after it have one (email above c006, c007: a heading the list of
+// [headings] does not know).
+func headingFirst(ids []string) bool {
+	digit := func(s string) bool { return strings.ContainsAny(s, "0123456789") }
+	if len(ids) < 2 || digit(ids[0]) {
+		return false
+	}
+	n := 0
+	for _, id := range ids[1:] {
+		if digit(id) {
+			n++
+		}
+	}
+	return 2*n >= len(ids)-1
+}
+
+// idRow and idHeading are [notAnID] and [headingFirst] as readIDs calls them: variables, so
+// that a test can swap in their broken variants (members_file_test.go).
+var (
+	idRow     = notAnID
+	idHeading = headingFirst
+)
 
 // readMembers reads the member ids of path for grant and campaign audience: one a line
 // ([readIDs]), or, with column set, the column of that name of a CSV with a header
@@ -158,15 +224,9 @@ func readColumn(path, column string, check func(string) error, w io.Writer) ([]s
 	}
 	r := csv.NewReader(in)
 	r.ReuseRecord = true
-	head, err := r.Read()
-	if err == io.EOF {
-		return nil, fmt.Errorf("%s: empty: --csv-column wants a CSV whose first line holds the headings", path)
-	} else if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	col := slices.IndexFunc(head, func(h string) bool { return strings.TrimSpace(h) == column })
-	if col < 0 {
-		return nil, fmt.Errorf("%s:1: no column %q; its headings are %q", path, column, head)
+	col, err := columnOf(path, r, column)
+	if err != nil {
+		return nil, err
 	}
 	var list []string
 	for {
@@ -178,8 +238,11 @@ func readColumn(path, column string, check func(string) error, w io.Writer) ([]s
 		}
 		line, _ := r.FieldPos(col)
 		cell := strings.TrimSpace(rec[col])
-		if cell == "" {
+		switch {
+		case cell == "":
 			return nil, fmt.Errorf("%s:%d: no value in column %q", path, line, column)
+		case cell == column:
+			return nil, fmt.Errorf("%s:%d: the headings again (files joined?): remove the line", path, line)
 		}
 		if err := check(cell); err != nil {
 			return nil, fmt.Errorf("%s:%d: column %q: %w", path, line, column, err)

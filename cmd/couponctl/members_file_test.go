@@ -53,7 +53,10 @@ func grantMemberFileCheck(t *testing.T, v *verdict) {
 // variant, readIDs without the row and heading check.
 func TestMemberFilesRefuseSpreadsheetRows(t *testing.T) {
 	checkAndBreak(t, spreadsheetRowsCheck, brokenVariant{"every line of a file read as an id",
-		func(t *testing.T) { swap(t, &idRow, func(string, bool) error { return nil }) }})
+		func(t *testing.T) {
+			swap(t, &idRow, func(string) error { return nil })
+			swap(t, &idHeading, func([]string) bool { return false })
+		}})
 }
 
 func spreadsheetRowsCheck(t *testing.T, v *verdict) {
@@ -75,6 +78,12 @@ func spreadsheetRowsCheck(t *testing.T, v *verdict) {
 		{file("heading.txt", "\ufeffMember_ID\nm1\n"), `:1: "Member_ID" is a column heading`},
 		{file("tsv.txt", "# from the CRM\nm1\nc006\tgold\n"), `:3: "c006\tgold" holds "\t"`},
 		{file("semi.txt", "m1;m2\n"), `:1: "m1;m2" holds ";"`},
+		{file("pipe.txt", "c005\nc006|gold\n"), `:2: "c006|gold" holds "|"`},
+		{file("marker.txt", "'0012\n"), `:1: "'0012" starts with a spreadsheet's text marker`},
+		{file("mail.txt", "# export\nmail_address\nc050\nc051\n"), `:2: "mail_address" has no digit, unlike the ids below it`},
+		{file("email.txt", "email\nc050\n"), `:1: "email" is a column heading`},
+		{file("kaiin.txt", "kaiin_id\nc050\n"), `:1: "kaiin_id" has no digit, unlike the ids below it`},
+		{file("joined.txt", "c050\nmember_id\nc051\n"), `:2: "member_id" is a column heading`},
 	} {
 		for _, args := range [][]string{
 			{"grant", "--campaign", "OPEN", "--members", c.path, "--out", filepath.Join(dir, "out.csv")},
@@ -97,8 +106,18 @@ func spreadsheetRowsCheck(t *testing.T, v *verdict) {
 	if n := d.count(t, `SELECT count(*) FROM issued_coupons WHERE member_id IN ('c006', 'm,7')`); n != 2 {
 		v.Errorf("--csv-column member_id: %d of c006 and \"m,7\" granted, want 2", n)
 	}
-	code, _, stderr = grantCLI("grant", "--campaign", "OPEN", "--members", csvFile, "--csv-column", "id", "--out", filepath.Join(dir, "h.csv"))
-	if want := csvFile + `:1: no column "id"; its headings are ["rank" " member_id"]`; code != 2 || !strings.Contains(stderr, want) {
-		v.Errorf("--csv-column id: exit %d, want 2 saying %q\n%s", code, want, stderr)
+	for _, c := range []struct{ text, column, want string }{
+		{"\ufeffrank, member_id\ngold,c006\n", "id", `:1: no column "id"; its headings are ["rank" " member_id"]`},
+		{"member_id,rank,member_id\nc012,gold,c013\n", "member_id", `:1: two columns are headed "member_id"`},
+		{"member_id,rank\nc014,gold\nmember_id,rank\nc015,gold\n", "member_id", `:3: the headings again (files joined?)`},
+	} {
+		path := file("bad.csv", c.text)
+		code, _, stderr := grantCLI("grant", "--campaign", "OPEN", "--members", path, "--csv-column", c.column, "--out", filepath.Join(dir, "h.csv"))
+		if code != 2 || !strings.Contains(stderr, path+c.want) {
+			v.Errorf("--csv-column %s of %q: exit %d, want 2 saying %q\n%s", c.column, c.text, code, c.want, stderr)
+		}
+	}
+	if n := d.count(t, `SELECT count(*) FROM issued_coupons WHERE member_id IN ('c012', 'c013', 'c014', 'c015', 'member_id')`); n != 0 {
+		v.Errorf("%d coupons issued from the refused CSV files, want 0", n)
 	}
 }
