@@ -89,8 +89,11 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The mechanism, not the budget: a deadline a loaded machine does not miss (the service gives
+	// the look-up ResolveTimeout; CI, 2026-12-07, missed 300 ms under load).
+	settle := func() time.Time { return time.Now().Add(time.Minute) }
 	conn, lost := lostAttempt(t, s, dbURL, "open")
-	_, err = s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, lost, time.Now().Add(ResolveTimeout))
+	_, err = s.resolve(ctx, request{memberID: "open", campaignID: "LOST"}, lost, settle())
 	if !errors.As(err, new(*connLostError)) {
 		t.Fatalf("session idle in its transaction: %v, want nothing written (a connection lost)", err)
 	}
@@ -110,7 +113,7 @@ func TestResolveTerminatesTheSession(t *testing.T) {
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, lost, time.Now().Add(ResolveTimeout))
+	got, err := s.resolve(ctx, request{memberID: "committed", campaignID: "LOST"}, lost, settle())
 	if err != nil || got.Result != ResultIssued || got.CouponID != lost.couponID || got.AmountYen != 1000 {
 		t.Errorf("committed: %+v %v, want ISSUED with %s, 1000 yen", got, err, lost.couponID)
 	}
