@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -202,11 +203,21 @@ func (f form) int64Field(field string) (*int64, error) {
 	return &n, nil
 }
 
-// number is a number field as the team types it: full-width digits and signs folded
-// (width.Narrow), commas, 円 and spaces dropped, a minus sign (U+2212) read as "-".
+// number is a number field as the team types it, for strconv to read: full-width digits and
+// signs folded (width.Narrow), one trailing 円 and the spaces around it dropped, a minus sign
+// (U+2212) read as "-", and commas dropped when they group thousands (1,000; 1,00,0 stays as
+// typed, for strconv to refuse).
 func number(v string) string {
-	return strings.NewReplacer(",", "", "円", "", " ", "", "\u2212", "-").Replace(width.Narrow.String(v))
+	v = strings.TrimSpace(width.Narrow.String(v))
+	v = strings.Replace(strings.TrimSpace(strings.TrimSuffix(v, "円")), "\u2212", "-", 1)
+	if groupedThousands.MatchString(v) {
+		v = strings.ReplaceAll(v, ",", "")
+	}
+	return v
 }
+
+// groupedThousands is a whole number written with commas between its thousands.
+var groupedThousands = regexp.MustCompile(`^[-+]?\d{1,3}(,\d{3})+$`)
 
 // fieldJa are the forms' fields as their labels name them.
 var fieldJa = map[string]string{"budget_yen": "新しい予算", "add_budget_yen": "増減額", "stripes": "予算ストライプ数",

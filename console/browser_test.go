@@ -279,8 +279,8 @@ func TestViewerHasNoButtonsAndItsPostIsRefused(t *testing.T) {
 	}
 	status, body = e.do(t, client(t), http.MethodPost, "/campaigns/VIEW/pause", e.idp.assertion(t, operatorEmail),
 		url.Values{"reason": {"トークンなし"}})
-	if status != http.StatusForbidden || !strings.Contains(body, "CSRF") {
-		t.Errorf("an operator's POST without a CSRF token: %d %s, want 403", status, body)
+	if status != http.StatusForbidden || !strings.Contains(body, "このフォームは古いか、このコンソールのページから送られていません") {
+		t.Errorf("an operator's POST without a CSRF token: %d %s, want 403 saying the form is stale", status, body)
 	}
 	if n := e.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'VIEW' AND what <> 'create'`); n != 0 {
 		t.Errorf("changes of VIEW besides its creation: %d rows, want none", n)
@@ -464,6 +464,11 @@ func askFirst(t *testing.T, v *verdict, breakIt func(*env)) {
 	}
 	if n := voided(); n != 1 {
 		v.Errorf("void: confirmed, %d coupons voided with reissue allowed, want 1", n)
+	}
+	e.open(t, ctx, "/coupons/"+id)
+	if push := get(t, ctx, chromedp.Evaluate[string](`document.querySelector("dd.push").innerText`)); !strings.Contains(push, "送信対象外") ||
+		!strings.Contains(push, "無効化されたため") || englishWords.MatchString(push) {
+		v.Errorf("the voided coupon's push reads %q, want 送信対象外 ... 無効化されたため, no English", push)
 	}
 }
 

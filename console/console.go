@@ -85,7 +85,7 @@ func newServer(c Config) (*server, http.Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &server{reads: &reads{pool: c.Pool, redeemed: sqlRedeemed}, actions: &actions{pool: c.Pool}, tmpl: tmpl, log: log}
+	s := &server{reads: &reads{pool: c.Pool, redeemed: sqlRedeemed, pending: sqlPending}, actions: &actions{pool: c.Pool}, tmpl: tmpl, log: log}
 	protect := csrf.Protect(key, csrf.Secure(!c.Plaintext), csrf.SameSite(csrf.SameSiteStrictMode),
 		csrf.FieldName(CSRFField), csrf.Path("/"), csrf.CookieName("console_csrf"),
 		csrf.ErrorHandler(http.HandlerFunc(s.csrfRefused)))(s.routes())

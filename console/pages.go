@@ -44,6 +44,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /coupons/{id}", s.couponPage)
 	mux.HandleFunc("GET /members/{id}", s.memberPage)
 	mux.HandleFunc("GET /find", s.find)
+	mux.HandleFunc("GET /requests", s.inbox)
 	mux.Handle("GET /static/", s.static())
 	mux.HandleFunc("/", s.notFound)
 	mux.HandleFunc("POST /campaigns/{id}/{action}", s.campaignAction)
@@ -63,7 +64,9 @@ type page struct {
 	Now       time.Time
 	CanChange bool // operator or approver: pause, resume, end, budget, void
 	CanDecide bool // approver: approve, reject
-	Data      any
+	// Pending is how many requests wait for an approver (承認待ち n 件 in an approver's header).
+	Pending int
+	Data    any
 }
 
 // newPage fills what every page shows: who is looking, with which role (from the database),
@@ -78,7 +81,10 @@ func (s *server) newPage(r *http.Request, title string) (page, error) {
 	p.CanChange = role == roleOperator || role == roleApprover
 	p.CanDecide = role == roleApprover
 	p.Done = doneMessage(r.URL.Query())
-	return p, nil
+	if p.CanDecide {
+		p.Pending, err = s.reads.pendingCount(r.Context())
+	}
+	return p, err
 }
 
 func (s *server) render(w http.ResponseWriter, status int, name string, p page) {
@@ -332,6 +338,9 @@ func (s *server) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	back := "/campaigns/" + url.PathEscape(r.PostFormValue("campaign_id"))
+	if r.PostFormValue("from") == "requests" {
+		back = "/requests" // decided from the inbox: back to it
+	}
 	reason, err := form{r}.reason()
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, "", err, back)
@@ -374,6 +383,33 @@ func (s *server) void(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: void", "coupon", id, "reissue", reissue, "person", person(r))
 	http.Redirect(w, r, back+"?"+outcome{done: done}.query(), http.StatusSeeOther)
+}
+
+// inbox is every request waiting for an approver, across campaigns, each with its requester and
+// reason, the campaign's budget or period now and after, and the time left before it lapses.
+func (s *server) inbox(w http.ResponseWriter, r *http.Request) {
+	p, err := s.newPage(r, "承認待ちの申請")
+	var v inboxView
+	if err == nil {
+		v.Requests, err = s.reads.pendingRequests(r.Context())
+	}
+	if err == nil {
+		v.ApprovalAboveYen, err = s.reads.approvalLine(r.Context())
+	}
+	if err != nil {
+		s.fail(w, r, 0, "requests", err, "/")
+		return
+	}
+	v.Now = time.Now()
+	p.Data = v
+	s.render(w, http.StatusOK, "requests.html", p)
+}
+
+// inboxView is the inbox's data.
+type inboxView struct {
+	Requests         []Pending
+	ApprovalAboveYen int64
+	Now              time.Time
 }
 
 // confirmation is the page that asks before a change that cannot be undone (an end, a void):
@@ -431,7 +467,7 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 // csrfRefused answers a POST without a valid CSRF token: 403, nothing done.
 func (s *server) csrfRefused(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("console: CSRF refused", "path", r.URL.Path, "reason", csrf.FailureReason(r).Error())
-	http.Error(w, "403 Forbidden: フォームの CSRF トークンがないか、正しくありません。ページを読み込み直してからやり直してください。", http.StatusForbidden)
+	s.fail(w, r, http.StatusForbidden, "", errors.New("このフォームは古いか、このコンソールのページから送られていません。ページを読み込み直してからやり直してください。何も変更していません。"), "/")
 }
 
 func (o outcome) query() string {

@@ -32,11 +32,15 @@ const rateWindow = 5 * time.Minute
 
 // The stages of a campaign's funnel (配布 → 送信 → 利用), as SQL conditions on a live coupon c
 // (issued_coupons, voided_at IS NULL) with its outbox row o (notification_outbox, LEFT JOINed):
-// sqlPushed is its LINE push sent, its row sent or deleted by the prune after delivery (the
-// coupon page's 送信済み); sqlRedeemed is redeemed now (redeemed_at, which a rollback clears).
+// sqlPushed is its LINE push sent, its row sent or pruned with the outcome sent (00035; a row
+// pruned with the outcome not known is not counted: the coupon page's 記録整理済み); sqlRedeemed
+// is redeemed now (redeemed_at, which a rollback clears).
 const (
-	sqlPushed   = `(o.sent_at IS NOT NULL OR (o.coupon_id IS NULL AND c.outbox_pruned_at IS NOT NULL))`
+	sqlPushed   = `(o.sent_at IS NOT NULL OR c.outbox_outcome = 'sent')`
 	sqlRedeemed = `c.redeemed_at IS NOT NULL`
+	// sqlPending is a request waiting for an approver, as the database judges it (the view's
+	// state: undecided and not lapsed, 24 h after it was made).
+	sqlPending = `q.state = 'pending'`
 )
 
 // Usage is what a campaign's coupons came to: Live, the coupons issued and not voided (配布数),
@@ -107,8 +111,11 @@ type reads struct {
 	// redeemed is the SQL condition on a coupon c that counts it in 利用数: [sqlRedeemed]. The
 	// tests run their checks with broken conditions in its place.
 	redeemed string
-	mu       sync.Mutex
-	cache    map[string]cached
+	// pending is the SQL condition on a request q (campaign_change_requests) that puts it in the
+	// approvals inbox: [sqlPending]. The tests run their checks with a broken one in its place.
+	pending string
+	mu      sync.Mutex
+	cache   map[string]cached
 }
 
 type cached struct {
@@ -351,4 +358,49 @@ func (r *reads) approvalLine(ctx context.Context) (int64, error) {
 	var yen int64
 	err := r.pool.QueryRow(ctx, `SELECT approval_above_yen FROM coupon_rules`).Scan(&yen)
 	return yen, err
+}
+
+// Pending is a request waiting for an approver, as the inbox shows it: the campaign's budget
+// and period now beside what the request asks, and when it lapses.
+type Pending struct {
+	Request
+	LapsesAt         time.Time
+	BudgetYen        int64      // the campaign's budget now
+	StartsAt, EndsAt *time.Time // the campaign's period now
+}
+
+// AfterYen is the budget the request would leave: its budget_yen, or its add_yen added to the
+// budget now (console_decide adds it to the budget in force at approval).
+func (p Pending) AfterYen() int64 {
+	if v, ok := p.Args["budget_yen"].(float64); ok {
+		return int64(v)
+	}
+	add, _ := p.Args["add_yen"].(float64)
+	return p.BudgetYen + int64(add)
+}
+
+// pendingRequests is every request waiting for an approver, across campaigns, the first to lapse first.
+func (r *reads) pendingRequests(ctx context.Context) ([]Pending, error) {
+	rows, err := r.pool.Query(ctx, `
+SELECT `+requestColumns+`, q.lapses_at, b.budget_yen, b.starts_at, b.ends_at
+  FROM campaign_change_requests q
+  JOIN (SELECT campaign_id, sum(budget_yen)::bigint AS budget_yen, min(starts_at) AS starts_at, min(ends_at) AS ends_at
+          FROM campaign_budgets GROUP BY campaign_id) b USING (campaign_id)
+ WHERE `+r.pending+` ORDER BY q.lapses_at, q.request_id`)
+	if err != nil {
+		return nil, fmt.Errorf("console: the pending requests: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (p Pending, err error) {
+		q := &p.Request
+		err = row.Scan(&q.ID, &q.CampaignID, &q.Kind, &q.Args, &q.RequestedBy, &q.RequestReason, &q.RequestedAt, &q.State,
+			&q.DecidedBy, &q.DecisionReason, &q.DecidedAt, &p.LapsesAt, &p.BudgetYen, &p.StartsAt, &p.EndsAt)
+		return p, err
+	})
+}
+
+// pendingCount is how many requests wait for an approver: the header's 承認待ち n 件.
+func (r *reads) pendingCount(ctx context.Context) (int, error) {
+	var n int
+	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM campaign_change_requests q WHERE `+r.pending).Scan(&n)
+	return n, err
 }

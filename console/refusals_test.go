@@ -116,15 +116,19 @@ func TestBadInputIsRefusedAt400(t *testing.T) {
 		form url.Values
 		want string
 	}{
-		"add beyond int4":    {url.Values{"reason": {"増額"}, "add_budget_yen": {"9223372036854775807"}}, "2,147,483,647 円まで"},
-		"add just beyond":    {url.Values{"reason": {"増額"}, "add_budget_yen": {"2147483648"}}, "2,147,483,647 円まで"},
-		"cut beyond":         {url.Values{"reason": {"減額"}, "add_budget_yen": {"-2147483648"}}, "2,147,483,647 円まで"},
-		"negative budget":    {url.Values{"reason": {"予算"}, "budget_yen": {"-5"}}, "新しい予算: 1 円から 2,147,483,647 円まで"},
-		"invalid UTF-8":      {url.Values{"reason": {"\xff\xfe"}, "add_budget_yen": {"1000"}}, "UTF-8"},
-		"reason too long":    {url.Values{"reason": {strings.Repeat("長", 1001)}, "add_budget_yen": {"1000"}}, "1000 文字"},
-		"zero-width space":   {url.Values{"reason": {"\u200b"}, "add_budget_yen": {"1000"}}, "理由を入力してください"},
-		"spaces and a ZWSP":  {url.Values{"reason": {" \u3000\u200b\u200d "}, "add_budget_yen": {"1000"}}, "理由を入力してください"},
-		"reason of 1000 ok?": {url.Values{"reason": {strings.Repeat("長", 1000)}, "add_budget_yen": {"x"}}, "整数"},
+		"add beyond int4":     {url.Values{"reason": {"増額"}, "add_budget_yen": {"9223372036854775807"}}, "2,147,483,647 円まで"},
+		"add just beyond":     {url.Values{"reason": {"増額"}, "add_budget_yen": {"2147483648"}}, "2,147,483,647 円まで"},
+		"cut beyond":          {url.Values{"reason": {"減額"}, "add_budget_yen": {"-2147483648"}}, "2,147,483,647 円まで"},
+		"negative budget":     {url.Values{"reason": {"予算"}, "budget_yen": {"-5"}}, "新しい予算: 1 円から 2,147,483,647 円まで"},
+		"invalid UTF-8":       {url.Values{"reason": {"\xff\xfe"}, "add_budget_yen": {"1000"}}, "UTF-8"},
+		"reason too long":     {url.Values{"reason": {strings.Repeat("長", 1001)}, "add_budget_yen": {"1000"}}, "1000 文字"},
+		"zero-width space":    {url.Values{"reason": {"\u200b"}, "add_budget_yen": {"1000"}}, "理由を入力してください"},
+		"spaces and a ZWSP":   {url.Values{"reason": {" \u3000\u200b\u200d "}, "add_budget_yen": {"1000"}}, "理由を入力してください"},
+		"reason of 1000 ok?":  {url.Values{"reason": {strings.Repeat("長", 1000)}, "add_budget_yen": {"x"}}, "整数"},
+		"commas not grouping": {url.Values{"reason": {"増額"}, "add_budget_yen": {"1,00,0"}}, "整数"},
+		"a leading comma":     {url.Values{"reason": {"増額"}, "add_budget_yen": {",500"}}, "整数"},
+		"a space inside":      {url.Values{"reason": {"増額"}, "add_budget_yen": {"5 00"}}, "整数"},
+		"円 twice":             {url.Values{"reason": {"増額"}, "add_budget_yen": {"500円円"}}, "整数"},
 	} {
 		status, _, body := op.post(t, "/campaigns/INPUT/budget", tc.form)
 		if status != http.StatusBadRequest || !strings.Contains(body, tc.want) {
@@ -432,15 +436,20 @@ func historyWords(t *testing.T, v *verdict) {
 	if status, _, body := op.post(t, "/campaigns/HIST/budget", url.Values{"reason": {"増額"}, "add_budget_yen": {"5000"}}); status != http.StatusSeeOther {
 		t.Fatalf("raise: %d %.300s", status, body)
 	}
+	if _, err := campaign.Update(context.Background(), e.owner, "HIST", campaign.Changes{
+		Releases: []campaign.Release{{At: first.AddDate(0, 0, 2), Coupons: 5}}, Reason: "追加の配布"}); err != nil {
+		t.Fatal(err)
+	}
 	_, body := e.do(t, op.c, http.MethodGet, "/campaigns/HIST", e.idp.assertion(t, operatorEmail), nil)
 	_, history, _ := strings.Cut(body, `<section class="history">`)
 	shown, _, _ := strings.Cut(history, "<details>")
-	for _, want := range []string{"2030/12/09（月）10:00", "2030/12/10（火）10:00", "枚数: 50 枚", "予算: 105,000 円"} {
+	for _, want := range []string{"2030/12/09（月）10:00", "2030/12/10（火）10:00", "枚数: 50 枚", "予算: 105,000 円",
+		`data-label="変更">配布予定<`, "2030/12/11（水）10:00"} {
 		if !strings.Contains(history, want) {
 			v.Errorf("the history lacks %q", want)
 		}
 	}
-	for _, bad := range []string{"map[", "_yen=", "T01:00:00", "+00:00", "releases=", "stripes"} {
+	for _, bad := range []string{"map[", "_yen=", "T01:00:00", "+00:00", "releases=", "stripes", ">release<"} {
 		if strings.Contains(shown, bad) {
 			v.Errorf("the history shows %q: %.300s", bad, shown[strings.Index(shown, bad)-min(strings.Index(shown, bad), 100):])
 		}

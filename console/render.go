@@ -29,6 +29,10 @@ var funcs = template.FuncMap{
 	"used":   usedTenths,
 	"low":    lowBudget,
 	"tenths": func(n int) string { return fmt.Sprintf("%d.%d %%", n/10, n%10) },
+	"left":   timeLeft,
+	"n":      groupDigits[int],
+	"remain": remaining,
+	"skip":   skipJa,
 	"perMin": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"push":   pushJa,
 	"kind":   func(k string) string { return map[string]string{"budget": "予算", "period": "期間"}[k] },
@@ -82,8 +86,9 @@ func stateJa(s string) string {
 func over(s string) bool { return s == campaign.StateEnded || s == campaign.StateExpired }
 
 func whatJa(s string) string {
-	if ja, ok := map[string]string{"budget": "予算", "stripes": "ストライプ", "period": "期間", "pause": "一時停止",
-		"resume": "再開", "end": "終了", "validity": "有効期限", "create": "作成"}[s]; ok {
+	if ja, ok := map[string]string{"budget": "予算", "stripes": "予算ストライプ数", "period": "期間", "pause": "一時停止",
+		"resume": "再開", "end": "終了", "validity": "有効期限", "create": "作成", "audience": "対象会員",
+		"release": "配布予定", "repair": "集計の修復"}[s]; ok {
 		return ja
 	}
 	return s
@@ -91,7 +96,7 @@ func whatJa(s string) string {
 
 func pushJa(s string) string {
 	if ja, ok := map[string]string{"sent": "送信済み", "skipped": "送信対象外", "parked": "送信保留（エラー）", "open": "未送信",
-		"in flight": "送信中", "not sent": "送信しない", "pruned": "送信済み（整理済み）", "none": "通知なし"}[s]; ok {
+		"in flight": "送信中", "not sent": "送信しない", "pruned": "記録整理済み（送信結果の記録なし）", "none": "通知なし"}[s]; ok {
 		return ja
 	}
 	return s

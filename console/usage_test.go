@@ -127,9 +127,9 @@ INSERT INTO coupon_redemptions (coupon_id, action, order_id, at) SELECT coupon_i
 	exec("VOIDED", `SELECT result FROM coupon_void($1, '誤配布', false)`, ids["m6"])
 	exec("3", `WITH s AS (UPDATE notification_outbox SET sent_at = now() WHERE coupon_id = ANY ($1::uuid[]) RETURNING 1) SELECT count(*)::text FROM s`,
 		[]string{ids["m0"], ids["m1"], ids["m7"]})
-	// m3's push was sent, and its row deleted by couponctl outbox prune.
+	// m3's push was sent, and its row deleted by couponctl outbox prune, which kept the outcome.
 	exec("1", `WITH d AS (DELETE FROM notification_outbox WHERE coupon_id = $1 RETURNING coupon_id),
- p AS (UPDATE issued_coupons c SET outbox_pruned_at = now() FROM d WHERE c.coupon_id = d.coupon_id RETURNING 1)
+ p AS (UPDATE issued_coupons c SET outbox_pruned_at = now(), outbox_outcome = 'sent' FROM d WHERE c.coupon_id = d.coupon_id RETURNING 1)
 SELECT count(*)::text FROM p`, ids["m3"])
 	return ids
 }
@@ -152,7 +152,7 @@ WITH n AS (
   SELECT count(*) AS live, count(*) FILTER (WHERE pushed) AS pushed, count(*) FILTER (WHERE c.redeemed_at IS NOT NULL) AS redeemed
     FROM issued_coupons c,
          LATERAL (SELECT EXISTS (SELECT FROM notification_outbox o WHERE o.coupon_id = c.coupon_id AND o.sent_at IS NOT NULL)
-                      OR c.outbox_pruned_at IS NOT NULL AND NOT EXISTS (SELECT FROM notification_outbox o WHERE o.coupon_id = c.coupon_id)) AS x(pushed)
+                      OR c.outbox_outcome = 'sent') AS x(pushed)
    WHERE c.campaign_id = $1 AND c.voided_at IS NULL)
 SELECT live, pushed, redeemed,
        coalesce(round(100.0 * redeemed / nullif(live, 0), 1)::text || ' %', '—'),

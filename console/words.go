@@ -15,8 +15,32 @@ import (
 // (Talon.One's "Low on budget" flags 5%).
 const lowBudgetPercent = 5
 
-// shortTime writes t as a state's note does, Asia/Tokyo: 12/08 10:00.
-func shortTime(t time.Time) string { return t.In(tokyo).Format("01/02 15:04") }
+// shortTime writes t as a state's note does, Asia/Tokyo: 12/08 10:00, with its year when it is
+// not this year's (2099/12/31 23:59).
+func shortTime(t time.Time) string {
+	if t = t.In(tokyo); t.Year() != time.Now().In(tokyo).Year() {
+		return t.Format("2006/01/02 15:04")
+	}
+	return t.Format("01/02 15:04")
+}
+
+// remaining is 残り枚数 as the list and the campaign page show it: the coupons the budget and
+// the releases still allow, "—" for a campaign that has ended (it issues none again).
+func remaining(s campaign.Status) string {
+	if over(s.State) {
+		return "—"
+	}
+	return groupDigits(s.RemainingCoupons) + " 枚"
+}
+
+// skipJa is why the relay skipped a coupon's push (the outbox row's skip_reason), in Japanese.
+func skipJa(reason string) string {
+	if ja, ok := map[string]string{"voided": "無効化されたため", "redeemed": "送信前に利用されたため",
+		"expired": "送信前に有効期限が切れたため", "no_line_account": "LINE アカウントの連携がないため"}[reason]; ok {
+		return ja
+	}
+	return ""
+}
 
 // issuedCoupons is 配布数: the live coupons the R1 counter stands for.
 func issuedCoupons(s campaign.Status) int {
@@ -107,4 +131,14 @@ func groupDigits[N int | int64](n N) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// timeLeft is the time from now to at in hours and minutes, as a request's 失効まで reads
+// (あと 23 時間 12 分), 失効済み once at has passed.
+func timeLeft(at, now time.Time) string {
+	d := at.Sub(now).Truncate(time.Minute)
+	if d <= 0 {
+		return "失効済み"
+	}
+	return fmt.Sprintf("あと %d 時間 %d 分", int(d.Hours()), int(d.Minutes())%60)
 }

@@ -191,12 +191,17 @@ type Coupon struct {
 	// GrantedBy is the login of the `couponctl grant` that issued it, "" for IssueCoupon's.
 	GrantedBy  string
 	RedeemedAt *time.Time
-	// Push is the outbox row's state: sent, skipped, parked, open, pruned (deleted by the prune
-	// after delivery) or none; PushAt when it was sent, skipped or parked; PushNote the relay's
-	// last error.
-	Push     string
-	PushAt   *time.Time
-	PushNote string
+	// Push is what the coupon's LINE push came to: sent, skipped, parked, open, none (no outbox
+	// row), or pruned (its row deleted by the prune with the outcome not known: before 00035 or
+	// by the previous release's prune); after a prune that kept it (outbox_outcome), sent or
+	// skipped. PushAt is when it was sent, skipped or parked while the row is there (a prune
+	// keeps no time); PushNote the relay's last error; SkipReason why a push was skipped (the
+	// row's skip_reason, or the pruned outcome's: voided, redeemed, expired, no_line_account; ""
+	// when not known).
+	Push       string
+	PushAt     *time.Time
+	PushNote   string
+	SkipReason string
 	// VoidedAt, VoidedBy, VoidReason and ReissueAllowed are the void, if any.
 	VoidedAt       *time.Time
 	VoidedBy       string
@@ -209,10 +214,12 @@ type Coupon struct {
 const sqlShow = `
 SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.issued_at, c.expires_at,
        coalesce(c.expires_at <= issue_now(), false), coalesce(c.granted_by, ''), c.redeemed_at,
-       CASE WHEN o.sent_at IS NOT NULL THEN 'sent' WHEN o.skipped_at IS NOT NULL THEN 'skipped'
+       CASE WHEN o.sent_at IS NOT NULL OR c.outbox_outcome = 'sent' THEN 'sent'
+            WHEN o.skipped_at IS NOT NULL OR c.outbox_outcome LIKE 'skipped%' THEN 'skipped'
             WHEN o.parked_at IS NOT NULL THEN 'parked' WHEN o.coupon_id IS NOT NULL THEN 'open'
             WHEN c.outbox_pruned_at IS NOT NULL THEN 'pruned' ELSE 'none' END,
-       coalesce(o.sent_at, o.skipped_at, o.parked_at, c.outbox_pruned_at), coalesce(o.last_error, ''),
+       coalesce(o.sent_at, o.skipped_at, o.parked_at), coalesce(o.last_error, ''),
+       coalesce(o.skip_reason, substring(c.outbox_outcome FROM '^skipped:(.*)$'), ''),
        c.voided_at, coalesce(c.voided_by, ''), coalesce(c.void_reason, ''), c.reissue_allowed, c.legacy_duplicate
   FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
  WHERE c.coupon_id = $1`
@@ -231,7 +238,7 @@ func ForMember(ctx context.Context, db Rows, member, campaignID string) ([]Coupo
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c Coupon, err error) {
 		return c, r.Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
-			&c.ExpiresAt, &c.Expired, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+			&c.ExpiresAt, &c.Expired, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.SkipReason, &c.VoidedAt, &c.VoidedBy,
 			&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
 	})
 	if err != nil {
@@ -252,7 +259,7 @@ func Show(ctx context.Context, db Querier, id string) (Coupon, error) {
 		return c, err
 	}
 	err := db.QueryRow(ctx, sqlShow, id).Scan(&c.ID, &c.CampaignID, &c.MemberID, &c.AmountYen, &c.Month, &c.IssuedAt,
-		&c.ExpiresAt, &c.Expired, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.VoidedAt, &c.VoidedBy,
+		&c.ExpiresAt, &c.Expired, &c.GrantedBy, &c.RedeemedAt, &c.Push, &c.PushAt, &c.PushNote, &c.SkipReason, &c.VoidedAt, &c.VoidedBy,
 		&c.VoidReason, &c.ReissueAllowed, &c.LegacyDuplicate)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, fmt.Errorf("%w: %s", ErrNotFound, id)

@@ -12,7 +12,9 @@ import (
 // sqlPrune: $1 retention, $2 limit. The LIMIT sits in a MATERIALIZED CTE for the reason given
 // on sqlClaim, and SKIP LOCKED lets two prunes run at once without waiting on each other. Each
 // deleted row's coupon is marked outbox_pruned_at in the same statement, so that reconcile tells
-// a pruned row from a lost one whatever the retention.
+// a pruned row from a lost one whatever the retention, and outbox_outcome, what the push came to
+// (00035: sent, or skipped with the row's skip_reason), so that a coupon never pushed is never
+// read as sent once its row is gone.
 const sqlPrune = `
 WITH old AS MATERIALIZED (
   SELECT coupon_id FROM notification_outbox
@@ -22,9 +24,10 @@ WITH old AS MATERIALIZED (
    LIMIT $2
    FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM notification_outbox o USING old WHERE o.coupon_id = old.coupon_id RETURNING o.coupon_id
+  DELETE FROM notification_outbox o USING old WHERE o.coupon_id = old.coupon_id
+  RETURNING o.coupon_id, CASE WHEN o.sent_at IS NOT NULL THEN 'sent' ELSE concat_ws(':', 'skipped', o.skip_reason) END AS outcome
 ), marked AS (
-  UPDATE issued_coupons i SET outbox_pruned_at = now() FROM deleted d WHERE i.coupon_id = d.coupon_id RETURNING 1
+  UPDATE issued_coupons i SET outbox_pruned_at = now(), outbox_outcome = d.outcome FROM deleted d WHERE i.coupon_id = d.coupon_id RETURNING 1
 )
 SELECT count(*) FROM marked`
 
