@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -52,9 +53,10 @@ func (e *env) fetch(b testing.TB, c *http.Client, path, assertion string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	_, err = io.Copy(io.Discard, resp.Body) // the whole page, or the whole export as it streams
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b.Fatalf("GET %s: %s", path, resp.Status)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("GET %s: %s %v", path, resp.Status, err)
 	}
 }
 
@@ -94,8 +96,10 @@ func BenchmarkPageAtAMillionCoupons(b *testing.B) {
 // BenchmarkHotLoadBesideAViewer is a hot campaign's IssueCoupon load (8 clients, one new member
 // per request, over HTTP) beside the campaign of 1,000,000 coupons, in rounds of 15 s: alone,
 // with a viewer refreshing that campaign's page every second (as built: the burn-down's scan
-// reused), and with that viewer's every refresh scanning (the cache emptied before each). The
-// three kinds of round alternate, three times each, so that whatever else loads the machine
+// reused), with that viewer's every refresh scanning (the cache emptied before each), and
+// with an export of that campaign always running (its hourly series and the campaign list over
+// its three days, back to back, as fast as they come). The four kinds of round alternate, three
+// times each, so that whatever else loads the machine
 // falls on all three alike; it reports each kind's median p50 and p99 in ms and requests per
 // second, and logs every round.
 //
@@ -107,17 +111,21 @@ func BenchmarkHotLoadBesideAViewer(b *testing.B) {
 	assertion := e.idp.assertion(b, viewerEmail)
 	const window = 15 * time.Second
 	kinds := []struct {
-		name           string
-		viewer, forget bool
-	}{{"alone", false, false}, {"viewer", true, false}, {"viewer_uncached", true, true}}
+		name                   string
+		viewer, forget, export bool
+	}{{"alone", false, false, false}, {"viewer", true, false, false}, {"viewer_uncached", true, true, false},
+		{"export", false, false, true}}
 	for b.Loop() {
 		p50, p99, rate := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for round := range 3 {
 			for _, k := range kinds {
 				stop := make(chan struct{})
 				var viewer sync.WaitGroup
-				if k.viewer {
+				switch {
+				case k.viewer:
 					viewer.Go(func() { e.refreshEverySecond(b, stop, assertion, k.forget) })
+				case k.export:
+					viewer.Go(func() { e.exportOverAndOver(b, stop, assertion) })
 				}
 				lat, n := e.hotLoad(b, fmt.Sprintf("%s%d", k.name, round), 8, window)
 				close(stop)
@@ -134,6 +142,24 @@ func BenchmarkHotLoadBesideAViewer(b *testing.B) {
 			b.ReportMetric(median(p50[k.name]), k.name+"_p50_ms")
 			b.ReportMetric(median(p99[k.name]), k.name+"_p99_ms")
 			b.ReportMetric(median(rate[k.name]), k.name+"_req/s")
+		}
+	}
+}
+
+// exportOverAndOver downloads the big campaign's hourly series and the campaign list over its
+// three days, one after the other, until stop: an export always running beside the load.
+func (e *env) exportOverAndOver(b *testing.B, stop chan struct{}, assertion string) {
+	c := &http.Client{}
+	today := time.Now().In(tokyo)
+	list := fmt.Sprintf("/exports/campaigns.csv?from=%s&to=%s", today.AddDate(0, 0, -3).Format(time.DateOnly), today.Format(time.DateOnly))
+	for {
+		for _, path := range []string{"/campaigns/" + bigCampaign + "/series.csv?step=hour", list} {
+			e.fetch(b, c, path, assertion)
+		}
+		select {
+		case <-stop:
+			return
+		default:
 		}
 	}
 }

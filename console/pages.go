@@ -45,6 +45,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /members/{id}", s.memberPage)
 	mux.HandleFunc("GET /find", s.find)
 	mux.HandleFunc("GET /requests", s.inbox)
+	mux.HandleFunc("GET /exports/campaigns.csv", s.exportCampaigns)
+	mux.HandleFunc("GET /campaigns/{id}/series.csv", s.exportSeries)
 	mux.Handle("GET /static/", s.static())
 	mux.HandleFunc("/", s.notFound)
 	mux.HandleFunc("POST /campaigns/{id}/{action}", s.campaignAction)

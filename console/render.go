@@ -61,8 +61,7 @@ func percent(part, whole int) string {
 	if whole <= 0 {
 		return "—"
 	}
-	tenths := (2000*int64(part) + int64(whole)) / (2 * int64(whole))
-	return fmt.Sprintf("%d.%d %%", tenths/10, tenths%10)
+	return ratio(int64(part), int64(whole)) + " %"
 }
 
 func jstPtr(t *time.Time) string {
