@@ -109,7 +109,7 @@ func (a *actions) period(ctx context.Context, id string, starts, ends *time.Time
 func refusalOf(err error) (status int, msg string, unexpected bool) {
 	var own errRefusedGo
 	if errors.As(err, &own) {
-		return http.StatusConflict, "拒否されました: " + string(own), false
+		return http.StatusConflict, "できませんでした: " + string(own), false
 	}
 	var missing errNotFound
 	if errors.As(err, &missing) {
