@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -100,12 +99,11 @@ func (s *server) exportSeries(w http.ResponseWriter, r *http.Request) {
 
 // streamCSV writes the rows of query as a CSV file named name: the byte order mark, the
 // headings, then each row as toRecord writes it, flushed every [exportFlushRows] rows. An error
-// before the first row is the error page; one after it ends the file with a last line saying
-// the export is incomplete (the headers are sent by then), and is logged.
+// in sending the query is the error page; one while the rows come (the headings are sent by
+// then) ends the file with a last line saying it is incomplete, and is logged.
 func (s *server) streamCSV(w http.ResponseWriter, r *http.Request, name string, headings []string, query string, args []any,
 	toRecord func(pgx.CollectableRow) ([]string, error)) {
-	ctx := r.Context()
-	rows, err := s.reads.pool.Query(ctx, query, args...)
+	rows, err := s.reads.pool.Query(r.Context(), query, args...)
 	if err != nil {
 		s.fail(w, r, 0, name, err, "/")
 		return
@@ -121,7 +119,7 @@ func (s *server) streamCSV(w http.ResponseWriter, r *http.Request, name string, 
 	for rows.Next() {
 		rec, err := toRecord(rows)
 		if err != nil {
-			s.exportBroken(ctx, out, name, err)
+			s.exportBroken(out, name, err)
 			return
 		}
 		_ = out.Write(rec)
@@ -133,14 +131,14 @@ func (s *server) streamCSV(w http.ResponseWriter, r *http.Request, name string, 
 		}
 	}
 	if err := rows.Err(); err != nil {
-		s.exportBroken(ctx, out, name, err)
+		s.exportBroken(out, name, err)
 		return
 	}
 	out.Flush()
 }
 
 // exportBroken ends an export that failed after its first row with a line saying so.
-func (s *server) exportBroken(_ context.Context, out *csv.Writer, name string, err error) {
+func (s *server) exportBroken(out *csv.Writer, name string, err error) {
 	s.log.Error("console: export "+name, "err", err.Error())
 	_ = out.Write([]string{"（書き出しが途中で失敗しました。このファイルは不完全です。もう一度書き出してください）"})
 	out.Flush()
