@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/shared/ids"
 )
 
 // The CSV exports for the weekly report (shared CONTRACT "The console"): UTF-8 with a byte order
@@ -26,10 +29,12 @@ var exportFlushRows = 256
 const maxExportDays = 366
 
 // campaignsCSV is the campaign list over a range of Asia/Tokyo days, one row per campaign, the
-// figures of the coupons issued in the range; the budget and what is left, now.
+// figures of the coupons issued in the range (配布数 and 発行額 of the live ones, as the list
+// counts them; 無効化数 beside them); the budget and what is left, now.
 const campaignsCSV = `
 WITH c AS (
-  SELECT c.campaign_id, count(*) AS issued, coalesce(sum(c.amount_yen), 0) AS yen,
+  SELECT c.campaign_id, count(*) FILTER (WHERE c.voided_at IS NULL) AS issued,
+         coalesce(sum(c.amount_yen) FILTER (WHERE c.voided_at IS NULL), 0) AS yen,
          count(*) FILTER (WHERE c.voided_at IS NOT NULL) AS voided,
          count(*) FILTER (WHERE c.voided_at IS NULL AND c.redeemed_at IS NOT NULL) AS redeemed,
          count(*) FILTER (WHERE c.voided_at IS NULL) AS live,
@@ -49,10 +54,11 @@ SELECT b.campaign_id, s.state, coalesce(c.issued, 0), coalesce(c.yen, 0), coales
 var campaignsHeadings = []string{"キャンペーン", "状態", "配布数", "発行額（円）", "無効化数", "残り枚数",
 	"予算（円）", "予算消化率（%）", "利用数", "利用率（%）", "送信数", "送信対象外数"}
 
-// seriesCSV is campaign $1's coupons per hour or day ($2, date_trunc's unit) at Asia/Tokyo.
+// seriesCSV is campaign $1's coupons per hour or day ($2, date_trunc's unit) at Asia/Tokyo: the
+// live ones issued then, their yen, those voided, those redeemed.
 const seriesCSV = `
-SELECT date_trunc($2, c.issued_at AT TIME ZONE 'Asia/Tokyo') AS t, count(*), sum(c.amount_yen),
-       count(*) FILTER (WHERE c.voided_at IS NOT NULL),
+SELECT date_trunc($2, c.issued_at AT TIME ZONE 'Asia/Tokyo') AS t, count(*) FILTER (WHERE c.voided_at IS NULL),
+       coalesce(sum(c.amount_yen) FILTER (WHERE c.voided_at IS NULL), 0), count(*) FILTER (WHERE c.voided_at IS NOT NULL),
        count(*) FILTER (WHERE c.voided_at IS NULL AND c.redeemed_at IS NOT NULL)
   FROM issued_coupons c WHERE c.campaign_id = $1 GROUP BY t ORDER BY t`
 
@@ -73,14 +79,30 @@ func (s *server) exportCampaigns(w http.ResponseWriter, r *http.Request) {
 		if err := row.Scan(&id, &state, &issued, &yen, &voided, &left, &budget, &spent, &redeemed, &live, &pushed, &skipped); err != nil {
 			return nil, err
 		}
-		return []string{id, stateJa(state), num(issued), num(yen), num(voided), num(left), num(budget),
-			ratio(spent, budget), num(redeemed), ratio(redeemed, live), num(pushed), num(skipped)}, nil
+		used := "" // no budget: no rate
+		if budget > 0 {
+			used = tenthsText(spentTenths(spent, budget))
+		}
+		return []string{cell(id), stateJa(state), num(issued), num(yen), num(voided), num(left), num(budget),
+			used, num(redeemed), ratio(redeemed, live), num(pushed), num(skipped)}, nil
 	})
 }
 
 // exportSeries answers /campaigns/{id}/series.csv?step=hour|day.
 func (s *server) exportSeries(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	found := ids.Campaign(id) == nil
+	if found {
+		var err error
+		if found, err = s.reads.exists(r.Context(), id); err != nil {
+			s.fail(w, r, 0, id, err, "/")
+			return
+		}
+	}
+	if !found {
+		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("キャンペーン %s はありません", id), "/")
+		return
+	}
 	step := r.URL.Query().Get("step")
 	layout := map[string]string{"hour": "2006/01/02 15:00", "day": "2006/01/02"}[step]
 	if layout == "" {
@@ -176,6 +198,16 @@ func exportRange(q url.Values) (from, to time.Time, err error) {
 		err = fmt.Errorf("書き出せるのは %d 日までです", maxExportDays)
 	}
 	return
+}
+
+// cell guards a text cell against a spreadsheet reading it as a formula: one starting with =, +,
+// - or @ is written behind a single quote, as grant's CSV writes member ids (OWASP, "CSV
+// Injection").
+func cell(v string) string {
+	if v != "" && strings.ContainsRune("=+-@", rune(v[0])) {
+		return "'" + v
+	}
+	return v
 }
 
 // num writes n as a plain integer: a spreadsheet sums it (no separators).

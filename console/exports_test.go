@@ -47,6 +47,7 @@ func exportsCheck(t *testing.T, v *verdict) {
 	e := setup(t, verifiedIAP)
 	e.createCampaign(t, campaign.Campaign{ID: "EXP", DiscountYen: 1000, BudgetYen: 100_000})
 	e.createCampaign(t, campaign.Campaign{ID: "IDLE", DiscountYen: 500, BudgetYen: 5_000})
+	e.createCampaign(t, campaign.Campaign{ID: "-A1", DiscountYen: 500, BudgetYen: 5_000}) // a formula to a spreadsheet
 	day1 := time.Date(2026, 12, 1, 10, 0, 0, 0, issuance.Tokyo)
 	ids := map[string]string{}
 	for i, m := range []string{"a", "b", "c", "d", "e"} {
@@ -92,14 +93,19 @@ func exportsCheck(t *testing.T, v *verdict) {
 		v.Errorf("campaigns.csv: %d %q %q", status, h.Get("Content-Type"), h.Get("Content-Disposition"))
 	}
 	recs := readCSV(t, v, "campaigns.csv", body)
-	if len(recs) != 3 || !slices.Equal(recs[0], campaignsHeadings) {
-		t.Fatalf("campaigns.csv: %d records, headings %q; want 3 and %q", len(recs), recs[0], campaignsHeadings)
+	if len(recs) != 4 || !slices.Equal(recs[0], campaignsHeadings) {
+		t.Fatalf("campaigns.csv: %d records, headings %q; want 4 and %q", len(recs), recs[0], campaignsHeadings)
 	}
+	if recs[1][0] != "'-A1" {
+		v.Errorf("campaign -A1 is written %q, want '-A1 (a formula to a spreadsheet, behind a quote)", recs[1][0])
+	}
+	recs = recs[1:] // EXP and IDLE follow
 	var want []string
 	if err := e.owner.QueryRow(ctx, `
-SELECT ARRAY['EXP', '発行中', count(*)::text, sum(amount_yen)::text, count(*) FILTER (WHERE voided_at IS NOT NULL)::text,
+SELECT ARRAY['EXP', '発行中', count(*) FILTER (WHERE voided_at IS NULL)::text,
+             (sum(amount_yen) FILTER (WHERE voided_at IS NULL))::text, count(*) FILTER (WHERE voided_at IS NOT NULL)::text,
              ((100000 - (SELECT sum(issued_yen) FROM campaign_budgets WHERE campaign_id = 'EXP')) / 1000)::text, '100000',
-             round(100.0 * (SELECT sum(issued_yen) FROM campaign_budgets WHERE campaign_id = 'EXP') / 100000, 1)::text,
+             to_char(floor(1000.0 * (SELECT sum(issued_yen) FROM campaign_budgets WHERE campaign_id = 'EXP') / 100000) / 10, 'FM990.0'),
              count(*) FILTER (WHERE voided_at IS NULL AND redeemed_at IS NOT NULL)::text,
              round(100.0 * count(*) FILTER (WHERE voided_at IS NULL AND redeemed_at IS NOT NULL) / count(*) FILTER (WHERE voided_at IS NULL), 1)::text,
              (SELECT count(*) FROM notification_outbox o JOIN issued_coupons i USING (coupon_id)
@@ -118,7 +124,7 @@ SELECT ARRAY['EXP', '発行中', count(*)::text, sum(amount_yen)::text, count(*)
 
 	_, body, _ = get("/campaigns/EXP/series.csv?step=day")
 	if recs := readCSV(t, v, "series.csv", body); !slices.EqualFunc(recs, [][]string{seriesHeadings,
-		{"2026/12/01", "3", "3000", "1", "1"}, {"2026/12/02", "2", "2000", "0", "0"}}, slices.Equal) {
+		{"2026/12/01", "2", "2000", "1", "1"}, {"2026/12/02", "2", "2000", "0", "0"}}, slices.Equal) {
 		v.Errorf("EXP's daily series %q", recs)
 	}
 	for path, want := range map[string]string{
@@ -129,6 +135,11 @@ SELECT ARRAY['EXP', '発行中', count(*)::text, sum(amount_yen)::text, count(*)
 	} {
 		if status, body, _ := get(path); status != http.StatusBadRequest || !strings.Contains(body, want) {
 			v.Errorf("GET %s: %d, want 400 saying %q", path, status, want)
+		}
+	}
+	for _, path := range []string{"/campaigns/NOPE/series.csv?step=day", "/campaigns/W%22E,L/series.csv?step=day"} {
+		if status, body, _ := get(path); status != http.StatusNotFound || !strings.Contains(body, "はありません") {
+			v.Errorf("GET %s: %d, want 404 saying the campaign does not exist", path, status)
 		}
 	}
 

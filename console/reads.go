@@ -404,3 +404,10 @@ func (r *reads) pendingCount(ctx context.Context) (int, error) {
 	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM campaign_change_requests q WHERE `+r.pending).Scan(&n)
 	return n, err
 }
+
+// exists says campaign id exists.
+func (r *reads) exists(ctx context.Context, id string) (bool, error) {
+	var ok bool
+	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM campaign_budgets WHERE campaign_id = $1)`, id).Scan(&ok)
+	return ok, err
+}

@@ -28,7 +28,7 @@ var funcs = template.FuncMap{
 	"count":  issuedCoupons,
 	"used":   usedTenths,
 	"low":    lowBudget,
-	"tenths": func(n int) string { return fmt.Sprintf("%d.%d %%", n/10, n%10) },
+	"tenths": func(n int) string { return tenthsText(n) + " %" },
 	"left":   timeLeft,
 	"n":      groupDigits[int],
 	"remain": remaining,

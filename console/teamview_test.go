@@ -69,8 +69,8 @@ func (e *env) issueN(t testing.TB, id, prefix string, n int) {
 }
 
 // teamCampaigns makes one campaign of each kind and state the team meets, at the real clock: it
-// returns the releases' first instant to come (DAILY's).
-func teamCampaigns(t *testing.T, e *env) time.Time {
+// returns the releases' first instant to come (DAILY's) and SOON's start.
+func teamCampaigns(t *testing.T, e *env) (next, soon time.Time) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Minute)
 	tomorrow := now.Add(24 * time.Hour)
@@ -106,7 +106,16 @@ func teamCampaigns(t *testing.T, e *env) time.Time {
 	if _, err := campaign.End(ctx, e.owner, "ENDED", "配布終了"); err != nil {
 		t.Fatal(err)
 	}
-	return released.AddDate(0, 0, 1)
+	return released.AddDate(0, 0, 1), tomorrow
+}
+
+// noteTime is how a state's note writes t: 12/09 10:00 at Asia/Tokyo, its year first when the
+// year is not this one's (a test on 12/31 names tomorrow 2027/01/01 10:00).
+func noteTime(t time.Time) string {
+	if t = t.In(tokyo); t.Year() != time.Now().In(tokyo).Year() {
+		return t.Format("2006/01/02 15:04")
+	}
+	return t.Format("01/02 15:04")
 }
 
 // listRow is what the list shows of a campaign.
@@ -130,7 +139,7 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 		breakIt(e)
 		shot = func(testing.TB, context.Context, string) {}
 	}
-	next := teamCampaigns(t, e)
+	next, soon := teamCampaigns(t, e)
 	b := newBrowser(t)
 	ctx := b.as(t, e.idp.assertion(t, viewerEmail))
 	e.open(t, ctx, "/")
@@ -160,10 +169,10 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 	byID := func(id string) listRow {
 		return rows[slices.IndexFunc(rows, func(r listRow) bool { return r.ID == id })]
 	}
-	if want := fmt.Sprintf("本日分終了 次回 %s +2枚", next.In(tokyo).Format("01/02 15:04")); byID("DAILY").Text != want {
+	if want := fmt.Sprintf("本日分終了 次回 %s +2枚", noteTime(next)); byID("DAILY").Text != want {
 		v.Errorf("DAILY's state reads %q, want %q", byID("DAILY").Text, want)
 	}
-	if want := fmt.Sprintf("開始前 %s 開始", time.Now().Add(24*time.Hour).In(tokyo).Format("01/02 15:04")); byID("SOON").Text != want {
+	if want := fmt.Sprintf("開始前 %s 開始", noteTime(soon)); byID("SOON").Text != want {
 		v.Errorf("SOON's state reads %q, want %q", byID("SOON").Text, want)
 	}
 	for id, want := range map[string][]string{"SOLD": {"先着3名"}, "DAILY": {"先着6名", "毎日" + next.In(tokyo).Format("15:04")}, "GOLD": {"先着5名", "会員限定 4名"}} {

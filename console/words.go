@@ -50,14 +50,20 @@ func issuedCoupons(s campaign.Status) int {
 	return s.IssuedYen / s.DiscountYen
 }
 
-// usedTenths is 予算消化率 in tenths of a percent (issued yen over the budget), rounded down so
-// that a campaign shows 100.0 % only once it is spent; 0 for a budget of 0.
-func usedTenths(s campaign.Status) int {
-	if s.BudgetYen <= 0 {
+// usedTenths is 予算消化率 in tenths of a percent (issued yen over the budget): [spentTenths].
+func usedTenths(s campaign.Status) int { return spentTenths(int64(s.IssuedYen), int64(s.BudgetYen)) }
+
+// spentTenths is issued yen over budget yen in tenths of a percent, rounded down so that a
+// campaign shows 100.0 only once it is spent; 0 for a budget of 0.
+func spentTenths(issued, budget int64) int {
+	if budget <= 0 {
 		return 0
 	}
-	return int(min(1000, 1000*int64(s.IssuedYen)/int64(s.BudgetYen)))
+	return int(min(1000, 1000*issued/budget))
 }
+
+// tenthsText writes n tenths of a percent as the number the pages and the exports show: 33.3.
+func tenthsText(n int) string { return fmt.Sprintf("%d.%d", n/10, n%10) }
 
 // lowBudget says the budget left is above none and below [lowBudgetPercent] of the budget.
 func lowBudget(s campaign.Status) bool {
@@ -134,11 +140,14 @@ func groupDigits[N int | int64](n N) string {
 }
 
 // timeLeft is the time from now to at in hours and minutes, as a request's 失効まで reads
-// (あと 23 時間 12 分), 失効済み once at has passed.
+// (あと 23 時間 12 分; 1 分未満 in its last minute), 失効済み once at has passed.
 func timeLeft(at, now time.Time) string {
-	d := at.Sub(now).Truncate(time.Minute)
-	if d <= 0 {
+	d := at.Sub(now)
+	switch {
+	case d <= 0:
 		return "失効済み"
+	case d < time.Minute:
+		return "あと 1 分未満"
 	}
 	return fmt.Sprintf("あと %d 時間 %d 分", int(d.Hours()), int(d.Minutes())%60)
 }
