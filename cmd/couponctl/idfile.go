@@ -29,6 +29,8 @@ func columnOf(path string, r *csv.Reader, column string) (int, error) {
 	named := func(h string) bool { return strings.TrimSpace(h) == column }
 	col := slices.IndexFunc(head, named)
 	switch {
+	case col < 0 && len(head) == 1 && strings.ContainsAny(head[0], ";\t"):
+		return 0, fmt.Errorf("%s:1: its headings %q are separated by a semicolon or a tab: save it as CSV (commas)", path, head[0])
 	case col < 0:
 		return 0, fmt.Errorf("%s:1: no column %q; its headings are %q", path, column, head)
 	case slices.IndexFunc(head[col+1:], named) >= 0:
@@ -196,12 +198,12 @@ var (
 // ([readIDs]), or, with column set, the column of that name of a CSV with a header
 // ([readColumn]). Every error names the file and the line.
 func readMembers(path, column string, w io.Writer) ([]string, error) {
-	if column != "" {
+	if column = strings.TrimSpace(column); column != "" {
 		return readColumn(path, column, ids.Member, w)
 	}
 	list, err := readIDs(path, ids.Member, w)
 	if errors.Is(err, errNotAnID) {
-		err = fmt.Errorf("%w; for a CSV with a header, --csv-column NAME reads the member ids of its column NAME", err)
+		err = fmt.Errorf("%w; for a CSV with a heading line, or a member id that reads as a heading, give the file a heading line and --csv-column NAME (the column of the member ids)", err)
 	}
 	return list, err
 }
