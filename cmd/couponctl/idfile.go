@@ -76,7 +76,7 @@ func readIDs(path string, check func(string) error, w io.Writer) ([]string, erro
 	case len(ids) == 0:
 		return nil, fmt.Errorf("%s: no ids in it", path)
 	case idHeading(ids):
-		return nil, fmt.Errorf("%s:%d: %q has no digit, unlike the ids below it: a column heading (a member id without a digit is read further down the list): %w",
+		return nil, fmt.Errorf("%s:%d: %q has no digit, unlike the ids below it: a column heading: %w",
 			path, first, ids[0], errNotAnID)
 	}
 	return ids, nil
