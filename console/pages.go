@@ -144,6 +144,8 @@ type campaignView struct {
 	// ApprovalAboveYen is the four-eyes line (coupon_rules.approval_above_yen), in yen: a raise
 	// above it waits for a second approver.
 	ApprovalAboveYen int64
+	// PerMinute is the coupons issued a minute over the last 5 minutes: the forecast's pace.
+	PerMinute float64
 }
 
 func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
@@ -174,6 +176,9 @@ func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		v.ApprovalAboveYen, err = s.reads.approvalLine(ctx)
+	}
+	if err == nil {
+		v.PerMinute, err = s.reads.pace(ctx, st)
 	}
 	if err != nil {
 		s.fail(w, r, 0, id, err, "/")

@@ -411,3 +411,20 @@ func (r *reads) exists(ctx context.Context, id string) (bool, error) {
 	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM campaign_budgets WHERE campaign_id = $1)`, id).Scan(&ok)
 	return ok, err
 }
+
+// pace is campaign s's coupons a minute over the last [rateWindow] (to the minute), from its
+// scan's minutes (cached with the burn-down): the page's forecast.
+func (r *reads) pace(ctx context.Context, s campaign.Status) (float64, error) {
+	sc, err := r.scan(ctx, s.ID)
+	if err != nil || s.DiscountYen <= 0 {
+		return 0, err
+	}
+	from := s.At.Add(-rateWindow).Truncate(time.Minute)
+	var yen int64
+	for _, m := range sc.minutes {
+		if !m.T.Before(from) {
+			yen += m.IssuedYen
+		}
+	}
+	return float64(yen) / float64(s.DiscountYen) / rateWindow.Minutes(), nil
+}

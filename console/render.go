@@ -33,6 +33,10 @@ var funcs = template.FuncMap{
 	"n":      groupDigits[int],
 	"remain": remaining,
 	"skip":   skipJa,
+	"forecast": func(s campaign.Status, perMinute float64) map[string]any {
+		text, at := forecast(s, perMinute)
+		return map[string]any{"Text": text, "At": at}
+	},
 	"perMin": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"push":   pushJa,
 	"kind":   func(k string) string { return map[string]string{"budget": "予算", "period": "期間"}[k] },

@@ -123,6 +123,7 @@ type listRow struct {
 	ID, State, Text, Issued, Remaining string
 	Low                                bool
 	Badges                             []string
+	Forecast                           int64 // its data-forecast-at, 0 without a forecast
 }
 
 // teamView is the check of the team's view: on the list, every campaign's state agrees with a
@@ -147,7 +148,8 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 	rows := get(t, ctx, chromedp.Evaluate[[]listRow](`Array.from(document.querySelectorAll("tr[data-campaign]")).map(r => ({
   ID: r.dataset.campaign, State: r.dataset.state, Text: r.querySelector(".state").textContent,
   Issued: r.querySelector("[data-issued-coupons]").dataset.issuedCoupons, Remaining: r.querySelector("[data-remaining-coupons]").dataset.remainingCoupons,
-  Low: !!r.querySelector("[data-low-budget]"), Badges: Array.from(r.querySelectorAll(".badge")).map(b => b.textContent)}))`))
+  Low: !!r.querySelector("[data-low-budget]"), Badges: Array.from(r.querySelectorAll(".badge")).map(b => b.textContent),
+  Forecast: Number((r.querySelector("[data-forecast-at]") || {dataset: {forecastAt: "0"}}).dataset.forecastAt)}))`))
 	if len(rows) != 8 {
 		t.Fatalf("the list shows %d campaigns, want 8", len(rows))
 	}
@@ -164,6 +166,21 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 		}
 		if want := r.ID == "LOW"; r.Low != want {
 			v.Errorf("%s: 残りわずか shown %v, want %v", r.ID, r.Low, want)
+		}
+		// The forecast: the coupons left at the last 5 minutes' pace, as SQL counts them.
+		recent := e.count(t, `SELECT count(*) FROM issued_coupons WHERE campaign_id = $1 AND voided_at IS NULL
+  AND issued_at >= now() - interval '5 minutes'`, r.ID)
+		switch {
+		case r.State != "ACTIVE" || recent == 0:
+			if r.Forecast != 0 {
+				v.Errorf("%s (%s, %d issued lately): a forecast, want none", r.ID, r.State, recent)
+			}
+		case dry.RemainingCoupons != nil:
+			want := time.Now().Add(time.Duration(float64(*dry.RemainingCoupons) / (float64(recent) / 5) * float64(time.Minute)))
+			if d := time.Unix(r.Forecast, 0).Sub(want); d < -2*time.Minute || d > 2*time.Minute {
+				v.Errorf("%s: sells out at %s by the page, at %s by %d left at %d a 5 minutes", r.ID,
+					time.Unix(r.Forecast, 0).In(tokyo), want.In(tokyo), *dry.RemainingCoupons, recent)
+			}
 		}
 	}
 	byID := func(id string) listRow {

@@ -151,3 +151,24 @@ func timeLeft(at, now time.Time) string {
 	}
 	return fmt.Sprintf("あと %d 時間 %d 分", int(d.Hours()), int(d.Minutes())%60)
 }
+
+// forecast is when campaign s runs out at perMinute coupons a minute (the last 5 minutes' pace),
+// as the team reads it: このペースで 19:41 に完売, or, with a release to come, 本日分は 10:07 に
+// 終了見込み (or that today's coupons last until the next release); このペースでは終了までに
+// 完売しません when its end comes first; "" when it is not issuing or issued nothing lately. It
+// answers the instant too (zero with no forecast).
+func forecast(s campaign.Status, perMinute float64) (string, time.Time) {
+	if s.State != campaign.StateActive || perMinute <= 0 || s.RemainingCoupons <= 0 {
+		return "", time.Time{}
+	}
+	at := s.At.Add(time.Duration(float64(s.RemainingCoupons) / perMinute * float64(time.Minute)))
+	switch {
+	case s.EndsAt != nil && !at.Before(*s.EndsAt):
+		return "このペースでは終了までに完売しません", at
+	case s.NextReleaseAt != nil && !at.Before(*s.NextReleaseAt):
+		return "このペースでは次回の配布まで本日分は残ります", at
+	case s.NextReleaseAt != nil:
+		return "本日分は " + shortTime(at) + " に終了見込み", at
+	}
+	return "このペースで " + shortTime(at) + " に完売", at
+}
