@@ -418,6 +418,17 @@ func TestChartDrawsItsPoints(t *testing.T) {
 	if len(drawn) > 0 && drawn[len(drawn)-1] != fmt.Sprint(issued) {
 		t.Errorf("the chart's last point is at %s yen, the coupons sum to %d", drawn[len(drawn)-1], issued)
 	}
+	// Its axes in 円 and 枚 with gridlines, the projection of a campaign issuing, and the table.
+	type chartParts struct{ Grid, Yen, Coupons, Projection, Rows int }
+	parts := get(t, ctx, chromedp.Evaluate[chartParts](`({Grid: document.querySelectorAll("svg.burndown line.grid").length,
+  Yen: Array.from(document.querySelectorAll("svg.burndown text")).filter(l => l.textContent.endsWith(" 円")).length,
+  Coupons: Array.from(document.querySelectorAll("svg.burndown text")).filter(l => l.textContent.endsWith(" 枚")).length,
+  Projection: document.querySelectorAll("svg.burndown line.projection").length,
+  Rows: document.querySelectorAll(".chart-data tr[data-point]").length})`))
+	if parts.Grid < 3 || parts.Yen != parts.Grid || parts.Coupons != parts.Grid || parts.Projection != 1 || parts.Rows != len(points) {
+		t.Errorf("the chart has %d gridlines, %d 円 and %d 枚 labels, %d projections, a table of %d rows; want 3 or more, one of each a line, 1, %d",
+			parts.Grid, parts.Yen, parts.Coupons, parts.Projection, parts.Rows, len(points))
+	}
 	if os.Getenv("CONSOLE_SCREENSHOTS") != "" { // the screenshot shows a request waiting for a second approver
 		submit(t, ctx, "budget", "", map[string]string{"add_budget_yen": "200000", "reason": "週末の増額（稟議 2026-124）"})
 	}

@@ -184,7 +184,7 @@ func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, 0, id, err, "/")
 		return
 	}
-	v.Chart = chartSVG(v.Points)
+	v.Chart = newChart(st, v.Points, v.PerMinute).svg()
 	p.Data = v
 	s.render(w, http.StatusOK, "campaign.html", p)
 }

@@ -202,6 +202,13 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll(".schedule tbody tr").length`)); n != 3 {
 		v.Errorf("DAILY's page shows %d releases, want 3", n)
 	}
+	if n := get(t, ctx, chromedp.Evaluate[string](`(document.querySelector("svg.burndown polyline.release") || {dataset: {}}).dataset.releases || ""`)); n != "3" {
+		v.Errorf("DAILY's chart draws the steps of %q releases, want 3", n)
+	}
+	e.open(t, ctx, "/campaigns/SOON")
+	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("[data-chart-empty]").length`)); n != 1 {
+		v.Errorf("SOON's page, nothing issued, shows %d messages instead of a chart, want 1", n)
+	}
 	do(t, ctx, chromedp.EmulateViewport(390, 844))
 	for _, p := range []string{"/", "/campaigns/DAILY", "/campaigns/LOW", "/members/g1"} {
 		e.open(t, ctx, p)
