@@ -46,6 +46,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /find", s.find)
 	mux.HandleFunc("GET /requests", s.inbox)
 	mux.HandleFunc("GET /exports/campaigns.csv", s.exportCampaigns)
+	mux.HandleFunc("GET /audit", s.auditPage)
+	mux.HandleFunc("GET /exports/audit.csv", s.exportAudit)
 	mux.HandleFunc("GET /campaigns/{id}/series.csv", s.exportSeries)
 	mux.Handle("GET /static/", s.static())
 	mux.HandleFunc("/", s.notFound)

@@ -15,24 +15,26 @@ import (
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"yen":    yen,
-	"jst":    func(t time.Time) string { return tokyoTime(t) },
-	"jstp":   jstPtr,
-	"state":  stateJa,
-	"over":   over,
-	"what":   whatJa,
-	"json":   jsonText,
-	"detail": jsonDetail,
-	"badges": badges,
-	"note":   stateNote,
-	"count":  issuedCoupons,
-	"used":   usedTenths,
-	"low":    lowBudget,
-	"tenths": func(n int) string { return tenthsText(n) + " %" },
-	"left":   timeLeft,
-	"n":      groupDigits[int],
-	"remain": remaining,
-	"skip":   skipJa,
+	"yen":       yen,
+	"jst":       func(t time.Time) string { return tokyoTime(t) },
+	"jstp":      jstPtr,
+	"state":     stateJa,
+	"over":      over,
+	"what":      whatJa,
+	"json":      jsonText,
+	"detail":    jsonDetail,
+	"badges":    badges,
+	"note":      stateNote,
+	"count":     issuedCoupons,
+	"used":      usedTenths,
+	"low":       lowBudget,
+	"tenths":    func(n int) string { return tenthsText(n) + " %" },
+	"left":      timeLeft,
+	"auditKind": auditKindJa,
+	"auditWhat": auditWhatJa,
+	"n":         groupDigits[int],
+	"remain":    remaining,
+	"skip":      skipJa,
 	"forecast": func(s campaign.Status, perMinute float64) map[string]any {
 		text, at := forecast(s, perMinute)
 		return map[string]any{"Text": text, "At": at}
@@ -137,7 +139,8 @@ var keyJa = map[string]string{
 	"starts_at": "開始", "ends_at": "終了", "paused_at": "一時停止", "coupons_expire_at": "有効期限",
 	"coupon_valid_days": "有効日数", "releases": "配布予定", "at": "日時", "coupons": "枚数",
 	"released_coupons": "配布予定の合計", "audience_only": "会員限定", "added": "追加", "removed": "削除",
-	"given": "指定",
+	"given": "指定", "role": "役割", "monthly_cap_yen": "月の上限", "approval_above_yen": "承認基準",
+	"reissue_allowed": "再発行の許可",
 }
 
 // detailKeys are the keys shown only in the 詳細 section, with their words: how the budget is
@@ -167,6 +170,9 @@ func jsonValue(k string, v any) string {
 	case string:
 		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
 			return tokyoTime(t)
+		}
+		if ja, ok := wordsJa[x]; ok && k == "role" {
+			return ja
 		}
 		return x
 	case float64:
