@@ -43,7 +43,7 @@ WITH c AS (
     FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
    WHERE c.issued_at >= $1 AND c.issued_at < $2
    GROUP BY c.campaign_id)
-SELECT b.campaign_id, s.state, coalesce(c.issued, 0), coalesce(c.yen, 0), coalesce(c.voided, 0), s.remaining_coupons,
+SELECT b.campaign_id, coalesce((SELECT n.name FROM campaign_names n WHERE n.campaign_id = b.campaign_id), ''), s.state, coalesce(c.issued, 0), coalesce(c.yen, 0), coalesce(c.voided, 0), s.remaining_coupons,
        b.budget_yen, b.issued_yen, coalesce(c.redeemed, 0), coalesce(c.live, 0), coalesce(c.pushed, 0), coalesce(c.skipped, 0)
   FROM (SELECT campaign_id, sum(budget_yen)::bigint AS budget_yen, sum(issued_yen)::bigint AS issued_yen
           FROM campaign_budgets GROUP BY campaign_id) b
@@ -51,7 +51,7 @@ SELECT b.campaign_id, s.state, coalesce(c.issued, 0), coalesce(c.yen, 0), coales
   CROSS JOIN LATERAL campaign_state(b.campaign_id, issue_now()) s
  ORDER BY b.campaign_id`
 
-var campaignsHeadings = []string{"キャンペーン", "状態", "配布数", "発行額（円）", "無効化数", "残り枚数",
+var campaignsHeadings = []string{"キャンペーン", "名前", "状態", "配布数", "発行額（円）", "無効化数", "残り枚数",
 	"予算（円）", "予算消化率（%）", "利用数", "利用率（%）", "送信数", "送信対象外数"}
 
 // seriesCSV is campaign $1's coupons per hour or day ($2, date_trunc's unit) at Asia/Tokyo: the
@@ -74,16 +74,16 @@ func (s *server) exportCampaigns(w http.ResponseWriter, r *http.Request) {
 	}
 	name := fmt.Sprintf("campaigns_%s_%s.csv", from.Format("20060102"), to.AddDate(0, 0, -1).Format("20060102"))
 	s.streamCSV(w, r, name, campaignsHeadings, campaignsCSV, []any{from, to}, func(row pgx.CollectableRow) ([]string, error) {
-		var id, state string
+		var id, name, state string
 		var issued, yen, voided, left, budget, spent, redeemed, live, pushed, skipped int64
-		if err := row.Scan(&id, &state, &issued, &yen, &voided, &left, &budget, &spent, &redeemed, &live, &pushed, &skipped); err != nil {
+		if err := row.Scan(&id, &name, &state, &issued, &yen, &voided, &left, &budget, &spent, &redeemed, &live, &pushed, &skipped); err != nil {
 			return nil, err
 		}
 		used := "" // no budget: no rate
 		if budget > 0 {
 			used = tenthsText(spentTenths(spent, budget))
 		}
-		return []string{cell(id), stateJa(state), num(issued), num(yen), num(voided), num(left), num(budget),
+		return []string{cell(id), cell(name), stateJa(state), num(issued), num(yen), num(voided), num(left), num(budget),
 			used, num(redeemed), ratio(redeemed, live), num(pushed), num(skipped)}, nil
 	})
 }

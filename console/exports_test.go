@@ -45,7 +45,7 @@ func readCSV(t *testing.T, v *verdict, name, body string) [][]string {
 func exportsCheck(t *testing.T, v *verdict) {
 	ctx := context.Background()
 	e := setup(t, verifiedIAP)
-	e.createCampaign(t, campaign.Campaign{ID: "EXP", DiscountYen: 1000, BudgetYen: 100_000})
+	e.createCampaign(t, campaign.Campaign{ID: "EXP", Name: "年末の感謝", DiscountYen: 1000, BudgetYen: 100_000})
 	e.createCampaign(t, campaign.Campaign{ID: "IDLE", DiscountYen: 500, BudgetYen: 5_000})
 	e.createCampaign(t, campaign.Campaign{ID: "-A1", DiscountYen: 500, BudgetYen: 5_000}) // a formula to a spreadsheet
 	day1 := time.Date(2026, 12, 1, 10, 0, 0, 0, issuance.Tokyo)
@@ -102,7 +102,7 @@ func exportsCheck(t *testing.T, v *verdict) {
 	recs = recs[1:] // EXP and IDLE follow
 	var want []string
 	if err := e.owner.QueryRow(ctx, `
-SELECT ARRAY['EXP', '発行中', count(*) FILTER (WHERE voided_at IS NULL)::text,
+SELECT ARRAY['EXP', '年末の感謝', '発行中', count(*) FILTER (WHERE voided_at IS NULL)::text,
              (sum(amount_yen) FILTER (WHERE voided_at IS NULL))::text, count(*) FILTER (WHERE voided_at IS NOT NULL)::text,
              ((100000 - (SELECT sum(issued_yen) FROM campaign_budgets WHERE campaign_id = 'EXP')) / 1000)::text, '100000',
              to_char(floor(1000.0 * (SELECT sum(issued_yen) FROM campaign_budgets WHERE campaign_id = 'EXP') / 100000) / 10, 'FM990.0'),
@@ -118,7 +118,7 @@ SELECT ARRAY['EXP', '発行中', count(*) FILTER (WHERE voided_at IS NULL)::text
 	if !slices.Equal(recs[1], want) {
 		v.Errorf("campaigns.csv's EXP row %q, SQL counts %q", recs[1], want)
 	}
-	if idle := []string{"IDLE", "発行中", "0", "0", "0", "10", "5000", "0.0", "0", "", "0", "0"}; !slices.Equal(recs[2], idle) {
+	if idle := []string{"IDLE", "", "発行中", "0", "0", "0", "10", "5000", "0.0", "0", "", "0", "0"}; !slices.Equal(recs[2], idle) {
 		v.Errorf("campaigns.csv's IDLE row %q, want %q", recs[2], idle)
 	}
 

@@ -163,6 +163,9 @@ func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("キャンペーン %s はありません", id), "/")
 		return
 	}
+	if st.Name != "" {
+		p.Title = "キャンペーン " + id + "（" + st.Name + "）"
+	}
 	v := campaignView{Status: st}
 	if err == nil {
 		v.Funnel, err = s.reads.funnel(ctx, id)

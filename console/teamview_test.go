@@ -76,7 +76,7 @@ func teamCampaigns(t *testing.T, e *env) (next, soon time.Time) {
 	tomorrow := now.Add(24 * time.Hour)
 	released := now.Add(-time.Hour)
 	for _, c := range []campaign.Campaign{
-		{ID: "OPEN", DiscountYen: 500, BudgetYen: 5000},
+		{ID: "OPEN", Name: "冬のご愛顧 500円引き", DiscountYen: 500, BudgetYen: 5000},
 		{ID: "SOLD", DiscountYen: 1000, BudgetYen: 3000},
 		{ID: "SOON", DiscountYen: 500, BudgetYen: 5000, StartsAt: &tomorrow},
 		{ID: "GOLD", DiscountYen: 1000, BudgetYen: 5000, AudienceOnly: true},
@@ -196,6 +196,13 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 		if got := byID(id).Badges; !slices.Equal(got, want) {
 			v.Errorf("%s's badges %q, want %q", id, got, want)
 		}
+	}
+	if name := get(t, ctx, chromedp.Evaluate[string](`(document.querySelector('tr[data-campaign="OPEN"] [data-name]') || {textContent: ""}).textContent`)); name != "冬のご愛顧 500円引き" {
+		v.Errorf("OPEN's name on the list reads %q, want 冬のご愛顧 500円引き", name)
+	}
+	e.open(t, ctx, "/campaigns/OPEN")
+	if h1 := get(t, ctx, chromedp.Evaluate[string](`document.querySelector("h1").textContent`)); h1 != "キャンペーン OPEN（冬のご愛顧 500円引き）" {
+		v.Errorf("OPEN's page is headed %q, want its name beside its id", h1)
 	}
 	e.open(t, ctx, "/campaigns/DAILY")
 	shot(t, ctx, "campaign-daily-1280")

@@ -29,7 +29,7 @@ func campaignCreateCmd() *cobra.Command {
 		counts       countFlags
 	)
 	c := &cobra.Command{
-		Use: "create --id ID --discount-yen N (--budget-yen N | --coupons N) [--starts T --ends T] [--release AT=N]... " +
+		Use: "create --id ID [--name TEXT] --discount-yen N (--budget-yen N | --coupons N) [--starts T --ends T] [--release AT=N]... " +
 			"[--daily-release HH:MM=N --days K] [--audience-only] [--stripes K | --expected-rps N] [--coupon-valid-days D | --coupons-expire T]",
 		Short: "Create a campaign; without --starts/--ends it is always active",
 		Long: `Create a campaign: its definition and its budget, split over K budget stripe rows
@@ -102,6 +102,7 @@ a refusal by the database exits 1; either way nothing is created.`,
 	}
 	f := c.Flags()
 	f.StringVar(&def.ID, "id", "", "campaign id, 1-64 of [A-Za-z0-9_-] (required)")
+	f.StringVar(&def.Name, "name", "", "a display name shown beside the id, 1-100 characters (年末感謝祭 500円クーポン)")
 	f.IntVar(&def.DiscountYen, "discount-yen", 0, "face value of one coupon in yen (required)")
 	f.IntVar(&def.BudgetYen, "budget-yen", 0, "campaign budget approval in yen: R1's ceiling (or --coupons)")
 	f.StringVar(&starts, "starts", "", "first instant coupons are issued, RFC 3339 (2026-09-19T00:00:00+09:00)")
@@ -196,7 +197,11 @@ func campaignShowCmd() *cobra.Command {
 
 // writeCampaign writes one campaign as campaign show does.
 func writeCampaign(w io.Writer, s campaign.Status) {
-	fmt.Fprintf(w, "campaign   %s\nstate      %s\ndiscount   %d yen\n", s.ID, state(s), s.DiscountYen)
+	fmt.Fprintf(w, "campaign   %s\n", s.ID)
+	if s.Name != "" {
+		fmt.Fprintf(w, "name       %s\n", s.Name)
+	}
+	fmt.Fprintf(w, "state      %s\ndiscount   %d yen\n", state(s), s.DiscountYen)
 	writeCounts(w, s)
 	fmt.Fprintf(w, "stripes    %d\n", s.Stripes)
 	fmt.Fprintf(w, "period     %s .. %s\nvalidity   %s\n", fmtTime(s.StartsAt), fmtTime(s.EndsAt), validity(s.Campaign))

@@ -47,7 +47,7 @@ func campaignUpdateCmd() *cobra.Command {
 		validDays    int
 		expires      string
 		releases     []string
-		reason       string
+		reason, name string
 	)
 	c := &cobra.Command{
 		Use:   "update ID [--budget-yen N | --add-budget-yen D] [--stripes K] [--starts T] [--ends T] [--coupon-valid-days D | --coupons-expire T] [--release AT=N]... --reason TEXT",
@@ -109,8 +109,11 @@ taken back, only the campaign paused or ended.` + changeHelp,
 			if ch.Releases, err = parseReleases(releases); err != nil {
 				return err
 			}
+			if err := nameChange(f, &ch, name); err != nil {
+				return err
+			}
 			if ch.Empty() {
-				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days, --coupons-expire or --release")}
+				return usageError{fmt.Errorf("nothing to change: give --budget-yen, --add-budget-yen, --stripes, --starts, --ends, --coupon-valid-days, --coupons-expire, --release or --name")}
 			}
 			return runChange(cmd, args[0], func(ctx context.Context, db campaign.Querier) ([]campaign.Change, error) {
 				return update(ctx, db, cmd.ErrOrStderr(), args[0], ch)
@@ -118,6 +121,7 @@ taken back, only the campaign paused or ended.` + changeHelp,
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&name, "name", "", "the campaign's new display name, shown beside its id (1-100 characters)")
 	f.Int64Var(&budget, "budget-yen", 0, "the new budget in yen")
 	f.Int64Var(&add, "add-budget-yen", 0, "yen to add to the budget (negative cuts)")
 	f.IntVar(&stripes, "stripes", 0, fmt.Sprintf("budget stripes to lay the budget out over, 1-%d", campaign.MaxStripes))
@@ -472,4 +476,17 @@ func parseBound(flag, v string) (*time.Time, error) {
 		return nil, fmt.Errorf(`%s: give an RFC 3339 time such as 2026-09-19T00:00:00+09:00, or "open"`, flag)
 	}
 	return parseTime(flag, v)
+}
+
+// nameChange sets ch's name from --name when it was given, refusing one campaign_name_set would
+// refuse (exit 2).
+func nameChange(f *pflag.FlagSet, ch *campaign.Changes, name string) error {
+	if !f.Changed("name") {
+		return nil
+	}
+	if err := campaign.CheckName(name); err != nil {
+		return usageError{fmt.Errorf("--name: %w", err)}
+	}
+	ch.Name = &name
+	return nil
 }

@@ -73,3 +73,35 @@ func TestCampaignChangeVerbs(t *testing.T) {
 		t.Errorf("history: %d rows by the coupon_admin login, want 7:\n%s", n, stdout)
 	}
 }
+
+// TestCampaignName: campaign create --name names a campaign, show prints it beside the id,
+// update --name renames it with a 'name' history row (before, after, reason); a blank name or
+// one of 101 characters is refused before anything is sent (exit 2), nothing changed.
+func TestCampaignName(t *testing.T) {
+	d := newGrantDB(t)
+	t.Setenv("DATABASE_URL", d.admin)
+	for _, step := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"campaign", "create", "--id", "NAMED", "--name", "年末感謝祭 500円クーポン", "--discount-yen", "500", "--coupons", "10"}, 0, "created NAMED"},
+		{[]string{"campaign", "show", "NAMED"}, 0, "name       年末感謝祭 500円クーポン"},
+		{[]string{"campaign", "update", "NAMED", "--name", "年末感謝祭（延長）", "--reason", "延長"}, 0, "NAMED: name changed"},
+		{[]string{"campaign", "show", "NAMED"}, 0, "name       年末感謝祭（延長）"},
+		{[]string{"campaign", "update", "NAMED", "--name", "  ", "--reason", "x"}, 2, "--name: "},
+		{[]string{"campaign", "create", "--id", "LONG", "--name", strings.Repeat("名", 101), "--discount-yen", "500", "--coupons", "10"}, 2, "a name of 1-100 characters"},
+	} {
+		code, stdout, stderr := grantCLI(step.args...)
+		if code != step.code || !strings.Contains(stdout+stderr, step.want) {
+			t.Errorf("%q: exit %d, want %d saying %q\n%s%s", step.args, code, step.code, step.want, stdout, stderr)
+		}
+	}
+	if n := d.count(t, `SELECT count(*) FROM campaign_changes WHERE campaign_id = 'NAMED' AND what = 'name'
+  AND after->>'name' = '年末感謝祭（延長）' AND before->>'name' = '年末感謝祭 500円クーポン'`); n != 1 {
+		t.Errorf("%d 'name' history rows from the first name to the second, want 1", n)
+	}
+	if n := d.count(t, `SELECT count(*) FROM campaign_budgets WHERE campaign_id = 'LONG'`); n != 0 {
+		t.Errorf("a campaign with a 101-character name was created")
+	}
+}

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,7 +27,10 @@ var ErrExists = errors.New("campaign: already exists")
 
 // Campaign is a campaign definition with its budget, amounts in yen.
 type Campaign struct {
-	ID          string
+	ID string
+	// Name is the campaign's display name, shown beside its id (campaign_names, 00037); "" for
+	// none.
+	Name        string
 	DiscountYen int // face value of one coupon
 	BudgetYen   int // the campaign budget approval: R1's ceiling
 	// StartsAt and EndsAt bound when coupons are issued, [StartsAt, EndsAt); nil is unbounded.
@@ -118,6 +124,11 @@ func (s Status) RemainingYen() int { return s.BudgetYen - s.IssuedYen }
 func (c Campaign) Validate() error {
 	if err := ids.Campaign(c.ID); err != nil {
 		return fmt.Errorf("campaign id %q: %w", c.ID, err)
+	}
+	if c.Name != "" {
+		if err := CheckName(c.Name); err != nil {
+			return fmt.Errorf("campaign %s: %w", c.ID, err)
+		}
 	}
 	if err := c.checkAmounts(); err != nil {
 		return err
@@ -243,8 +254,13 @@ func Create(ctx context.Context, db Querier, c Campaign) error {
 		args = append(args, at, coupons, c.AudienceOnly)
 		sql = `SELECT change_id FROM campaign_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	}
-	var changeID int64
-	err := db.QueryRow(ctx, sql, args...).Scan(&changeID)
+	// With a name, the create and the name are one batch: one implicit transaction.
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	if c.Name != "" {
+		b.Queue(sqlNameSet, c.ID, c.Name, createReason)
+	}
+	err := db.SendBatch(ctx, b).Close()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlStateExists {
 		return fmt.Errorf("%w: %s", ErrExists, c.ID)
@@ -268,7 +284,8 @@ const (
 // (campaign_state).
 const sqlStatus = `
 WITH now AS (SELECT issue_now() AS at)
-SELECT s.*, st.state, st.opens_at, st.next_release_at, st.remaining_coupons, now.at
+SELECT s.*, coalesce((SELECT n.name FROM campaign_names n WHERE n.campaign_id = s.campaign_id), ''),
+       st.state, st.opens_at, st.next_release_at, st.remaining_coupons, now.at
   FROM (SELECT campaign_id, min(discount_yen), sum(budget_yen), sum(issued_yen), min(starts_at), min(ends_at), count(*), min(paused_at),
                coalesce(min(coupon_valid_days), 0), min(coupons_expire_at), bool_or(audience_only),
                (SELECT count(*) FROM campaign_audience a WHERE a.campaign_id = b.campaign_id)::integer
@@ -314,7 +331,7 @@ func read(ctx context.Context, db reader, where string, args ...any) ([]Status, 
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (s Status, err error) {
 		err = row.Scan(&s.ID, &s.DiscountYen, &s.BudgetYen, &s.IssuedYen, &s.StartsAt, &s.EndsAt, &s.Stripes, &s.PausedAt,
-			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize,
+			&s.CouponValidDays, &s.CouponsExpireAt, &s.AudienceOnly, &s.AudienceSize, &s.Name,
 			&s.State, &s.OpensAt, &s.NextReleaseAt, &s.RemainingCoupons, &s.At)
 		return s, err
 	})
@@ -322,4 +339,20 @@ func read(ctx context.Context, db reader, where string, args ...any) ([]Status, 
 		return list, err
 	}
 	return list, readReleases(ctx, db, list)
+}
+
+// MaxNameRunes bounds a campaign's display name, in characters (campaign_names' name_shown).
+const MaxNameRunes = 100
+
+// CheckName refuses a display name that campaign_name_set would refuse: blank, longer than
+// [MaxNameRunes] characters, or with a control character ([ErrRefused]).
+func CheckName(name string) error {
+	name = strings.TrimSpace(name)
+	switch n := utf8.RuneCountInString(name); {
+	case n == 0 || n > MaxNameRunes:
+		return fmt.Errorf("%w: a name of 1-%d characters, got %d", ErrRefused, MaxNameRunes, n)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return fmt.Errorf("%w: a name without control characters", ErrRefused)
+	}
+	return nil
 }

@@ -50,13 +50,15 @@ type Changes struct {
 	// future by the database's clock, before the end, at an instant not used, within the
 	// budget, on a campaign created with releases (else [ErrRefused]).
 	Releases []Release
-	Reason   string
+	// Name, when set, renames the campaign (campaign_name_set, 00037).
+	Name   *string
+	Reason string
 }
 
 // Empty reports whether c changes nothing.
 func (c Changes) Empty() bool {
 	return c.BudgetYen == nil && c.AddBudgetYen == nil && c.Stripes == nil && !c.SetStarts && !c.SetEnds && !c.SetValidity &&
-		len(c.Releases) == 0
+		len(c.Releases) == 0 && c.Name == nil
 }
 
 // Change is one row of a campaign's history (campaign_changes, 00010_live_campaigns.sql).
@@ -98,6 +100,7 @@ const (
 	sqlChangeBudget      = `SELECT ` + changeColumns + ` FROM campaign_change_budget($1, $2, $3, $4, $5)`
 	sqlChangeState       = `SELECT ` + changeColumns + ` FROM campaign_change_state($1, $2, $3, $4, $5, $6, $7)`
 	sqlChangeValid       = `SELECT ` + changeColumns + ` FROM campaign_change_validity($1, $2, $3, $4)`
+	sqlNameSet           = `SELECT ` + changeColumns + ` FROM campaign_name_set($1, $2, $3)`
 )
 
 // Update applies c to campaign id through the schema's change functions
@@ -129,6 +132,9 @@ func Update(ctx context.Context, db Querier, id string, c Changes) ([]Change, er
 	}
 	for _, r := range c.Releases {
 		b.Queue(sqlReleaseAdd, id, r.At, r.Coupons, c.Reason)
+	}
+	if c.Name != nil {
+		b.Queue(sqlNameSet, id, *c.Name, c.Reason)
 	}
 	return run(ctx, db, id, b)
 }
