@@ -34,13 +34,8 @@ type chart struct {
 // The x axis spans the campaign's period: from its start (or its first point) to its end, or,
 // when it has none, to the latest of now, its last release and the forecast.
 func newChart(s campaign.Status, points []Point, perMinute float64) chart {
-	c := chart{points: points, discountYen: int64(max(s.DiscountYen, 1)), releases: s.Schedule, to: s.At}
-	if _, at := forecast(s, perMinute); !at.IsZero() {
-		c.projection = &Point{T: at, IssuedYen: int64(s.IssuedYen + s.RemainingCoupons*s.DiscountYen)}
-		if s.EndsAt != nil && at.After(*s.EndsAt) { // the end comes first: the pace up to it
-			c.projection = &Point{T: *s.EndsAt, IssuedYen: int64(s.IssuedYen) + int64(perMinute*s.EndsAt.Sub(s.At).Minutes())*int64(s.DiscountYen)}
-		}
-	}
+	c := chart{points: points, discountYen: int64(max(s.DiscountYen, 1)), releases: s.Schedule, to: s.At,
+		projection: projection(s, perMinute)}
 	c.from = s.At
 	if s.StartsAt != nil {
 		c.from = *s.StartsAt
@@ -63,6 +58,20 @@ func newChart(s campaign.Status, points []Point, perMinute float64) chart {
 		c.from = c.to.Add(-time.Hour)
 	}
 	return c
+}
+
+// projection is the forecast's end for campaign s at perMinute coupons a minute: the instant
+// its coupons run out with the yen issued then, or, when its end comes first, its end with the
+// yen the pace issues by then; nil without a forecast.
+func projection(s campaign.Status, perMinute float64) *Point {
+	_, at := forecast(s, perMinute)
+	switch {
+	case at.IsZero():
+		return nil
+	case s.EndsAt != nil && at.After(*s.EndsAt):
+		return &Point{T: *s.EndsAt, IssuedYen: int64(s.IssuedYen) + int64(perMinute*s.EndsAt.Sub(s.At).Minutes())*int64(s.DiscountYen)}
+	}
+	return &Point{T: at, IssuedYen: int64(s.IssuedYen + s.RemainingCoupons*s.DiscountYen)}
 }
 
 // svg draws the chart on the server, so that the page needs no script: gridlines with their

@@ -93,7 +93,7 @@ func over(s string) bool { return s == campaign.StateEnded || s == campaign.Stat
 func whatJa(s string) string {
 	if ja, ok := map[string]string{"budget": "予算", "stripes": "予算ストライプ数", "period": "期間", "pause": "一時停止",
 		"resume": "再開", "end": "終了", "validity": "有効期限", "create": "作成", "audience": "対象会員",
-		"release": "配布予定", "repair": "集計の修復"}[s]; ok {
+		"release": "配布予定", "repair": "集計の修復", "name": "名前"}[s]; ok {
 		return ja
 	}
 	return s
@@ -140,7 +140,7 @@ var keyJa = map[string]string{
 	"coupon_valid_days": "有効日数", "releases": "配布予定", "at": "日時", "coupons": "枚数",
 	"released_coupons": "配布予定の合計", "audience_only": "会員限定", "added": "追加", "removed": "削除",
 	"given": "指定", "role": "役割", "monthly_cap_yen": "月の上限", "approval_above_yen": "承認基準",
-	"reissue_allowed": "再発行の許可",
+	"reissue_allowed": "再発行の許可", "name": "名前",
 }
 
 // detailKeys are the keys shown only in the 詳細 section, with their words: how the budget is
@@ -168,21 +168,9 @@ func jsonValue(k string, v any) string {
 	case bool:
 		return map[bool]string{true: "はい", false: "いいえ"}[x]
 	case string:
-		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
-			return tokyoTime(t)
-		}
-		if ja, ok := wordsJa[x]; ok && k == "role" {
-			return ja
-		}
-		return x
+		return jsonString(k, x)
 	case float64:
-		if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
-			return strconv.FormatFloat(x, 'f', -1, 64)
-		}
-		if strings.HasSuffix(k, "_yen") {
-			return yen(int64(x))
-		}
-		return groupDigits(int64(x)) + unitJa[k]
+		return jsonNumber(k, x)
 	case []any:
 		parts := make([]string, len(x))
 		for i, e := range x {
@@ -193,4 +181,28 @@ func jsonValue(k string, v any) string {
 		return "（" + jsonText(x) + "）"
 	}
 	return fmt.Sprint(v)
+}
+
+// jsonString writes a string value of key k: an instant as the team reads a time, a role in
+// Japanese, anything else as it is.
+func jsonString(k, x string) string {
+	if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+		return tokyoTime(t)
+	}
+	if ja, ok := wordsJa[x]; ok && k == "role" {
+		return ja
+	}
+	return x
+}
+
+// jsonNumber writes a number value of key k: yen for a key ending _yen, else grouped with its
+// unit; a fraction, or a number past float64's exact integers, as it is.
+func jsonNumber(k string, x float64) string {
+	if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	if strings.HasSuffix(k, "_yen") {
+		return yen(int64(x))
+	}
+	return groupDigits(int64(x)) + unitJa[k]
 }
