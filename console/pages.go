@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,50 +149,82 @@ type campaignView struct {
 	ApprovalAboveYen int64
 	// PerMinute is the coupons issued a minute over the last 5 minutes: the forecast's pace.
 	PerMinute float64
+	typed     typedForm // a refused form, shown again as typed
 }
 
 func (s *server) campaignPage(w http.ResponseWriter, r *http.Request) {
+	s.showCampaign(w, r, http.StatusOK, "", typedForm{})
+}
+
+// typedForm is a form the person sent that was refused: its action and what was typed, shown
+// again in the form so that nothing typed is lost.
+type typedForm struct {
+	action string
+	values url.Values
+}
+
+// Typed is what was typed in field of the form of action, "" unless that form was refused.
+func (v campaignView) Typed(action, field string) string {
+	if v.typed.action != action {
+		return ""
+	}
+	return v.typed.values.Get(field)
+}
+
+// showCampaign renders campaign page of the path's id with status, and with a refusal: its
+// message and the refused form as typed.
+func (s *server) showCampaign(w http.ResponseWriter, r *http.Request, status int, refusal string, typed typedForm) {
 	id := r.PathValue("id")
 	p, err := s.newPage(r, "キャンペーン "+id)
 	if err != nil {
 		s.fail(w, r, 0, id, err, "/")
 		return
 	}
-	ctx := r.Context()
-	st, err := campaign.Show(ctx, s.reads.pool, id)
+	st, err := campaign.Show(r.Context(), s.reads.pool, id)
 	if errors.Is(err, campaign.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("キャンペーン %s はありません", id), "/")
 		return
 	}
-	if st.Name != "" {
-		p.Title = "キャンペーン " + id + "（" + st.Name + "）"
-	}
-	v := campaignView{Status: st}
+	var v campaignView
 	if err == nil {
-		v.Funnel, err = s.reads.funnel(ctx, id)
-	}
-	if err == nil {
-		v.Points, err = s.reads.burndown(ctx, st, st.At) // the last point at the database's clock
-	}
-	if err == nil {
-		v.Requests, err = s.reads.requests(ctx, id)
-	}
-	if err == nil {
-		v.History, err = s.reads.history(ctx, id)
-	}
-	if err == nil {
-		v.ApprovalAboveYen, err = s.reads.approvalLine(ctx)
-	}
-	if err == nil {
-		v.PerMinute, err = s.reads.pace(ctx, st)
+		v, err = s.campaignData(r.Context(), st)
 	}
 	if err != nil {
 		s.fail(w, r, 0, id, err, "/")
 		return
 	}
+	if st.Name != "" {
+		p.Title = "キャンペーン " + id + "（" + st.Name + "）"
+	}
+	v.typed = typed
+	p.Error, p.Data = refusal, v
+	s.render(w, status, "campaign.html", p)
+}
+
+// campaignData is the campaign page's data for campaign st.
+func (s *server) campaignData(ctx context.Context, st campaign.Status) (campaignView, error) {
+	v := campaignView{Status: st}
+	var err error
+	if v.Funnel, err = s.reads.funnel(ctx, st.ID); err != nil {
+		return v, err
+	}
+	if v.Points, err = s.reads.burndown(ctx, st, st.At); err != nil { // the last point at the database's clock
+		return v, err
+	}
+	if v.Requests, err = s.reads.requests(ctx, st.ID); err != nil {
+		return v, err
+	}
+	if v.History, err = s.reads.history(ctx, st.ID); err != nil {
+		return v, err
+	}
+	if v.ApprovalAboveYen, err = s.reads.approvalLine(ctx); err != nil {
+		return v, err
+	}
+	if v.PerMinute, err = s.reads.pace(ctx, st); err != nil {
+		return v, err
+	}
 	v.Chart = newChart(st, v.Points, v.PerMinute).svg()
-	p.Data = v
-	s.render(w, http.StatusOK, "campaign.html", p)
+	return v, nil
 }
 
 func (s *server) burndownJSON(w http.ResponseWriter, r *http.Request) {
@@ -301,9 +334,10 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
 	back := "/campaigns/" + url.PathEscape(id)
 	f := form{r}
+	refused := func(status int, msg string) { s.showCampaign(w, r, status, msg, typedForm{action, r.PostForm}) }
 	reason, err := f.reason()
 	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, id, err, back)
+		refused(http.StatusBadRequest, err.Error())
 		return
 	}
 	ctx, who := r.Context(), person(r)
@@ -318,14 +352,14 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 	case "budget":
 		set, add, stripes, ferr := f.budgetArgs()
 		if ferr != nil {
-			s.fail(w, r, http.StatusBadRequest, id, ferr, back)
+			refused(http.StatusBadRequest, ferr.Error())
 			return
 		}
 		out, err = s.actions.budget(ctx, id, set, add, stripes, who, reason)
 	case "period":
 		starts, ends, ferr := f.periodArgs()
 		if ferr != nil {
-			s.fail(w, r, http.StatusBadRequest, id, ferr, back)
+			refused(http.StatusBadRequest, ferr.Error())
 			return
 		}
 		out, err = s.actions.period(ctx, id, starts, ends, who, reason)
@@ -334,6 +368,10 @@ func (s *server) campaignAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
+		if status, msg, unexpected := refusalOf(err); !unexpected && status != http.StatusNotFound {
+			refused(status, msg) // the database's refusal, beside the form as typed
+			return
+		}
 		s.fail(w, r, 0, "campaign "+id, err, back)
 		return
 	}

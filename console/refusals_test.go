@@ -470,3 +470,34 @@ func TestHistoryInTheTeamsWords(t *testing.T) {
 		historyWords(t, v)
 	}})
 }
+
+// TestRefusedFormKeepsWhatWasTyped: a change the database refuses (a budget below the issued
+// yen, 409) and one refused before it is asked (an amount that is not a number, 400) show the
+// campaign page again with the refusal in Japanese and the form as it was typed, so that the
+// person corrects it rather than typing it again. Before, the refusal was an error page with a
+// link back, and the form came back empty (shown red on cb2dbc7's console, 2026-12-07).
+func TestRefusedFormKeepsWhatWasTyped(t *testing.T) {
+	e := setup(t, verifiedIAP)
+	e.createCampaign(t, campaign.Campaign{ID: "TYPED", DiscountYen: 1000, BudgetYen: 100_000})
+	if r, _ := e.issueCoupon(t, "m1", "TYPED"); r != "ISSUED" {
+		t.Fatalf("IssueCoupon: %s", r)
+	}
+	op := e.poster(t, operatorEmail, "/campaigns/TYPED")
+	for _, c := range []struct {
+		form       url.Values
+		status     int
+		said, kept string
+	}{
+		{url.Values{"reason": {"年末の減額（稟議 2026-301）"}, "budget_yen": {"500"}}, http.StatusConflict, "発行済みの 1,000 円を下回ります", `name="budget_yen" inputmode="numeric" value="500"`},
+		{url.Values{"reason": {"年末の増額（稟議 2026-302）"}, "add_budget_yen": {"五千"}}, http.StatusBadRequest, "整数（円）を入力してください", `name="add_budget_yen" inputmode="numeric" value="五千"`},
+	} {
+		status, _, body := op.post(t, "/campaigns/TYPED/budget", c.form)
+		if status != c.status || !strings.Contains(errorText(body), c.said) || !strings.Contains(body, c.kept) ||
+			!strings.Contains(body, `value="`+c.form.Get("reason")+`"`) || !strings.Contains(body, `data-action="budget"`) {
+			t.Errorf("%v: %d, error %q; want %d saying %q with the budget form as typed (%s and the reason)", c.form, status, errorText(body), c.status, c.said, c.kept)
+		}
+	}
+	if n := e.changes(t, "TYPED"); n != 0 {
+		t.Errorf("%d changes of TYPED after two refused forms, want none", n)
+	}
+}
