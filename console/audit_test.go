@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
@@ -15,9 +17,13 @@ import (
 // audit page over today lists each of them (a row of each kind), names the operator, and its
 // filters by person and by campaign keep exactly the rows SQL counts; the export has the rows
 // the page has, with the team's headings.
-func auditCheck(t *testing.T, v *verdict) {
+func auditCheck(t *testing.T, v *verdict, shots bool) {
 	ctx := context.Background()
 	e := setup(t, verifiedIAP)
+	shot := screenshot
+	if !shots { // a broken variant's pages are no pictures of the console
+		shot = func(testing.TB, context.Context, string) {}
+	}
 	e.createCampaign(t, campaign.Campaign{ID: "AUD", DiscountYen: 1000, BudgetYen: 100_000})
 	e.createCampaign(t, campaign.Campaign{ID: "OTHER", DiscountYen: 1000, BudgetYen: 100_000})
 	r, id := e.issueCoupon(t, "m-aud", "AUD")
@@ -71,6 +77,19 @@ func auditCheck(t *testing.T, v *verdict) {
 	if got, n := rows("campaign=AUD"), e.count(t, `SELECT (SELECT count(*) FROM campaign_changes WHERE campaign_id = 'AUD') + 1`); int64(len(got)) != n {
 		v.Errorf("filtered by AUD: %q, want its %d changes and its void", got, n)
 	}
+	// As a browser shows it, at 1280 and 390 px: every row, no sideways scroll.
+	bctx := newBrowser(t).as(t, e.idp.assertion(t, viewerEmail))
+	for _, width := range []int64{1280, 390} {
+		do(t, bctx, chromedp.EmulateViewport(width, 900))
+		e.open(t, bctx, "/audit?from="+today+"&to="+today)
+		shot(t, bctx, map[int64]string{1280: "audit-1280", 390: "phone-audit"}[width])
+		if n := get(t, bctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-kind]").length`)); n != len(all) {
+			v.Errorf("the browser shows %d audit rows at %d px, want %d", n, width, len(all))
+		}
+		if w := get(t, bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth`)); w > width {
+			v.Errorf("the audit page at %d px is %d px wide", width, w)
+		}
+	}
 	_, body := e.do(t, c, http.MethodGet, "/exports/audit.csv?from="+today+"&to="+today, e.idp.assertion(t, viewerEmail), nil)
 	recs := readCSV(t, v, "audit.csv", body)
 	if len(recs) != len(all)+1 || strings.Join(recs[0], ",") != strings.Join(auditHeadings, ",") {
@@ -82,7 +101,7 @@ func auditCheck(t *testing.T, v *verdict) {
 // the campaigns' history alone (a fixture here), missing voids, role grants and rule settings:
 // found.
 func TestAuditPage(t *testing.T) {
-	checkAndBreak(t, auditCheck, brokenVariant{"the campaigns' history alone", func(t *testing.T, v *verdict) {
+	checkAndBreak(t, func(t *testing.T, v *verdict) { auditCheck(t, v, true) }, brokenVariant{"the campaigns' history alone", func(t *testing.T, v *verdict) {
 		saved := sqlAudit
 		sqlAudit = `
 SELECT c.changed_at, coalesce(c.operator_email, c.changed_by), c.changed_by, 'campaign', c.what, c.campaign_id, c.before, c.after, c.reason
@@ -91,6 +110,6 @@ SELECT c.changed_at, coalesce(c.operator_email, c.changed_by), c.changed_by, 'ca
    AND c.changed_at >= $3 AND c.changed_at < $4
  ORDER BY c.changed_at DESC`
 		t.Cleanup(func() { sqlAudit = saved })
-		auditCheck(t, v)
+		auditCheck(t, v, false)
 	}})
 }

@@ -99,6 +99,12 @@ func approvalsInbox(t *testing.T, v *verdict, breakIt func(*env)) {
 			v.Errorf("after one approval the inbox lists %d and counts %s, want 2", len(rows), count)
 		}
 	}
+	do(t, ctx, chromedp.EmulateViewport(390, 844))
+	e.open(t, ctx, "/requests")
+	shot(t, ctx, "phone-inbox")
+	if w := get(t, ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); w > 390 {
+		v.Errorf("the inbox at 390 px is %d px wide: it scrolls sideways", w)
+	}
 	actx := b.as(t, e.idp.assertion(t, approverEmail))
 	if rows, _ := inboxShows(t, e, actx); len(rows) > 0 && len(rows[0].Forms) > 0 {
 		v.Errorf("approver A, the requester, is offered %q on their own request", rows[0].Forms)

@@ -204,6 +204,10 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 	if h1 := get(t, ctx, chromedp.Evaluate[string](`document.querySelector("h1").textContent`)); h1 != "キャンペーン OPEN（冬のご愛顧 500円引き）" {
 		v.Errorf("OPEN's page is headed %q, want its name beside its id", h1)
 	}
+	for _, id := range []string{"OPEN", "GOLD"} { // 先着 and 会員限定; DAILY below
+		e.open(t, ctx, "/campaigns/"+id)
+		shot(t, ctx, "campaign-"+strings.ToLower(id)+"-1280")
+	}
 	e.open(t, ctx, "/campaigns/DAILY")
 	shot(t, ctx, "campaign-daily-1280")
 	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll(".schedule tbody tr").length`)); n != 3 {
@@ -217,7 +221,7 @@ func teamView(t *testing.T, v *verdict, breakIt func(*env)) {
 		v.Errorf("SOON's page, nothing issued, shows %d messages instead of a chart, want 1", n)
 	}
 	do(t, ctx, chromedp.EmulateViewport(390, 844))
-	for _, p := range []string{"/", "/campaigns/DAILY", "/campaigns/LOW", "/members/g1"} {
+	for _, p := range []string{"/", "/campaigns/OPEN", "/campaigns/DAILY", "/campaigns/GOLD", "/campaigns/LOW", "/members/g1"} {
 		e.open(t, ctx, p)
 		shot(t, ctx, "phone"+strings.ReplaceAll(strings.TrimSuffix(p, "/"), "/", "-")+map[bool]string{true: "-list"}[p == "/"])
 		if w := get(t, ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); w > 390 {
