@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mops/coupon-api/shared/ids"
+	"github.com/mops/coupon-api/internal/ops/campaign"
 )
 
 // The CSV exports for the weekly report (shared CONTRACT "The console"): UTF-8 with a byte order
@@ -91,16 +91,12 @@ func (s *server) exportCampaigns(w http.ResponseWriter, r *http.Request) {
 // exportSeries answers /campaigns/{id}/series.csv?step=hour|day.
 func (s *server) exportSeries(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	found := ids.Campaign(id) == nil
-	if found {
-		var err error
-		if found, err = s.reads.exists(r.Context(), id); err != nil {
-			s.fail(w, r, 0, id, err, "/")
-			return
-		}
-	}
-	if !found {
+	// A campaign that exists has a well-formed id: the only ids that reach the file's name.
+	if _, err := campaign.Show(r.Context(), s.reads.pool, id); errors.Is(err, campaign.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, id, fmt.Errorf("キャンペーン %s はありません", id), "/")
+		return
+	} else if err != nil {
+		s.fail(w, r, 0, id, err, "/")
 		return
 	}
 	step := r.URL.Query().Get("step")

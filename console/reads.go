@@ -405,13 +405,6 @@ func (r *reads) pendingCount(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// exists says campaign id exists.
-func (r *reads) exists(ctx context.Context, id string) (bool, error) {
-	var ok bool
-	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM campaign_budgets WHERE campaign_id = $1)`, id).Scan(&ok)
-	return ok, err
-}
-
 // pace is campaign s's coupons a minute over the last [rateWindow] (to the minute), from its
 // scan's minutes (cached with the burn-down): the page's forecast.
 func (r *reads) pace(ctx context.Context, s campaign.Status) (float64, error) {
