@@ -557,3 +557,78 @@ func TestTelemetryDryRunIsMarked(t *testing.T) {
 		t.Errorf("issuance's log line %v: want ISSUED without dry_run", l)
 	}
 }
+
+// TestNothingExportingKeepsTheCallersTrace: served as deployed with telemetry from an
+// environment that exports nothing (no span is then made), a request's log line and its outbox
+// row's trace_parent carry the caller's W3C traceparent; a request without one has neither.
+func TestNothingExportingKeepsTheCallersTrace(t *testing.T) {
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("GOOGLE_CLOUD_PROJECT", testProject)
+	ctx := context.Background()
+	logger := slog.Default()
+	logs := &syncbuf.Buffer{}
+	shutdown, err := telemetry.Setup(ctx, telemetry.WithLogWriter(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = shutdown(ctx)
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+		slog.SetDefault(logger)
+	})
+	url := pgtest.URL(t)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = otelpgx.NewTracer() // as shared/db does
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	pgtest.SetClock(t, pool, now)
+	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "OPEN", DiscountYen: 1, BudgetYen: 10}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(issuance.Config{}, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, member := range []string{"with-trace", "without-trace"} {
+		req := httptest.NewRequest(http.MethodPost, "/IssueCoupon", strings.NewReader(ask(member, "OPEN")))
+		req.Header.Set("Content-Type", "application/json")
+		if member == "with-trace" {
+			req.Header.Set("traceparent", callerTraceparnt)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("%s: %d %s", member, rec.Code, rec.Body.String())
+		}
+	}
+	var withTrace, withoutTrace *string
+	if err := pool.QueryRow(ctx, `SELECT (SELECT trace_parent FROM notification_outbox WHERE member_id = 'with-trace'),
+		(SELECT trace_parent FROM notification_outbox WHERE member_id = 'without-trace')`).Scan(&withTrace, &withoutTrace); err != nil {
+		t.Fatal(err)
+	}
+	if withTrace == nil || *withTrace != callerTraceparnt || withoutTrace != nil {
+		t.Errorf("trace_parent %v and %v, want the caller's %s and NULL", deref(withTrace), deref(withoutTrace), callerTraceparnt)
+	}
+	lines := logLines(t, logs.String())
+	if len(lines) != 2 || lines[0][telemetry.LogKeyTrace] != "projects/"+testProject+"/traces/"+callerTraceID ||
+		lines[0][telemetry.LogKeySpanID] != callerSpanID || lines[1][telemetry.LogKeyTrace] != nil {
+		t.Errorf("log lines %v: want the caller's trace and span on the first, none on the second", lines)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
+}
