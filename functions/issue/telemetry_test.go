@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
@@ -632,3 +634,25 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestLogLineAllocations: the request's log line, with a trace in its context, allocates only
+// what it must: the member's hash, the trace and span ids as strings, the record's room for the
+// trace fields beyond slog's inline attributes, and the JSON handler's pooled buffer now and
+// then. No key-value pairs are converted, no value boxed, no HMAC keyed anew.
+func TestLogLineAllocations(t *testing.T) {
+	h := &Handler{log: telemetry.NewLogger(io.Discard, testProject)}
+	tid, _ := trace.TraceIDFromHex(callerTraceID)
+	sid, _ := trace.SpanIDFromHex(callerSpanID)
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	req := request{MemberID: "member-0000001", CampaignID: "OPEN"}
+	out := issuance.Outcome{Result: issuance.ResultIssued, Attempts: 1}
+	start := time.Now()
+	if allocs := testing.AllocsPerRun(1000, func() { h.logRequest(ctx, req, out, nil, start) }); allocs > maxLogLineAllocs {
+		t.Errorf("a log line allocates %.1f times, want at most %d", allocs, maxLogLineAllocs)
+	}
+}
+
+// maxLogLineAllocs: the member's hash, the trace and the span id, the record's attributes
+// beyond its inline five, and the handler's buffer when its pool is empty.
+const maxLogLineAllocs = 5
