@@ -3,6 +3,7 @@ package issue
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -24,25 +25,30 @@ func instrument(h http.Handler) http.Handler {
 // dry_run true for a dry run (its result is what the member would get: a log-based count of
 // refusals filters it out); INFO "cancelled" for a caller that went away, ERROR with the error for
 // a failure (answered 500). A request that could not be decoded logs INVALID_REQUEST with its
-// status instead (ServeHTTP).
+// status instead (ServeHTTP). The fields are typed attributes in an array on the stack: no
+// key-value pairs to convert, no value boxed.
 func (h *Handler) logRequest(ctx context.Context, req request, out issuance.Outcome, err error, start time.Time) {
-	attrs := []any{
-		"campaign", req.CampaignID,
-		"member", telemetry.MemberHash(req.MemberID),
-		"attempts", out.Attempts,
-		"duration_ms", float64(time.Since(start)) / float64(time.Millisecond),
-	}
+	var buf [7]slog.Attr
+	attrs := append(buf[:0],
+		slog.String("campaign", req.CampaignID),
+		slog.String("member", telemetry.MemberHash(req.MemberID)),
+		slog.Int("attempts", out.Attempts),
+		slog.Float64("duration_ms", float64(time.Since(start))/float64(time.Millisecond)),
+	)
+	level, msg := slog.LevelInfo, "IssueCoupon"
 	gone := "IssueCoupon: the caller went away; its transaction was rolled back"
 	if req.DryRun {
-		attrs = append(attrs, "dry_run", true)
+		attrs = append(attrs, slog.Bool("dry_run", true))
 		gone = "IssueCoupon: the caller of a dry run went away"
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		h.log.InfoContext(ctx, gone, append(attrs, "result", telemetry.ResultCancelled)...)
+		msg, attrs = gone, append(attrs, slog.String("result", telemetry.ResultCancelled))
 	case err != nil:
-		h.log.ErrorContext(ctx, "IssueCoupon: issuance failed", append(attrs, "result", telemetry.ResultError, "err", err)...)
+		level, msg = slog.LevelError, "IssueCoupon: issuance failed"
+		attrs = append(attrs, slog.String("result", telemetry.ResultError), slog.Any("err", err))
 	default:
-		h.log.InfoContext(ctx, "IssueCoupon", append(attrs, "result", string(out.Result))...)
+		attrs = append(attrs, slog.String("result", string(out.Result)))
 	}
+	h.log.LogAttrs(ctx, level, msg, attrs...)
 }

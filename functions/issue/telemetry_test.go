@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
@@ -557,3 +559,100 @@ func TestTelemetryDryRunIsMarked(t *testing.T) {
 		t.Errorf("issuance's log line %v: want ISSUED without dry_run", l)
 	}
 }
+
+// TestNothingExportingKeepsTheCallersTrace: served as deployed with telemetry from an
+// environment that exports nothing (no span is then made), a request's log line and its outbox
+// row's trace_parent carry the caller's W3C traceparent; a request without one has neither.
+func TestNothingExportingKeepsTheCallersTrace(t *testing.T) {
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("GOOGLE_CLOUD_PROJECT", testProject)
+	ctx := context.Background()
+	logger := slog.Default()
+	logs := &syncbuf.Buffer{}
+	shutdown, err := telemetry.Setup(ctx, telemetry.WithLogWriter(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = shutdown(ctx)
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+		slog.SetDefault(logger)
+	})
+	url := pgtest.URL(t)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = otelpgx.NewTracer() // as shared/db does
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	pgtest.SetClock(t, pool, now)
+	if err := campaign.Create(ctx, pool, campaign.Campaign{ID: "OPEN", DiscountYen: 1, BudgetYen: 10}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(issuance.Config{}, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, member := range []string{"with-trace", "without-trace"} {
+		req := httptest.NewRequest(http.MethodPost, "/IssueCoupon", strings.NewReader(ask(member, "OPEN")))
+		req.Header.Set("Content-Type", "application/json")
+		if member == "with-trace" {
+			req.Header.Set("traceparent", callerTraceparnt)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("%s: %d %s", member, rec.Code, rec.Body.String())
+		}
+	}
+	var withTrace, withoutTrace *string
+	if err := pool.QueryRow(ctx, `SELECT (SELECT trace_parent FROM notification_outbox WHERE member_id = 'with-trace'),
+		(SELECT trace_parent FROM notification_outbox WHERE member_id = 'without-trace')`).Scan(&withTrace, &withoutTrace); err != nil {
+		t.Fatal(err)
+	}
+	if withTrace == nil || *withTrace != callerTraceparnt || withoutTrace != nil {
+		t.Errorf("trace_parent %v and %v, want the caller's %s and NULL", deref(withTrace), deref(withoutTrace), callerTraceparnt)
+	}
+	lines := logLines(t, logs.String())
+	if len(lines) != 2 || lines[0][telemetry.LogKeyTrace] != "projects/"+testProject+"/traces/"+callerTraceID ||
+		lines[0][telemetry.LogKeySpanID] != callerSpanID || lines[1][telemetry.LogKeyTrace] != nil {
+		t.Errorf("log lines %v: want the caller's trace and span on the first, none on the second", lines)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
+}
+
+// TestLogLineAllocations: the request's log line, with a trace in its context, allocates only
+// what it must: the member's hash, the trace and span ids as strings, the record's room for the
+// trace fields beyond slog's inline attributes, and the JSON handler's pooled buffer now and
+// then. No key-value pairs are converted, no value boxed, no HMAC keyed anew.
+func TestLogLineAllocations(t *testing.T) {
+	h := &Handler{log: telemetry.NewLogger(io.Discard, testProject)}
+	tid, _ := trace.TraceIDFromHex(callerTraceID)
+	sid, _ := trace.SpanIDFromHex(callerSpanID)
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	req := request{MemberID: "member-0000001", CampaignID: "OPEN"}
+	out := issuance.Outcome{Result: issuance.ResultIssued, Attempts: 1}
+	start := time.Now()
+	if allocs := testing.AllocsPerRun(1000, func() { h.logRequest(ctx, req, out, nil, start) }); allocs > maxLogLineAllocs {
+		t.Errorf("a log line allocates %.1f times, want at most %d", allocs, maxLogLineAllocs)
+	}
+}
+
+// maxLogLineAllocs: the member's hash, the trace and the span id, the record's attributes
+// beyond its inline five, and the handler's buffer when its pool is empty.
+const maxLogLineAllocs = 5

@@ -81,10 +81,9 @@ const ReadTimeout = 3 * time.Second
 // close the connection).
 // Another read failure, the timeout's included, is 400.
 func Read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
-	tooLarge := fmt.Errorf("body over %d bytes", limit)
 	if r.ContentLength > limit {
 		SkipBody(w, r)
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+		return nil, http.StatusRequestEntityTooLarge, tooLarge(limit)
 	}
 	if r.Body == nil {
 		return nil, 0, nil
@@ -103,13 +102,16 @@ func Read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, err
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	if errors.As(err, new(*http.MaxBytesError)) {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+		return nil, http.StatusRequestEntityTooLarge, tooLarge(limit)
 	}
 	if err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
 	}
 	return body, 0, nil
 }
+
+// tooLarge is Read's refusal of a body over limit bytes: made only then, not for every body.
+func tooLarge(limit int64) error { return fmt.Errorf("body over %d bytes", limit) }
 
 // ErrEmpty is [DecodeObject]'s answer to a body of nothing but white space: each function says
 // what that means (IssueCoupon refuses it, RelayOutbox runs with its defaults).

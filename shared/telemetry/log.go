@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"io"
 	"log/slog"
 	"os"
@@ -29,7 +30,11 @@ const (
 // "logging.googleapis.com/spanId" and "logging.googleapis.com/trace_sampled".
 func NewLogger(w io.Writer, project string) *slog.Logger {
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: cloudLoggingAttr})
-	return slog.New(traceHandler{Handler: h, project: project})
+	prefix := ""
+	if project != "" {
+		prefix = "projects/" + project + "/traces/"
+	}
+	return slog.New(traceHandler{Handler: h, tracePrefix: prefix})
 }
 
 // cloudLoggingAttr renames slog's top-level level and msg to Cloud Logging's severity and
@@ -65,32 +70,44 @@ func severity(l slog.Level) string {
 // traceHandler adds the trace fields of the context's span to each record.
 type traceHandler struct {
 	slog.Handler
-	project string
+	tracePrefix string // "projects/<project>/traces/", or "" without a project
 }
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		tr := sc.TraceID().String()
-		if h.project != "" {
-			tr = "projects/" + h.project + "/traces/" + tr
-		}
-		r.AddAttrs(slog.String(LogKeyTrace, tr), slog.String(LogKeySpanID, sc.SpanID().String()),
-			slog.Bool(LogKeySampled, sc.IsSampled()))
+		tid, sid := sc.TraceID(), sc.SpanID()
+		var tr [128]byte
+		var span [2 * len(sid)]byte
+		hex.Encode(span[:], sid[:])
+		r.AddAttrs(slog.String(LogKeyTrace, string(hex.AppendEncode(append(tr[:0], h.tracePrefix...), tid[:]))),
+			slog.String(LogKeySpanID, string(span[:])), slog.Bool(LogKeySampled, sc.IsSampled()))
 	}
 	return h.Handler.Handle(ctx, r)
 }
 
 func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return traceHandler{Handler: h.Handler.WithAttrs(as), project: h.project}
+	return traceHandler{Handler: h.Handler.WithAttrs(as), tracePrefix: h.tracePrefix}
 }
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
-	return traceHandler{Handler: h.Handler.WithGroup(name), project: h.project}
+	return traceHandler{Handler: h.Handler.WithGroup(name), tracePrefix: h.tracePrefix}
 }
 
 // MemberKeyEnv names the environment variable holding the key of [MemberHash] (any string;
 // mount it from Secret Manager, the same for every instance and function so hashes join).
 const MemberKeyEnv = "TELEMETRY_MEMBER_KEY"
+
+// memberMACs holds *memberMAC: HMAC-SHA256 states keyed with the member key, whose Reset puts
+// them back to just after the key, so that a hash costs the member id's blocks only.
+var memberMACs = sync.Pool{New: func() any { return &memberMAC{mac: hmac.New(sha256.New, memberKey())} }}
+
+// memberMAC is one keyed state, with room for the id and the sum, so that hashing allocates
+// nothing but the result.
+type memberMAC struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
+}
 
 var memberKey = sync.OnceValue(func() []byte {
 	if k := os.Getenv(MemberKeyEnv); k != "" {
@@ -108,7 +125,12 @@ var memberKey = sync.OnceValue(func() []byte {
 // writing the id in clear (docs/api.md, "Telemetry"); whoever holds the key can compute the
 // hash of a given member to find their lines.
 func MemberHash(memberID string) string {
-	m := hmac.New(sha256.New, memberKey())
-	m.Write([]byte(memberID))
-	return hex.EncodeToString(m.Sum(nil)[:16])
+	m := memberMACs.Get().(*memberMAC)
+	defer memberMACs.Put(m)
+	m.mac.Reset()
+	m.in = append(m.in[:0], memberID...)
+	m.mac.Write(m.in)
+	var out [32]byte
+	hex.Encode(out[:], m.mac.Sum(m.sum[:0])[:16])
+	return string(out[:])
 }

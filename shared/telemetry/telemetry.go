@@ -7,7 +7,8 @@
 //     OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL including
 //     http/protobuf, OTEL_BSP_SCHEDULE_DELAY, OTEL_METRIC_EXPORT_INTERVAL, OTEL_TRACES_SAMPLER,
 //     OTEL_SERVICE_NAME). With neither an exporter nor an OTLP endpoint set, nothing is
-//     exported, so local runs stay quiet; spans are still made, so logs carry trace ids.
+//     exported, so local runs stay quiet, and no span is made unless a span processor is
+//     added ([WithSpanProcessor]): logs and the outbox carry the caller's trace when one came.
 //   - The resource is detected on Google Cloud (go.opentelemetry.io/contrib/detectors/gcp).
 //   - Incoming trace context is W3C traceparent, or Cloud Run's X-Cloud-Trace-Context when
 //     traceparent is absent.
@@ -37,6 +38,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // DefaultServiceName names the service when neither OTEL_SERVICE_NAME nor Cloud Run's
@@ -108,20 +111,10 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	otel.SetMeterProvider(mp)
 
-	spanExporter, err := autoexport.NewSpanExporter(ctx, spanFallback()...)
+	tp, shutdownTraces, err := newTracerProvider(ctx, res, o.spanProcessors)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("telemetry: traces exporter: %w", err), mp.Shutdown(ctx))
+		return nil, errors.Join(err, mp.Shutdown(ctx))
 	}
-	// The batcher is non-blocking by default: a full queue drops spans rather than wait.
-	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter) {
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(spanExporter))
-	}
-	for _, p := range o.spanProcessors {
-		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
-	}
-
-	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(Propagator())
 	logger := NewLogger(o.logWriter, projectID(res))
@@ -133,10 +126,34 @@ func Setup(ctx context.Context, opts ...Option) (shutdown func(context.Context) 
 		// Side by side, so that a slow span export cannot use up the metrics' time: the
 		// alerts read the metrics.
 		traces := make(chan error, 1)
-		go func() { traces <- tp.Shutdown(ctx) }()
+		go func() { traces <- shutdownTraces(ctx) }()
 		metrics := mp.Shutdown(ctx)
 		return errors.Join(<-traces, metrics)
 	}, nil
+}
+
+// newTracerProvider returns the tracer provider for the exporter from the environment and
+// processors, and what flushes and stops it. With neither, nothing would ever read a span, so
+// none is made: the no-op provider's spans carry the caller's span context (the request's
+// traceparent, or X-Cloud-Trace-Context) through unchanged, which the log lines and the outbox's
+// trace_parent then carry, and record nothing.
+func newTracerProvider(ctx context.Context, res *resource.Resource, processors []sdktrace.SpanProcessor) (trace.TracerProvider, func(context.Context) error, error) {
+	spanExporter, err := autoexport.NewSpanExporter(ctx, spanFallback()...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: traces exporter: %w", err)
+	}
+	// The batcher is non-blocking by default: a full queue drops spans rather than wait.
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if spanExporter != nil && !autoexport.IsNoneSpanExporter(spanExporter) {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(spanExporter))
+	} else if len(processors) == 0 {
+		return tracenoop.NewTracerProvider(), func(context.Context) error { return nil }, nil
+	}
+	for _, p := range processors {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+	return tp, tp.Shutdown, nil
 }
 
 // Propagator reads and writes W3C traceparent and tracestate, and reads Cloud Run's

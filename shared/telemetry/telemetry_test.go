@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/metric"
@@ -95,12 +96,9 @@ func TestMemberHash(t *testing.T) {
 }
 
 // TestSetupQuietByDefault: with no OTEL_* exporter and no endpoint, Setup exports nothing (no
-// exporter is even made), yet spans are real so that logs carry trace ids; Shutdown succeeds.
+// exporter is even made); a span processor added still gets every span; Shutdown succeeds.
 func TestSetupQuietByDefault(t *testing.T) {
-	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
-		t.Setenv(k, "")
-	}
+	quietEnv(t)
 	t.Setenv("GOOGLE_CLOUD_PROJECT", "p")
 	restore := keepGlobals()
 	defer restore()
@@ -127,6 +125,54 @@ func TestSetupQuietByDefault(t *testing.T) {
 	}
 	if err := shutdown(context.Background()); err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// TestSetupMakesNoSpanWhenNothingExports: with no exporter and no span processor, Setup installs
+// a tracer provider that makes no span: a span started under a caller's trace records nothing,
+// allocates no more than the context that carries it, and passes the caller's span context
+// through unchanged, so that log lines and the outbox's trace_parent still carry the caller's
+// trace.
+func TestSetupMakesNoSpanWhenNothingExports(t *testing.T) {
+	quietEnv(t)
+	restore := keepGlobals()
+	defer restore()
+	shutdown, err := telemetry.Setup(context.Background(), telemetry.WithLogWriter(&bytes.Buffer{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+	h := http.Header{}
+	h.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	parent := otel.GetTextMapPropagator().Extract(context.Background(), propagation.HeaderCarrier(h))
+	tracer := otel.Tracer("test")
+	ctx, span := tracer.Start(parent, "op", trace.WithAttributes(attribute.String("k", "v")))
+	if span.IsRecording() {
+		t.Error("the span records, with nothing to export it")
+	}
+	span.End()
+	if got, want := trace.SpanContextFromContext(ctx), trace.SpanContextFromContext(parent); !got.Equal(want) {
+		t.Errorf("span context %v, want the caller's %v", got, want)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		_, span := tracer.Start(parent, "op")
+		span.SetAttributes(attribute.Int("n", 1))
+		span.End()
+	})
+	if allocs > maxNoSpanAllocs {
+		t.Errorf("a span start and end allocate %.0f times, want at most %d (the context and its span)", allocs, maxNoSpanAllocs)
+	}
+}
+
+// maxNoSpanAllocs is what a span start costs when no span is made: the context holding the
+// caller's span context, and that span context boxed as a trace.Span.
+const maxNoSpanAllocs = 2
+
+// quietEnv unsets every OTEL_* variable that would make Setup export.
+func quietEnv(t *testing.T) {
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		t.Setenv(k, "")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -19,7 +20,12 @@ import (
 	"github.com/mops/coupon-api/internal/testkit/syncbuf"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, proctest.RemoveBuilds) }
+func TestMain(m *testing.M) {
+	if profile := os.Getenv(serveEnv); profile != "" {
+		os.Exit(serveForBench(profile))
+	}
+	pgtest.Main(m, proctest.RemoveBuilds)
+}
 
 // start runs this main with env (see proctest.Env).
 func start(t *testing.T, env ...string) (*exec.Cmd, *syncbuf.Buffer) {

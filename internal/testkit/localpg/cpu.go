@@ -56,3 +56,29 @@ func treeCPU(fs procfs.FS, root int) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
+
+// ProcessTreeCPU is [Server.CPUTime] for any local process: the CPU that process pid and all
+// its live descendants have used, user and system, their reaped children's included. A
+// benchmark reads a serving process's CPU with it, and PostgreSQL's through [PostmasterOf].
+// Errors: /proc unreadable, or no process pid. Linux only.
+func ProcessTreeCPU(pid int) (time.Duration, error) {
+	fs, err := procfs.NewFS(procfs.DefaultMountPoint)
+	if err != nil {
+		return 0, fmt.Errorf("localpg: %w", err)
+	}
+	return treeCPU(fs, pid)
+}
+
+// PostmasterOf is the postmaster of a local server, from one of its backends' pid
+// (pg_backend_pid()): the backend's parent. Errors: no process backendPID on this machine.
+func PostmasterOf(backendPID int) (int, error) {
+	p, err := procfs.NewProc(backendPID)
+	if err != nil {
+		return 0, fmt.Errorf("localpg: backend %d: %w", backendPID, err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("localpg: backend %d: %w", backendPID, err)
+	}
+	return st.PPID, nil
+}
