@@ -418,6 +418,7 @@ var scriptRuns = []scriptRun{
 	{script: "setup.sh", args: []string{"--read-pool-nodes", "2"}, state: stateDeployed, want: []string{"sql instances describe coupon-db-read "}, not: []string{" create "}},
 	{script: "setup.sh", state: stateEmpty, want: []string{"--edition=ENTERPRISE --tier=db-custom-2-7680 "}, not: []string{"coupon-db-read", "READ_POOL_INSTANCE"}},
 	{script: "build.sh", state: stateEmpty, want: []string{"builds submit"}},
+	{script: "build.sh", args: []string{"--read-pool-nodes", "2"}, state: stateEmpty, want: []string{"_INSTANCE=coupon-db,_READ_POOL_NODES=2"}},
 	{script: "access.sh", args: []string{"--console-group", testConsoleGroup}, state: stateEmpty,
 		want: []string{"scheduler jobs create http", "beta iap web add-iam-policy-binding --resource-type=cloud-run --service=coupon-console",
 			"run services add-iam-policy-binding coupon-console --project=" + testProject + " --member=serviceAccount:service-" + testProjectNumber + "@gcp-sa-iap",
