@@ -7,7 +7,7 @@
 # to deploy/previous-release (PREVIOUS_RELEASE_FILE in the deploy tests), the release the next
 # one runs beside (docs/deploy.md, "Releases"): commit that file.
 set -euo pipefail
-usage="Usage: deploy/build.sh --project ID [--region R] [--instance NAME] [--dry-run]
+usage="Usage: deploy/build.sh --project ID [--region R] [--instance NAME] [--read-pool-nodes N] [--dry-run]
 
 Submits this checkout to Cloud Build with cloudbuild.yaml, which runs as coupon-deploy (the
 identity whose Cloud SQL IAM user applies the migrations). When the build succeeds, writes the
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 # account must), and GA gcloud builds submit streams only logs kept in Cloud Storage.
 
 run gcloud beta builds submit . --project="$PROJECT" --region="$REGION" --config=cloudbuild.yaml \
-  --substitutions="_REGION=$REGION,_INSTANCE=$INSTANCE"
+  --substitutions="_REGION=$REGION,_INSTANCE=$INSTANCE,_READ_POOL_NODES=$READ_POOL_NODES"
 
 # The released commit, for the next release's mixed-fleet test (internal/testkit/mixedfleet).
 release_file=${PREVIOUS_RELEASE_FILE:-deploy/previous-release}

@@ -6,7 +6,7 @@
 # audience of IAP's assertions). cloudbuild.yaml runs it before the deploy steps, which read the
 # generated files (--env-vars-file).
 set -euo pipefail
-usage="Usage: deploy/env.sh --project ID --project-number N [--region R] [--instance NAME] --out DIR [--dry-run]
+usage="Usage: deploy/env.sh --project ID --project-number N [--region R] [--instance NAME] [--read-pool-nodes N] --out DIR [--dry-run]
 
 Writes DIR/issue.env.yaml, DIR/relay.env.yaml, DIR/redeem.env.yaml and DIR/console.env.yaml.
 
@@ -52,7 +52,11 @@ write_env() {
   } >"$OUT/$name.env.yaml"
 }
 run mkdir -p "$OUT"
-write_env issue "$SA_ISSUE"
+if [ "$READ_POOL_NODES" -gt 0 ]; then
+  write_env issue "$SA_ISSUE" READ_INSTANCE_CONNECTION_NAME "$PROJECT:$REGION:$(read_pool)"
+else
+  write_env issue "$SA_ISSUE"
+fi
 write_env relay "$SA_RELAY"
 write_env redeem "$SA_REDEEM"
 # IAP on the Cloud Run service itself signs for /projects/NUMBER/locations/REGION/services/NAME

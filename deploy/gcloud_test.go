@@ -411,7 +411,14 @@ var scriptRuns = []scriptRun{
 			// RedeemCoupon's own account and database login.
 			"iam service-accounts create coupon-redeem ", "sql users create coupon-redeem@" + testProject + ".iam "}},
 	{script: "setup.sh", state: stateDeployed, want: []string{"add-iam-policy-binding"}, not: []string{" create "}},
+	// The dry runs' read pool (gcloud 528: beta), on a primary in Enterprise Plus; none without the flag.
+	{script: "setup.sh", args: []string{"--read-pool-nodes", "2"}, state: stateEmpty,
+		want: []string{"sql instances create coupon-db --project=" + testProject + " --region=asia-northeast1 --database-version=POSTGRES_15 --edition=ENTERPRISE_PLUS --tier=db-perf-optimized-N-2 ",
+			"beta sql instances create coupon-db-read --project=" + testProject + " --region=asia-northeast1 --master-instance-name=coupon-db --instance-type=READ_POOL_INSTANCE --node-count=2 --edition=ENTERPRISE_PLUS "}},
+	{script: "setup.sh", args: []string{"--read-pool-nodes", "2"}, state: stateDeployed, want: []string{"sql instances describe coupon-db-read "}, not: []string{" create "}},
+	{script: "setup.sh", state: stateEmpty, want: []string{"--edition=ENTERPRISE --tier=db-custom-2-7680 "}, not: []string{"coupon-db-read", "READ_POOL_INSTANCE"}},
 	{script: "build.sh", state: stateEmpty, want: []string{"builds submit"}},
+	{script: "build.sh", args: []string{"--read-pool-nodes", "2"}, state: stateEmpty, want: []string{"_INSTANCE=coupon-db,_READ_POOL_NODES=2"}},
 	{script: "access.sh", args: []string{"--console-group", testConsoleGroup}, state: stateEmpty,
 		want: []string{"scheduler jobs create http", "beta iap web add-iam-policy-binding --resource-type=cloud-run --service=coupon-console",
 			"run services add-iam-policy-binding coupon-console --project=" + testProject + " --member=serviceAccount:service-" + testProjectNumber + "@gcp-sa-iap",

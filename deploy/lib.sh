@@ -42,6 +42,7 @@ REGION=asia-northeast1
 INSTANCE=coupon-db
 DRY_RUN=false
 GATEWAY_SA=""
+READ_POOL_NODES=0
 
 usage_common='  --project ID       the Google Cloud project (required)
   --region REGION    Cloud Run, Cloud SQL and Scheduler region (default asia-northeast1)
@@ -49,6 +50,11 @@ usage_common='  --project ID       the Google Cloud project (required)
   --gateway-sa EMAIL the app gateway'"'"'s service account, the only caller of IssueCoupon
                      and RedeemCoupon (default: coupon-gateway in this project, which
                      setup.sh creates)
+  --read-pool-nodes N
+                     the Cloud SQL read pool that answers IssueCoupon'"'"'s dry runs, INSTANCE-read,
+                     with N nodes (1 to 20; it needs the instance in Enterprise Plus:
+                     docs/deploy.md, "The read pool"); 0, the default: none, the primary
+                     answers them
   --dry-run          print every command instead of running it'
 
 die() {
@@ -116,12 +122,14 @@ parse_common_flags() {
       --region) REGION=$value ;;
       --instance) INSTANCE=$value ;;
       --gateway-sa) GATEWAY_SA=$value ;;
+      --read-pool-nodes) READ_POOL_NODES=$value ;;
       *) extra_flag "$flag" "$value" ;;
     esac
   done
   [ -n "$PROJECT" ] || die "--project is required (see --help)"
   [[ "$PROJECT" =~ ^[a-z][a-z0-9-]{4,28}[a-z0-9]$ ]] || die "--project $PROJECT: not a project id"
   [[ "$REGION" =~ ^[a-z]+-[a-z]+[0-9]$ ]] || die "--region $REGION: not a region"
+  [[ "$READ_POOL_NODES" =~ ^([0-9]|1[0-9]|20)$ ]] || die "--read-pool-nodes $READ_POOL_NODES: want 0 (no read pool) to 20 nodes"
   if [ -z "$GATEWAY_SA" ]; then
     GATEWAY_SA=$(sa_email "$SA_GATEWAY")
   fi
@@ -135,6 +143,9 @@ sa_email() { echo "$1@$PROJECT.iam.gserviceaccount.com"; }
 db_user() { echo "$1@$PROJECT.iam"; }
 
 connection_name() { echo "$PROJECT:$REGION:$INSTANCE"; }
+
+# read_pool: the name of the dry runs' read pool (--read-pool-nodes), a Cloud SQL instance of its own.
+read_pool() { echo "$INSTANCE-read"; }
 
 # run COMMAND...: print it, then run it unless --dry-run.
 run() {

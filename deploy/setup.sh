@@ -3,13 +3,14 @@
 # Idempotent (each resource is described first and created only when missing; IAM bindings are
 # added, which changes nothing when they exist), so it is safe to run again after a change.
 set -euo pipefail
-usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gateway-sa EMAIL] [--dry-run]
+usage="Usage: deploy/setup.sh --project ID [--region R] [--instance NAME] [--gateway-sa EMAIL] [--read-pool-nodes N] [--dry-run]
 
 Enables the APIs; creates the service accounts (one per function and the console's, the
 gateway's and the scheduler's callers, the deploy build's, the source builds'), the Cloud SQL
 instance with IAM database authentication, the database, one IAM database user per runtime
 identity, the secrets (the LINE token's, the member-hash key's, the console's CSRF key's), the
-build bucket, and the IAM bindings (docs/deploy.md lists them and why)."
+build bucket, and the IAM bindings (docs/deploy.md lists them and why); with --read-pool-nodes,
+the read pool that answers IssueCoupon's dry runs."
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 parse_common_flags "$@"
@@ -19,6 +20,17 @@ parse_common_flags "$@"
 # explicitly so that the connection budget does not depend on the tier's default.
 readonly DB_TIER=db-custom-2-7680
 readonly DB_MAX_CONNECTIONS=100
+# A read pool needs its primary in Enterprise Plus (Cloud SQL, "About read pools"): with
+# --read-pool-nodes the instance is created there, on the smallest Enterprise Plus machine (2
+# vCPUs, 16 GB), and each read pool node on the same; an instance made before in Enterprise
+# is moved with `gcloud sql instances patch` first (docs/deploy.md, "The read pool").
+DB_EDITION=ENTERPRISE
+db_tier=$DB_TIER
+if [ "$READ_POOL_NODES" -gt 0 ]; then
+  DB_EDITION=ENTERPRISE_PLUS
+  db_tier=db-perf-optimized-N-2
+fi
+readonly DB_EDITION db_tier
 
 run gcloud services enable --project="$PROJECT" \
   run.googleapis.com cloudbuild.googleapis.com artifactregistry.googleapis.com \
@@ -54,10 +66,21 @@ exists gcloud storage buckets describe "$build_bucket" --project="$PROJECT" ||
 # migration step, which runs outside any VPC, can reach it too.
 exists gcloud sql instances describe "$INSTANCE" --project="$PROJECT" ||
   run gcloud sql instances create "$INSTANCE" --project="$PROJECT" --region="$REGION" \
-    --database-version=POSTGRES_15 --edition=ENTERPRISE --tier="$DB_TIER" \
+    --database-version=POSTGRES_15 --edition="$DB_EDITION" --tier="$db_tier" \
     --availability-type=REGIONAL --enable-point-in-time-recovery --backup-start-time=18:00 \
     --ssl-mode=TRUSTED_CLIENT_CERTIFICATE_REQUIRED \
     --database-flags="cloudsql.iam_authentication=on,max_connections=$DB_MAX_CONNECTIONS"
+# The dry runs' read pool: streaming replicas of the instance behind one read endpoint, which
+# IssueCoupon reaches as READ_INSTANCE_CONNECTION_NAME (deploy/env.sh); the database, its
+# users and their grants are the primary's, replicated. gcloud 528 has the read pool's flags in
+# beta only.
+if [ "$READ_POOL_NODES" -gt 0 ]; then
+  exists gcloud sql instances describe "$(read_pool)" --project="$PROJECT" ||
+    run gcloud beta sql instances create "$(read_pool)" --project="$PROJECT" --region="$REGION" \
+      --master-instance-name="$INSTANCE" --instance-type=READ_POOL_INSTANCE --node-count="$READ_POOL_NODES" \
+      --edition=ENTERPRISE_PLUS --tier="$db_tier" --ssl-mode=TRUSTED_CLIENT_CERTIFICATE_REQUIRED \
+      --database-flags="cloudsql.iam_authentication=on,max_connections=$DB_MAX_CONNECTIONS"
+fi
 exists gcloud sql databases describe "$DATABASE" --instance="$INSTANCE" --project="$PROJECT" ||
   run gcloud sql databases create "$DATABASE" --instance="$INSTANCE" --project="$PROJECT"
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ func benchCmd() *cobra.Command {
 		store    bool
 		redeemAt float64
 		standby  time.Duration
+		readPool bool
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -108,6 +110,13 @@ at the cost alone) and the herd's share of its CPU beside, and the same per coup
 for bench's own process (the clients, the latency proxy and IssueCoupon, which share the machine's
 cores with the server here; deployed, only the database is shared).
 
+--read-pool, with --dry-runs, starts a streaming (asynchronous) replica of the throwaway server
+and serves IssueCoupon with DATABASE_READ_URL on it: the dry runs go there, back to the primary
+past ISSUE_DRY_RUN_MAX_LAG (issue 42). A table of its own gives the primary's core-ms per coupon
+in each turn alone and beside the herd and their medians' ratio (issue 42 asks within 10%), the
+primary's core-ms per dry run (near 0) and the replica's; a last line how many dry runs the
+replica answered and its lag as it measured it in each answer (median, p99, largest).
+
 --store-opening adds one cell per round trip and client count: a store opening beside a hot
 campaign (issue 41). IssueCoupon on a campaign of 16 stripes for --duration, alone, then beside
 32 more clients redeeming through RedeemCoupon, at most --redeem-rate a second (2,000), coupons of another
@@ -168,7 +177,7 @@ decides the figures; compare them only within one table.`,
 			if standby > 0 && os.Getenv("DATABASE_URL") != "" {
 				return flagError("--standby: bench adds a standby only to its throwaway server; unset DATABASE_URL")
 			}
-			if err := hotbench.CheckPgbench(pgbench); err != nil {
+			if err := cmp.Or(checkReadPool(readPool, dryRuns, standby), hotbench.CheckPgbench(pgbench)); err != nil {
 				return err
 			}
 			cfg := hotbench.Config{Pgbench: pgbench, RTTs: rtts, Clients: clients, Duration: duration}
@@ -178,7 +187,7 @@ decides the figures; compare them only within one table.`,
 			if cfg.Store, err = storeCell(store, redeemAt); err != nil {
 				return err
 			}
-			return runBench(cmd, cfg, format, standby)
+			return runBench(cmd, cfg, format, standby, readPool)
 		},
 	}
 	f := c.Flags()
@@ -191,6 +200,7 @@ decides the figures; compare them only within one table.`,
 	f.DurationVar(&standby, "standby", 0, "a synchronous standby of the throwaway server behind a proxy adding this round trip (0: none)")
 	f.BoolVar(&release, "release-herd", false, "add a release-herd cell per round trip and client count (300 coupons on 16 stripes released 2 s into the herd; its first second)")
 	f.BoolVar(&dryRuns, "dry-runs", false, "add a dry-run cell per round trip and client count (16 stripes, alone and beside 64 clients asking a dry run per coupon issued, 3 turns each)")
+	f.BoolVar(&readPool, "read-pool", false, "with --dry-runs: a streaming replica of the throwaway server answers IssueCoupon's dry runs (DATABASE_READ_URL); adds the primary's CPU per coupon alone and beside, per dry run, and the replica's lag")
 	f.BoolVar(&store, "store-opening", false, "add a store-opening cell per round trip and client count (16 stripes, alone and beside 32 clients redeeming up to 2,000 coupons/s, 3 turns each)")
 	f.Float64Var(&redeemAt, "redeem-rate", hotbench.StoreRush.Rate, "with --store-opening: redemptions a second at most")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
@@ -217,7 +227,7 @@ func optional[T any](on bool, cell T) *T {
 // runBench runs the bench of cfg (its flags) on DATABASE_URL or a throwaway server (with a
 // synchronous standby standby away, if not 0): a fresh database, the latency proxy in front of
 // it, IssueCoupon served through the proxy, and the table to stdout.
-func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby time.Duration) error {
+func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby time.Duration, readPool bool) error {
 	ctx := cmd.Context()
 	errOut := cmd.ErrOrStderr()
 	batchMax, err := envconf.IntIn("ISSUE_BATCH_MAX", issuance.DefaultBatchMax, 1, issuance.MaxBatchMax)
@@ -228,7 +238,7 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	if err != nil {
 		return err
 	}
-	serverURL, serverCPU, stop, err := benchServer(ctx, cmd, exe, standby)
+	serverURL, serverCPU, stop, rp, err := benchServers(ctx, cmd, exe, standby, readPool)
 	if err != nil {
 		return err
 	}
@@ -259,7 +269,7 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 		logs.finish(errOut, "")
 	}()
 	top := slices.Max(cfg.Clients)
-	srv, err := serveBenchedIssueCoupon(ctx, proxied, top) // one connection per client, as pgbench has
+	srv, err := rp.serveBenched(ctx, proxied, dbURL, top) // one connection per client, as pgbench has
 	if err != nil {
 		return err
 	}
@@ -278,11 +288,12 @@ func runBench(cmd *cobra.Command, cfg hotbench.Config, format string, standby ti
 	}
 	cfg.DryRun = httpDryRun(client, baseURL+"/IssueCoupon")
 	cfg.Redeem = httpRedeem(client, baseURL+"/RedeemCoupon")
+	rp.instrument(&cfg, client, baseURL+"/IssueCoupon")
 	rep, err := hotbench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	return hotbench.WriteTable(out, format, rep)
+	return rp.writeTable(out, format, rep)
 }
 
 // httpDryRun asks IssueCoupon at url for a dry run ("dry_run": true) of one member and campaign

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -25,8 +26,9 @@ var Function = lifecycle.NewFunction("IssueCoupon", Open, refuse)
 func init() { functions.HTTP("IssueCoupon", Function.ServeHTTP) }
 
 // Open builds IssueCoupon from the environment: its settings ([issuance.ConfigFromEnv]), then
-// the database ([lifecycle.OpenDB]: reachable and migrated), then [New]. It closes the pool
-// when New fails.
+// the database ([lifecycle.OpenDB]: reachable and migrated), then the dry runs' read pool when
+// DATABASE_READ_URL or READ_INSTANCE_CONNECTION_NAME is set ([lifecycle.OpenReadDB]), then
+// [NewWithReadPool]. It closes the pools when a later step fails.
 func Open(ctx context.Context) (*lifecycle.Instance, error) {
 	cfg, err := issuance.ConfigFromEnv()
 	if err != nil {
@@ -36,7 +38,14 @@ func Open(ctx context.Context) (*lifecycle.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := New(cfg, d.Pool)
+	if d.Read, err = lifecycle.OpenReadDB(ctx); err != nil {
+		return d.Serving(nil, err)
+	}
+	var read *pgxpool.Pool
+	if d.Read != nil {
+		read = d.Read.Pool
+	}
+	h, err := NewWithReadPool(cfg, d.Pool, read)
 	return d.Serving(h, err, "issuance", cfg.String())
 }
 
@@ -44,9 +53,18 @@ func Open(ctx context.Context) (*lifecycle.Instance, error) {
 // after registering the campaign budget gauge on the global meter provider
 // ([issuance.RegisterBudgetGauge]). Errors: [issuance.New]'s and the gauge's.
 func New(cfg issuance.Config, pool *pgxpool.Pool) (http.Handler, error) {
+	return NewWithReadPool(cfg, pool, nil)
+}
+
+// NewWithReadPool is [New] with the dry runs answered by read, a pool on a streaming standby,
+// within cfg's lag bound ([issuance.Service.UseReadPool]); a nil read is [New].
+func NewWithReadPool(cfg issuance.Config, pool, read *pgxpool.Pool) (http.Handler, error) {
 	h, err := newHandler(pool, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if read != nil {
+		h.svc.UseReadPool(read)
 	}
 	if _, err := issuance.RegisterBudgetGauge(otel.GetMeterProvider(), pool); err != nil {
 		return nil, err
@@ -135,6 +153,9 @@ func (h *Handler) dryRun(w http.ResponseWriter, r *http.Request, req request, st
 	}
 	resp := response{Result: string(out.Result), CouponID: out.CouponID, AmountYen: out.AmountYen, Reason: out.Reason,
 		RemainingCoupons: out.RemainingCoupons}
+	if out.ReadLag != nil {
+		w.Header().Set(HeaderReadLag, strconv.FormatFloat(float64(*out.ReadLag)/float64(time.Millisecond), 'f', 3, 64))
+	}
 	if out.ExpiresAt != nil && out.Result != issuance.ResultCouponVoided {
 		resp.ExpiresAt = rfc3339(*out.ExpiresAt)
 	}
@@ -143,6 +164,13 @@ func (h *Handler) dryRun(w http.ResponseWriter, r *http.Request, req request, st
 	}
 	writeJSON(w, status, resp)
 }
+
+// HeaderReadLag is the header of a dry run's answer that the read pool gave: how far behind
+// the primary the pool was, as it measured itself in the call that answered, in milliseconds
+// with three decimals ("0.000" when it had replayed all it had received). An answer of the
+// primary has none. A header, not a body field: the answers' bodies are closed schemas
+// (docs/openapi.yaml) shared with the issuance's.
+const HeaderReadLag = "X-Read-Pool-Lag-Ms"
 
 // rfc3339 formats an instant as the answers carry it: RFC 3339 at +09:00, with the fraction of a
 // second the database stores.

@@ -60,6 +60,15 @@ const CancelGrace = 300 * time.Millisecond
 
 // ConfigFromEnv reads [Config] from the environment variables named on its fields.
 func ConfigFromEnv() (Config, error) {
+	c, err := settingsFromEnv()
+	if err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// settingsFromEnv reads [Config] from the environment, unvalidated.
+func settingsFromEnv() (Config, error) {
 	c := Config{
 		DatabaseURL:            os.Getenv("DATABASE_URL"),
 		InstanceConnectionName: os.Getenv("INSTANCE_CONNECTION_NAME"),
@@ -79,7 +88,27 @@ func ConfigFromEnv() (Config, error) {
 			return c, fmt.Errorf("db: %w", err)
 		}
 	}
-	return c, c.validate()
+	return c, nil
+}
+
+// ReadConfigFromEnv reads the read pool's [Config]: DATABASE_READ_URL, or the Cloud SQL read
+// pool's connection name READ_INSTANCE_CONNECTION_NAME (which wins when both are set), with the
+// primary's other settings ([ConfigFromEnv]: DB_USER, DB_NAME, DB_PASS, DB_IAM_AUTH,
+// DB_PRIVATE_IP, DB_POOL_MAX_CONNS). ok is false, and c empty, when neither is set: there is no
+// read pool. Errors: [ConfigFromEnv]'s.
+func ReadConfigFromEnv() (c Config, ok bool, err error) {
+	url, name := os.Getenv("DATABASE_READ_URL"), os.Getenv("READ_INSTANCE_CONNECTION_NAME")
+	if url == "" && name == "" {
+		return Config{}, false, nil
+	}
+	if c, err = settingsFromEnv(); err != nil {
+		return c, true, err
+	}
+	c.DatabaseURL, c.InstanceConnectionName = url, name
+	if err := c.validate(); err != nil {
+		return c, true, fmt.Errorf("read pool: %w", err)
+	}
+	return c, true, nil
 }
 
 func (c Config) validate() error {

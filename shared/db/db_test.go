@@ -99,3 +99,35 @@ func unboundedConfigFromEnv() (Config, error) {
 	}
 	return c, c.validate()
 }
+
+// TestReadConfigFromEnv: without DATABASE_READ_URL and READ_INSTANCE_CONNECTION_NAME there is no
+// read pool; with either, the read pool takes it and the primary's other settings (user,
+// database, IAM, pool size), never the primary's address; a read pool through the connector
+// without DB_USER is refused as the primary's is.
+func TestReadConfigFromEnv(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://u@primary:5432/coupons")
+	t.Setenv("INSTANCE_CONNECTION_NAME", "")
+	t.Setenv("DATABASE_READ_URL", "")
+	t.Setenv("READ_INSTANCE_CONNECTION_NAME", "")
+	t.Setenv("DB_POOL_MAX_CONNS", "5")
+	if c, ok, err := ReadConfigFromEnv(); ok || err != nil || c != (Config{}) {
+		t.Errorf("no read pool set: %+v, %t, %v; want none", c, ok, err)
+	}
+	t.Setenv("DATABASE_READ_URL", "postgres://u@standby:5432/coupons")
+	c, ok, err := ReadConfigFromEnv()
+	if !ok || err != nil || c.DatabaseURL != "postgres://u@standby:5432/coupons" || c.MaxConns != 5 || c.InstanceConnectionName != "" {
+		t.Errorf("DATABASE_READ_URL: %+v, %t, %v; want the standby's URL, 5 connections", c, ok, err)
+	}
+	t.Setenv("READ_INSTANCE_CONNECTION_NAME", "p:asia-northeast1:coupon-db-read")
+	t.Setenv("DB_USER", "coupon-issue@p.iam")
+	t.Setenv("DB_NAME", "coupons")
+	t.Setenv("DB_IAM_AUTH", "true")
+	c, ok, err = ReadConfigFromEnv()
+	if !ok || err != nil || c.InstanceConnectionName != "p:asia-northeast1:coupon-db-read" || !c.IAMAuth || c.User != "coupon-issue@p.iam" {
+		t.Errorf("READ_INSTANCE_CONNECTION_NAME: %+v, %t, %v; want the read pool's name with the primary's user and IAM", c, ok, err)
+	}
+	t.Setenv("DB_USER", "")
+	if _, ok, err := ReadConfigFromEnv(); !ok || err == nil {
+		t.Errorf("READ_INSTANCE_CONNECTION_NAME without DB_USER: %t, %v; want an error", ok, err)
+	}
+}

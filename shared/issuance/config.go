@@ -76,6 +76,14 @@ const (
 	// fails more members at once.
 	MaxBatchMax = 128
 
+	// DefaultDryRunMaxLag bounds how far behind the primary the read pool may be for a dry run
+	// to be answered there ([Service.UseReadPool]): one second, about the time a member takes
+	// to press the button after the page shows the dry run's answer.
+	DefaultDryRunMaxLag = time.Second
+
+	// MaxDryRunMaxLag bounds ISSUE_DRY_RUN_MAX_LAG: an answer an hour old is no dry run.
+	MaxDryRunMaxLag = time.Hour
+
 	// terminateStep is how long one pg_terminate_backend call of that look-up waits for the
 	// lost transaction's backend before the look-up checks again, and how long it waits before
 	// dialling again when the database cannot be reached.
@@ -112,6 +120,11 @@ type Config struct {
 	// campaign"). Dry runs ([Service.DryRun]) are coalesced apart from the issuances, by the same
 	// bound. 1 turns coalescing off. Default [DefaultBatchMax]; at most [MaxBatchMax].
 	BatchMax int
+	// DryRunMaxLag is the largest lag of the read pool, as the read pool measures it, at which a
+	// dry run is answered there; beyond it the dry run is asked of the primary (env
+	// ISSUE_DRY_RUN_MAX_LAG, a Go duration such as 1s or 250ms). Used only with a read pool
+	// ([Service.UseReadPool]). Default [DefaultDryRunMaxLag]; at most [MaxDryRunMaxLag].
+	DryRunMaxLag time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -128,12 +141,15 @@ func (c Config) WithDefaults() Config {
 	if c.BatchMax == 0 {
 		c.BatchMax = DefaultBatchMax
 	}
+	if c.DryRunMaxLag == 0 {
+		c.DryRunMaxLag = DefaultDryRunMaxLag
+	}
 	return c
 }
 
 // Validate refuses a configuration that cannot keep the timeout order
 // 0 < LockTimeout < StatementTimeout <= Budget <= AppTimeout, a Budget below minBudget (0.84 s),
-// or a BatchMax outside 1..[MaxBatchMax].
+// a BatchMax outside 1..[MaxBatchMax], or a DryRunMaxLag not positive or above [MaxDryRunMaxLag].
 func (c Config) Validate() error {
 	var errs []error
 	if c.Budget < minBudget || c.Budget > AppTimeout {
@@ -149,6 +165,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchMax < 1 || c.BatchMax > MaxBatchMax {
 		errs = append(errs, fmt.Errorf("batch max %d: must be 1 (no coalescing) to %d", c.BatchMax, MaxBatchMax))
+	}
+	if c.DryRunMaxLag <= 0 || c.DryRunMaxLag > MaxDryRunMaxLag {
+		errs = append(errs, fmt.Errorf("dry run max lag %s: must be positive and at most %s", c.DryRunMaxLag, MaxDryRunMaxLag))
 	}
 	if c.StatementTimeout > c.Budget {
 		errs = append(errs, fmt.Errorf("statement timeout %s: must not exceed the budget %s", c.StatementTimeout, c.Budget))
@@ -185,19 +204,21 @@ func (c Config) QueueTimeouts(b *pgx.Batch, left time.Duration) (statement time.
 const minTimeout = time.Millisecond
 
 // ConfigFromEnv reads ISSUE_BUDGET (0.84s..3s), ISSUE_LOCK_TIMEOUT and ISSUE_STATEMENT_TIMEOUT
-// (1ms..3s each) and ISSUE_BATCH_MAX (1..[MaxBatchMax]) (docs/api.md, "Configuration"),
+// (1ms..3s each), ISSUE_BATCH_MAX (1..[MaxBatchMax]) and ISSUE_DRY_RUN_MAX_LAG
+// (1ms..[MaxDryRunMaxLag]) (docs/api.md, "Configuration"),
 // defaults for the unset ones, and refuses a value outside its range, naming it, what
 // [Config.Validate] refuses, and a MONTHLY_CAP_YEN still set ([RefuseMonthlyCapEnv]). An
 // explicit zero is refused, never taken for "unset": ISSUE_LOCK_TIMEOUT=0s would be
 // PostgreSQL's "wait forever".
 func ConfigFromEnv() (Config, error) {
 	var c Config
-	var errs [5]error
+	var errs [6]error
 	errs[0] = RefuseMonthlyCapEnv()
 	c.Budget, errs[1] = envconf.DurationIn("ISSUE_BUDGET", DefaultBudget, minBudget, AppTimeout)
 	c.LockTimeout, errs[2] = envconf.DurationIn("ISSUE_LOCK_TIMEOUT", DefaultLockTimeout, minTimeout, AppTimeout)
 	c.StatementTimeout, errs[3] = envconf.DurationIn("ISSUE_STATEMENT_TIMEOUT", DefaultStatementTimeout, minTimeout, AppTimeout)
 	c.BatchMax, errs[4] = envconf.IntIn("ISSUE_BATCH_MAX", DefaultBatchMax, 1, MaxBatchMax)
+	c.DryRunMaxLag, errs[5] = envconf.DurationIn("ISSUE_DRY_RUN_MAX_LAG", DefaultDryRunMaxLag, minTimeout, MaxDryRunMaxLag)
 	if err := errors.Join(errs[:]...); err != nil {
 		return c, fmt.Errorf("issuance: %w", err)
 	}
@@ -222,6 +243,6 @@ func RefuseMonthlyCapEnv() error {
 
 // String lists the effective settings, for the start-up log line.
 func (c Config) String() string {
-	return fmt.Sprintf("budget=%s lock_timeout=%s statement_timeout=%s batch_max=%d",
-		c.Budget, c.LockTimeout, c.StatementTimeout, c.BatchMax)
+	return fmt.Sprintf("budget=%s lock_timeout=%s statement_timeout=%s batch_max=%d dry_run_max_lag=%s",
+		c.Budget, c.LockTimeout, c.StatementTimeout, c.BatchMax, c.DryRunMaxLag)
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mops/coupon-api/shared/db"
 	"github.com/mops/coupon-api/shared/ids"
 )
 
@@ -34,6 +37,9 @@ type DryRunOutcome struct {
 	RemainingCoupons *int
 	// NextReleaseAt is as [Outcome.NextReleaseAt], and also given on AVAILABLE.
 	NextReleaseAt *time.Time
+	// ReadLag is how far behind the primary the read pool was, as it measured itself in the
+	// call that answered ([Service.UseReadPool]); nil when the primary answered.
+	ReadLag *time.Duration
 }
 
 // DryRun answers what [Service.Issue] would answer memberID for campaignID now, writing
@@ -46,7 +52,8 @@ type DryRunOutcome struct {
 // arrive while a dry run's call for it is in flight in this instance, at most [Config.BatchMax]
 // (1: never coalesced). A group is one call of issue_dry_run_batch
 // (schema/current/issue_dry_run_batch.sql), one round trip on one pooled connection, and each
-// member's answer is as of that call.
+// member's answer is as of that call. With a read pool ([Service.UseReadPool]) the call is made
+// there, and made again on the primary when the pool's lag is past its bound.
 //
 // It is not retried (nothing is at stake: the caller asks again); a call that does not answer
 // within the budget ([Config.Budget]), or loses its connection, is RETRY_EXHAUSTED. Errors: a
@@ -148,46 +155,64 @@ func (s *Service) runDry(group []*dryJoined) {
 	}
 }
 
-// dryCall is one call of issue_dry_run_batch: the answers of members, in their order.
-func (s *Service) dryCall(ctx context.Context, campaignID string, members []string) ([]DryRunOutcome, error) {
-	rows, err := s.pool.Query(ctx, sqlDryRunBatch, campaignID, members)
+// dryQuery is one call of issue_dry_run_batch on q with query (sqlDryRunBatch, or with lagged
+// sqlDryRunBatchLagged, whose last column is the server's lag in microseconds): the answers of
+// members, in their order, and with lagged the lag (nil when the server could not tell).
+func dryQuery(ctx context.Context, q db.Querier, query, campaignID string, members []string, lagged bool) ([]DryRunOutcome, *time.Duration, error) {
+	rows, err := q.Query(ctx, query, campaignID, members)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	defer rows.Close()
 	outs := make([]DryRunOutcome, len(members))
+	var lag *time.Duration
 	got := 0
 	for rows.Next() {
-		var i int
-		var out DryRunOutcome
-		var result string
-		var coupon, reason *string
-		var amount *int
-		if err := rows.Scan(&i, &result, &coupon, &amount, &reason, &out.ExpiresAt, &out.RemainingCoupons, &out.NextReleaseAt); err != nil {
-			rows.Close()
-			return nil, err
+		i, out, lagUs, err := scanDry(rows, lagged)
+		if err != nil {
+			return nil, nil, err
 		}
 		if i < 1 || i > len(members) {
-			rows.Close()
-			return nil, fmt.Errorf("issue_dry_run_batch answered member %d of %d", i, len(members))
+			return nil, nil, fmt.Errorf("issue_dry_run_batch answered member %d of %d", i, len(members))
 		}
-		out.Result = Result(result)
-		if coupon != nil {
-			out.CouponID = *coupon
-		}
-		if amount != nil {
-			out.AmountYen = *amount
-		}
-		if reason != nil {
-			out.Reason = *reason
+		if lagUs != nil {
+			d := time.Duration(max(*lagUs, 0)) * time.Microsecond
+			lag = &d
 		}
 		outs[i-1] = out
 		got++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if got != len(members) {
-		return nil, fmt.Errorf("issue_dry_run_batch answered %d rows for %d members", got, len(members))
+		return nil, nil, fmt.Errorf("issue_dry_run_batch answered %d rows for %d members", got, len(members))
 	}
-	return outs, nil
+	return outs, lag, nil
+}
+
+// scanDry reads one row of dryQuery's call: the member's index from 1, its answer, and with
+// lagged the server's lag in microseconds.
+func scanDry(rows pgx.Rows, lagged bool) (i int, out DryRunOutcome, lagUs *int64, err error) {
+	var result string
+	var coupon, reason *string
+	var amount *int
+	dest := []any{&i, &result, &coupon, &amount, &reason, &out.ExpiresAt, &out.RemainingCoupons, &out.NextReleaseAt}
+	if lagged {
+		dest = append(dest, &lagUs)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return 0, out, nil, err
+	}
+	out.Result = Result(result)
+	if coupon != nil {
+		out.CouponID = *coupon
+	}
+	if amount != nil {
+		out.AmountYen = *amount
+	}
+	if reason != nil {
+		out.Reason = *reason
+	}
+	return i, out, lagUs, nil
 }

@@ -77,6 +77,7 @@ type Service struct {
 	cfg  Config
 	co   *coalescer[*joined, answered]       // the issuances'; nil when Config.BatchMax is 1
 	dry  *coalescer[*dryJoined, dryAnswered] // the dry runs'; nil when Config.BatchMax is 1
+	read *pgxpool.Pool                       // the dry runs' read pool ([Service.UseReadPool]); nil: the primary
 	// withDeadline bounds each call by its group's tightest deadline: context.WithDeadline. A
 	// test puts a broken variant in its place (onepath_internal_test.go).
 	withDeadline func(context.Context, time.Time) (context.Context, context.CancelFunc)

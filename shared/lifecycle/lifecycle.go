@@ -63,6 +63,8 @@ type DB struct {
 	Closer Closer
 	// Settings is the pool's effective settings, for the start-up line ([db.Config.Describe]).
 	Settings string
+	// Read is the read pool opened beside Pool ([OpenReadDB]), closed after it; nil when none.
+	Read *DB
 }
 
 // OpenDB opens the pool from the environment ([db.ConfigFromEnv]: DATABASE_URL or the Cloud
@@ -73,6 +75,26 @@ func OpenDB(ctx context.Context) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openChecked(ctx, c, "database pool")
+}
+
+// OpenReadDB opens the read pool from the environment ([db.ReadConfigFromEnv]:
+// DATABASE_READ_URL or READ_INSTANCE_CONNECTION_NAME, with the primary's other settings) and
+// runs [schema.Check] on it, as [OpenDB] does; nil, and no error, when neither is set.
+func OpenReadDB(ctx context.Context) (*DB, error) {
+	c, ok, err := db.ReadConfigFromEnv()
+	if err != nil || !ok {
+		return nil, err
+	}
+	d, err := openChecked(ctx, c, "read pool")
+	if err != nil {
+		return nil, fmt.Errorf("read pool: %w", err)
+	}
+	return d, nil
+}
+
+// openChecked opens the pool of c, checks its schema, and names its closer name.
+func openChecked(ctx context.Context, c db.Config, name string) (*DB, error) {
 	pool, closePool, err := db.Open(ctx, c)
 	if err != nil {
 		return nil, err
@@ -81,7 +103,7 @@ func OpenDB(ctx context.Context) (*DB, error) {
 		closePool()
 		return nil, err
 	}
-	closer := Closer{Name: "database pool", Close: func(ctx context.Context) error {
+	closer := Closer{Name: name, Close: func(ctx context.Context) error {
 		closed := make(chan struct{})
 		go func() { closePool(); close(closed) }()
 		select {
@@ -95,15 +117,24 @@ func OpenDB(ctx context.Context) (*DB, error) {
 }
 
 // Serving is the last step of a function's constructor: the [Instance] serving h on d, with
-// settings and d's own for the start-up line and d's closer; or, when building h failed (err),
-// that error, d closed.
+// settings and d's own for the start-up line and d's closer (and d.Read's); or, when building h
+// failed (err), that error, d (and d.Read) closed.
 func (d *DB) Serving(h http.Handler, err error, settings ...any) (*Instance, error) {
 	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 		defer cancel()
-		return nil, errors.Join(err, d.Closer.Close(ctx))
+		err = errors.Join(err, d.Closer.Close(ctx))
+		if d.Read != nil {
+			err = errors.Join(err, d.Read.Closer.Close(ctx))
+		}
+		return nil, err
 	}
-	return &Instance{Handler: h, Settings: append(settings, "db", d.Settings), Closers: []Closer{d.Closer}}, nil
+	in := &Instance{Handler: h, Settings: append(settings, "db", d.Settings), Closers: []Closer{d.Closer}}
+	if d.Read != nil {
+		in.Settings = append(in.Settings, "read_db", d.Read.Settings)
+		in.Closers = append(in.Closers, d.Read.Closer)
+	}
+	return in, nil
 }
 
 // Port is $PORT, where Cloud Run and the functions framework say to listen, or 8080. Errors: a

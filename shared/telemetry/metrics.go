@@ -45,6 +45,10 @@ const (
 	// MetricLINEPushes counts pushes to LINE by http.response.status_code; a push with no
 	// answer (timeout, refused) has error.type instead ({push}).
 	MetricLINEPushes = "coupon.line.pushes"
+	// MetricDryRunFallbacks counts the dry runs that the read pool did not answer and the
+	// primary did, by AttrFallbackReason: the read pool's lag was past ISSUE_DRY_RUN_MAX_LAG or
+	// unknown ("lag"), or its call failed ("error") ({dry_run}).
+	MetricDryRunFallbacks = "coupon.dry_run.fallbacks"
 	// MetricDriftYen is what reconcile (`couponops reconcile`, the daily job) found: campaign
 	// counters minus their coupons, in yen, summed in absolute value by AttrDriftKind ({yen}).
 	MetricDriftYen = "coupon.reconcile.drift.amount"
@@ -57,7 +61,7 @@ const (
 func MetricNames() []string {
 	return []string{MetricIssuances, MetricIssuanceAttempts, MetricIssuanceDuration, MetricBatchSize, MetricRetryableErrors,
 		MetricBudgetUtilization, MetricOutboxUnsent, MetricOutboxOldestAge, MetricOutboxParked, MetricOutboxSkipped,
-		MetricLINEPushes, MetricDriftYen, MetricDriftRows}
+		MetricLINEPushes, MetricDryRunFallbacks, MetricDriftYen, MetricDriftRows}
 }
 
 // Attribute keys of coupon-api's spans and metrics. Campaign ids and result codes are few;
@@ -69,6 +73,8 @@ const (
 	AttrMonth     = attribute.Key("coupon.month")
 	AttrDriftKind = attribute.Key("coupon.drift.kind")
 	AttrBatchSize = attribute.Key("coupon.batch.size")
+	// AttrFallbackReason is why a dry run went to the primary ([MetricDryRunFallbacks]).
+	AttrFallbackReason = attribute.Key("coupon.fallback.reason")
 )
 
 // Result codes of [Metrics.RecordIssuance] besides the issuance results.
@@ -95,6 +101,7 @@ type Metrics struct {
 	batch     metric.Int64Histogram
 	retryable metric.Int64Counter
 	pushes    metric.Int64Counter
+	fallbacks metric.Int64Counter
 	driftYen  metric.Int64Gauge
 	driftRows metric.Int64Gauge
 }
@@ -120,6 +127,8 @@ func NewMetrics(mp metric.MeterProvider) *Metrics {
 			metric.WithDescription("Issuance attempts that failed with a retryable SQLSTATE"))),
 		pushes: handled(m.Int64Counter(MetricLINEPushes, metric.WithUnit("{push}"),
 			metric.WithDescription("LINE push requests by HTTP status"))),
+		fallbacks: handled(m.Int64Counter(MetricDryRunFallbacks, metric.WithUnit("{dry_run}"),
+			metric.WithDescription("Dry runs the read pool did not answer, asked of the primary, by reason"))),
 		driftYen: handled(m.Int64Gauge(MetricDriftYen, metric.WithUnit("{yen}"),
 			metric.WithDescription("Counter drift found by reconcile, in yen"))),
 		driftRows: handled(m.Int64Gauge(MetricDriftRows, metric.WithUnit("{row}"),
@@ -176,6 +185,12 @@ func (m *Metrics) RecordPush(ctx context.Context, status int, errorType string) 
 		return
 	}
 	m.pushes.Add(ctx, 1, metric.WithAttributes(semconv.HTTPResponseStatusCode(status)))
+}
+
+// RecordDryRunFallback records n dry runs asked of the primary after the read pool did not
+// answer them, for reason ("lag" or "error").
+func (m *Metrics) RecordDryRunFallback(ctx context.Context, reason string, n int) {
+	m.fallbacks.Add(ctx, int64(n), metric.WithAttributes(AttrFallbackReason.String(reason)))
 }
 
 // RecordDrift records what one reconciliation found of kind (e.g. "budget_counter",

@@ -62,6 +62,12 @@ type DryRunResult struct {
 	PGHerdShare   float64 `json:"pg_herd_share"`
 	ProcPerCoupon float64 `json:"proc_cpu_ms_per_coupon"`
 	ProcPerDryRun float64 `json:"proc_cpu_ms_per_dry_run"`
+	// PGAlone and PGBeside are the database server's core-ms per coupon in each turn alone and
+	// beside the herd (empty without Config.ServerCPU); ReplicaPerDryRun is the replica's
+	// core-ms per dry run beside (Config.ReplicaCPU; 0 without it).
+	PGAlone          []float64 `json:"pg_cpu_ms_per_coupon_alone_turns"`
+	PGBeside         []float64 `json:"pg_cpu_ms_per_coupon_beside_turns"`
+	ReplicaPerDryRun float64   `json:"replica_cpu_ms_per_dry_run"`
 	// Rules is "held", or the broken rules and mismatches found after the cell.
 	Rules string `json:"rules"`
 }
@@ -90,6 +96,7 @@ func (s *session) runDryRuns(ctx context.Context, rtt time.Duration, clients int
 			}
 			r.Failed += t.failed
 			perSec := float64(t.issued) / t.wall.Seconds()
+			r.addTurnCPU(t, besides)
 			if besides {
 				r.Beside = append(r.Beside, perSec)
 				dryLat = append(dryLat, lat...)
@@ -121,7 +128,7 @@ func (s *session) runDryRuns(ctx context.Context, rtt time.Duration, clients int
 type dryTurn struct {
 	issued, failed, dryFailed int64
 	wall                      time.Duration
-	pgMs, procMs              float64
+	pgMs, procMs, replicaMs   float64
 	rules                     string
 }
 
@@ -132,6 +139,7 @@ func (t *dryTurn) add(o dryTurn) {
 	t.wall += o.wall
 	t.pgMs += o.pgMs
 	t.procMs += o.procMs
+	t.replicaMs += o.replicaMs
 }
 
 // dryTurn runs one turn on a new campaign id: the load of clients clients, beside a herd of dry
@@ -157,8 +165,12 @@ func (s *session) dryTurn(ctx context.Context, id string, clients int, herdRate 
 	if err != nil {
 		return t, nil, err
 	}
-	pgMs, err := s.serverCPU(func() (err error) {
-		done, t.failed, t.wall, err = closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
+	var pgMs float64
+	t.replicaMs, err = s.replicaCPU(func() (err error) {
+		pgMs, err = s.serverCPU(func() (err error) {
+			done, t.failed, t.wall, err = closedLoop(ctx, s.cfg.Issue, clients, s.cfg.Duration, id)
+			return err
+		})
 		return err
 	})
 	proc1, perr := processCPU()
@@ -188,6 +200,7 @@ func (r *DryRunResult) cpuSplit(alone, beside dryTurn, dryRuns int) {
 	if beside.pgMs > 0 {
 		r.PGHerdShare = herdPG / beside.pgMs
 	}
+	r.ReplicaPerDryRun = beside.replicaMs / float64(dryRuns)
 }
 
 // processCPU is the CPU this process has used so far, user and system (getrusage(2)).

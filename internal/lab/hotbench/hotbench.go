@@ -121,6 +121,10 @@ type Config struct {
 	// ServerCPU, if not nil, reads the CPU time the database server has used so far (all its
 	// processes, user and system); each cell reports the difference over its load.
 	ServerCPU func() (time.Duration, error)
+	// ReplicaCPU, if not nil, reads the CPU time of the streaming replica that answers
+	// IssueCoupon's dry runs (`bench --dry-runs --read-pool`), as ServerCPU; the dry-run cell
+	// reports its part per dry run and a table of its own ([ReadPoolTable]).
+	ReplicaCPU func() (time.Duration, error)
 }
 
 // SoldOut is the sold-out cell: a first-come campaign of Coupons coupons of 1 yen on Stripes
@@ -151,12 +155,14 @@ func (c Config) Cells() int {
 type Report struct {
 	// ServerCPU says the cells' PGCPUMs were measured (Config.ServerCPU).
 	ServerCPU bool
-	Cells     []Result
-	SoldOut   []SoldOutResult
-	Changes   []ChangesResult
-	Release   []ReleaseResult
-	DryRuns   []DryRunResult
-	Store     []StoreResult
+	// ReadPool says a replica answered the dry runs (Config.ReplicaCPU).
+	ReadPool bool
+	Cells    []Result
+	SoldOut  []SoldOutResult
+	Changes  []ChangesResult
+	Release  []ReleaseResult
+	DryRuns  []DryRunResult
+	Store    []StoreResult
 }
 
 // Result is one cell: a variant at a round trip and a client count.
@@ -291,7 +297,7 @@ func viaProxy(u *url.URL, proxyAddr string) string {
 // count, and returns the results in order. It stops at the first error that is not a measured
 // failure.
 func Run(ctx context.Context, cfg Config) (Report, error) {
-	rep := Report{ServerCPU: cfg.ServerCPU != nil}
+	rep := Report{ServerCPU: cfg.ServerCPU != nil, ReadPool: cfg.ReplicaCPU != nil}
 	s, err := open(ctx, cfg)
 	if err != nil {
 		return rep, err
@@ -916,6 +922,9 @@ func writeExtras(w io.Writer, format string, rep Report) error {
 		return err
 	}
 	if err := writeDryRuns(w, format, rep.ServerCPU, rep.DryRuns); err != nil {
+		return err
+	}
+	if err := writeReadPool(w, format, rep); err != nil {
 		return err
 	}
 	return writeStore(w, format, rep.ServerCPU, rep.Store)
