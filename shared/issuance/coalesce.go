@@ -7,7 +7,7 @@ import (
 )
 
 // Coalescing (docs/design.md, "Coalescing a hot campaign") is flat combining per campaign, in
-// each instance, with no timer. Every request is one member of a group that one call answers:
+// each instance, with one bounded timer: the linger of a hot campaign's leader. Every request is one member of a group that one call answers:
 // an issuance's group one call of issue_coupons_batch_v3 ([Service.run]), a dry run's one call of
 // issue_dry_run_batch ([Service.runDry]), each kind through a coalescer of its own, so that a dry
 // run never waits behind an issuance's call nor an issuance behind a dry run's. The coalescer
@@ -15,6 +15,13 @@ import (
 //
 //   - join: a request whose campaign has no call in flight marks one and leads a group of
 //     itself; any other request of the campaign waits in the campaign's queue.
+//   - linger: a campaign is hot while its largest group formed within [hotFor] (its peak) had
+//     more than one request. A leader of a hot campaign, before its run, waits as long as the
+//     campaign's last call took, at most the coalescer's linger ([HotLinger]), and only while an
+//     attempt still fits after it ([fits]), for the queue to hold peak-1 requests (at most
+//     max-1), then takes the queue into its group as handOff would. Each instance of a service sees only its share of a campaign's
+//     requests, and without the wait a leader arriving first goes alone while the rest of its
+//     instance's requests queue behind it: groups of 1 and k-1 in turn instead of k.
 //   - The leader of a group, and only it, runs the group ([coalescer.lead]) and then calls
 //     handOff, exactly once, deferred, so that a panic in the run hands the campaign on too.
 //   - handOff, under the lock, empties the queue into the next group of at most max requests and
@@ -46,35 +53,150 @@ type waiter[W any, A any] interface {
 	quit(cause error)
 }
 
+// HotLinger bounds how long the leader of a hot campaign's group waits for its instance's other
+// requests of the campaign before its call (see the protocol above), far inside the 3 s budget;
+// it waits no longer than the campaign's last call took (an issuance call: 1.4 ms,
+// docs/performance.md).
+const HotLinger = 10 * time.Millisecond
+
+// hotFor is how long a campaign's peak group stays its peak without a group as large again.
+const hotFor = time.Second
+
 // coalescer queues the requests of each campaign behind its call in flight.
 type coalescer[W waiter[W, A], A any] struct {
 	max    int
+	linger time.Duration // a hot campaign's leader's wait; 0 is none
 	mu     sync.Mutex
 	queues map[string]*campaignQueue[W]
+	peaks  map[string]peak // the campaigns whose peak is above 1
 }
 
 // campaignQueue is one campaign's: whether a call is in flight, and who waits for it.
 type campaignQueue[W any] struct {
 	waiting []W
+	want    int           // while its leader lingers: the requests it waits for
+	full    chan struct{} // closed when want requests wait; nil when nobody lingers
 }
 
-func newCoalescer[W waiter[W, A], A any](max int) *coalescer[W, A] {
-	return &coalescer[W, A]{max: max, queues: map[string]*campaignQueue[W]{}}
+// peak is a campaign's largest group since at, and how long its last call took.
+type peak struct {
+	size int
+	at   time.Time
+	call time.Duration
+}
+
+func newCoalescer[W waiter[W, A], A any](max int, linger time.Duration) *coalescer[W, A] {
+	return &coalescer[W, A]{max: max, linger: linger, queues: map[string]*campaignQueue[W]{}, peaks: map[string]peak{}}
 }
 
 // join queues w behind its campaign's call in flight and reports false, or, when none is in
-// flight, marks one and reports true: w leads a group of itself.
-func (c *coalescer[W, A]) join(w W) bool {
+// flight, marks one and reports true: w leads a group of itself, and, when the campaign is hot,
+// its peak (else the zero peak).
+func (c *coalescer[W, A]) join(w W) (lead bool, hot peak) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q, busy := c.queues[w.campaign()]
 	if !busy {
 		c.queues[w.campaign()] = &campaignQueue[W]{}
-		return true
+		if p, ok := c.peaks[w.campaign()]; ok && time.Since(p.at) < hotFor {
+			return true, p
+		}
+		return true, peak{}
 	}
 	q.waiting = append(q.waiting, w)
-	return false
+	if q.full != nil && len(q.waiting) >= q.want {
+		close(q.full)
+		q.full = nil
+	}
+	return false, peak{}
 }
+
+// gather is the group w leads: w alone, or, when its campaign is hot (a peak above 1) and an
+// attempt still fits after the linger, w and the requests that queue within the linger, up to
+// the peak's size in all.
+func (c *coalescer[W, A]) gather(w W, hot peak) []W {
+	linger := c.linger
+	if hot.call > 0 {
+		linger = min(linger, hot.call)
+	}
+	if hot.size < 2 || linger <= 0 || !fits(w.due(), linger) {
+		c.formed(w.campaign(), 1)
+		return []W{w}
+	}
+	c.mu.Lock()
+	q := c.queues[w.campaign()]
+	q.want = min(hot.size, c.max) - 1
+	full := make(chan struct{})
+	if len(q.waiting) >= q.want {
+		close(full)
+	} else {
+		q.full = full
+	}
+	c.mu.Unlock()
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	select {
+	case <-full:
+	case <-t.C:
+	case <-w.context().Done(): // the run answers it as it answers a request alone whose caller left
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q.full = nil
+	return c.take(w.campaign(), q, []W{w})
+}
+
+// take moves q's waiting requests into group, up to max in all, and returns it: a request whose
+// time cannot fit an attempt is answered RETRY_EXHAUSTED instead of joining, as its run would
+// answer it. It notes the group's size in the campaign's peak. Called with mu held.
+func (c *coalescer[W, A]) take(campaign string, q *campaignQueue[W], group []W) []W {
+	var rest []W
+	for _, w := range q.waiting {
+		switch {
+		case len(group) == c.max:
+			rest = append(rest, w)
+		case !fits(w.due(), 0):
+			w.quit(nil)
+		default:
+			group = append(group, w)
+		}
+	}
+	q.waiting = rest
+	c.note(campaign, len(group))
+	return group
+}
+
+// formed notes a group of size formed without the queue ([coalescer.note]).
+func (c *coalescer[W, A]) formed(campaign string, size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.note(campaign, size)
+}
+
+// note records a group of size of campaign in its peak: the new peak when at least as large,
+// or when the peak is older than [hotFor] (dropped when the group is of one). Called with mu
+// held; when many campaigns were hot once, the stale peaks are dropped.
+func (c *coalescer[W, A]) note(campaign string, size int) {
+	now := time.Now()
+	p, ok := c.peaks[campaign]
+	switch {
+	case ok && size < p.size && now.Sub(p.at) < hotFor:
+	case size > 1:
+		c.peaks[campaign] = peak{size: size, at: now, call: p.call}
+	case ok:
+		delete(c.peaks, campaign)
+	}
+	if len(c.peaks) > maxPeaks {
+		for id, p := range c.peaks {
+			if now.Sub(p.at) >= hotFor {
+				delete(c.peaks, id)
+			}
+		}
+	}
+}
+
+// maxPeaks is how many campaigns' peaks a coalescer keeps before it drops the stale ones.
+const maxPeaks = 1024
 
 // leave takes w out of its queue and reports true, or reports false when it was already taken
 // into a group (its answer, or the group to lead, will come).
@@ -94,25 +216,16 @@ func (c *coalescer[W, A]) leave(w W) bool {
 	return false
 }
 
-// handOff ends campaign's call in flight: the next group of at most max waiting requests is
-// given to its first to lead, or, when none waits, the campaign is idle. A waiting request whose
-// time cannot fit an attempt is answered RETRY_EXHAUSTED instead of joining, as its run would
-// answer it.
-func (c *coalescer[W, A]) handOff(campaign string) {
+// handOff ends campaign's call in flight, which took took: the next group of at most max waiting requests is
+// given to its first to lead ([coalescer.take]), or, when none waits, the campaign is idle.
+func (c *coalescer[W, A]) handOff(campaign string, took time.Duration) {
 	c.mu.Lock()
-	q := c.queues[campaign]
-	var group, rest []W
-	for _, w := range q.waiting {
-		switch {
-		case len(group) == c.max:
-			rest = append(rest, w)
-		case !fits(w.due(), 0):
-			w.quit(nil)
-		default:
-			group = append(group, w)
-		}
+	if p, ok := c.peaks[campaign]; ok {
+		p.call = took
+		c.peaks[campaign] = p
 	}
-	q.waiting = rest
+	q := c.queues[campaign]
+	group := c.take(campaign, q, nil)
 	if len(group) == 0 {
 		delete(c.queues, campaign) // nobody waits: the campaign is idle
 	}
@@ -125,8 +238,8 @@ func (c *coalescer[W, A]) handOff(campaign string) {
 // do answers w behind its campaign's call in flight, if any, following the protocol above: run
 // runs a group and answers each of its members.
 func (c *coalescer[W, A]) do(w W, run func([]W)) A {
-	if c.join(w) {
-		return c.lead(w, []W{w}, run)
+	if lead, hot := c.join(w); lead {
+		return c.lead(w, c.gather(w, hot), run)
 	}
 	select {
 	case a := <-w.answers():
@@ -149,7 +262,8 @@ func (c *coalescer[W, A]) do(w W, run func([]W)) A {
 // lead runs group, whose first is w, hands the campaign on, and returns w's answer.
 func (c *coalescer[W, A]) lead(w W, group []W, run func([]W)) A {
 	func() {
-		defer c.handOff(w.campaign())
+		start := time.Now()
+		defer func() { c.handOff(w.campaign(), time.Since(start)) }()
 		run(group)
 	}()
 	return <-w.answers()

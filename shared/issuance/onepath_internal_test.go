@@ -191,7 +191,7 @@ func (p *panicking) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndD
 // without its panic answer.
 func brokenLead(s *Service, j *joined, group []*joined) (Outcome, error) {
 	s.calls(group)
-	s.co.handOff(j.req.campaignID)
+	s.co.handOff(j.req.campaignID, 0)
 	a := <-j.answer
 	return a.out, a.err
 }
@@ -224,7 +224,10 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 			s, owner := onePool(t, tracer)
 			group := []*joined{newJoined(t, s, "S", "p1"), newJoined(t, s, "S", "p2"), newJoined(t, s, "S", "p3")}
 			next := newJoined(t, s, "S", "n1")
-			if !s.co.join(group[0]) || s.co.join(next) {
+			if lead, _ := s.co.join(group[0]); !lead {
+				t.Fatal("the coalescer did not make p1 the leader")
+			}
+			if lead, _ := s.co.join(next); lead {
 				t.Fatal("the coalescer did not make p1 the leader and queue n1")
 			}
 			tracer.armed.Store(true)
