@@ -53,7 +53,8 @@ request a new member of one at random). Each cell warms its fleet for 1 s, then 
 --duration. Its table gives the rate, p50 and p99, the server's core-ms per coupon and the
 service's (utime+stime of every instance process, /proc/PID/stat), and per coupon the database's
 committed transactions (calls: one per coalesced group), budget-stripe updates and rollbacks
-(pg_stat_database, pg_stat_user_tables). --serve-exe runs another couponctl as the instances (an
+(pg_stat_database, pg_stat_user_tables), and the share of the database's active sessions waiting
+on a lock (pg_stat_activity, sampled every 100 ms). --serve-exe runs another couponctl as the instances (an
 earlier build, for before and after in alternating turns).`
 
 // addInstancesFlags adds the instances cells' flags to f.

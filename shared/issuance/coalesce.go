@@ -16,12 +16,14 @@ import (
 //   - join: a request whose campaign has no call in flight marks one and leads a group of
 //     itself; any other request of the campaign waits in the campaign's queue.
 //   - linger: a campaign is hot while its largest group formed within [hotFor] (its peak) had
-//     more than one request. A leader of a hot campaign, before its run, waits as long as the
-//     campaign's last call took, at most the coalescer's linger ([HotLinger]), and only while an
-//     attempt still fits after it ([fits]), for the queue to hold peak-1 requests (at most
-//     max-1), then takes the queue into its group as handOff would. Each instance of a service sees only its share of a campaign's
-//     requests, and without the wait a leader arriving first goes alone while the rest of its
-//     instance's requests queue behind it: groups of 1 and k-1 in turn instead of k.
+//     more than one request. The leader of a hot campaign's group smaller than the peak (a
+//     request alone that found the campaign idle, or a group handOff gave it), before its run,
+//     waits as long as the campaign's last call took, at most the coalescer's linger
+//     ([HotLinger]), and only while an attempt of each member fits after it ([fits]), for the queue to
+//     fill the group up to the peak (at most max), then takes the queue into its group as
+//     handOff would. Each instance of a service sees only its share of a campaign's requests:
+//     without the wait, each call takes what queued during the last, and the calls per coupon
+//     follow the instance's share, not the campaign's load.
 //   - The leader of a group, and only it, runs the group ([coalescer.lead]) and then calls
 //     handOff, exactly once, deferred, so that a panic in the run hands the campaign on too.
 //   - handOff, under the lock, empties the queue into the next group of at most max requests and
@@ -90,42 +92,44 @@ func newCoalescer[W waiter[W, A], A any](max int, linger time.Duration) *coalesc
 }
 
 // join queues w behind its campaign's call in flight and reports false, or, when none is in
-// flight, marks one and reports true: w leads a group of itself, and, when the campaign is hot,
-// its peak (else the zero peak).
-func (c *coalescer[W, A]) join(w W) (lead bool, hot peak) {
+// flight, marks one and reports true: w leads a group of itself.
+func (c *coalescer[W, A]) join(w W) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q, busy := c.queues[w.campaign()]
 	if !busy {
 		c.queues[w.campaign()] = &campaignQueue[W]{}
-		if p, ok := c.peaks[w.campaign()]; ok && time.Since(p.at) < hotFor {
-			return true, p
-		}
-		return true, peak{}
+		return true
 	}
 	q.waiting = append(q.waiting, w)
 	if q.full != nil && len(q.waiting) >= q.want {
 		close(q.full)
 		q.full = nil
 	}
-	return false, peak{}
+	return false
 }
 
-// gather is the group w leads: w alone, or, when its campaign is hot (a peak above 1) and an
-// attempt still fits after the linger, w and the requests that queue within the linger, up to
-// the peak's size in all.
-func (c *coalescer[W, A]) gather(w W, hot peak) []W {
+// gather is the group w leads, group (whose first is w) as it is, or, when its campaign is hot
+// (a peak above group's size) and an attempt of each member still fits after the linger, with
+// the requests that queue within the linger, up to the peak's size in all.
+func (c *coalescer[W, A]) gather(w W, group []W, hot peak) []W {
 	linger := c.linger
 	if hot.call > 0 {
 		linger = min(linger, hot.call)
 	}
-	if hot.size < 2 || linger <= 0 || !fits(w.due(), linger) {
-		c.formed(w.campaign(), 1)
-		return []W{w}
+	due := w.due()
+	for _, m := range group {
+		due = earlier(due, m.due())
+	}
+	if hot.size <= len(group) || linger <= 0 || !fits(due, linger) {
+		if len(group) == 1 {
+			c.formed(w.campaign(), 1)
+		}
+		return group
 	}
 	c.mu.Lock()
 	q := c.queues[w.campaign()]
-	q.want = min(hot.size, c.max) - 1
+	q.want = min(hot.size, c.max) - len(group)
 	full := make(chan struct{})
 	if len(q.waiting) >= q.want {
 		close(full)
@@ -143,7 +147,17 @@ func (c *coalescer[W, A]) gather(w W, hot peak) []W {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q.full = nil
-	return c.take(w.campaign(), q, []W{w})
+	return c.take(w.campaign(), q, group)
+}
+
+// hot is campaign's peak while it is hot, else the zero peak.
+func (c *coalescer[W, A]) hot(campaign string) peak {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.peaks[campaign]; ok && time.Since(p.at) < hotFor {
+		return p
+	}
+	return peak{}
 }
 
 // take moves q's waiting requests into group, up to max in all, and returns it: a request whose
@@ -238,14 +252,14 @@ func (c *coalescer[W, A]) handOff(campaign string, took time.Duration) {
 // do answers w behind its campaign's call in flight, if any, following the protocol above: run
 // runs a group and answers each of its members.
 func (c *coalescer[W, A]) do(w W, run func([]W)) A {
-	if lead, hot := c.join(w); lead {
-		return c.lead(w, c.gather(w, hot), run)
+	if c.join(w) {
+		return c.lead(w, c.gather(w, []W{w}, c.hot(w.campaign())), run)
 	}
 	select {
 	case a := <-w.answers():
 		return a
 	case group := <-w.leads():
-		return c.lead(w, group, run)
+		return c.lead(w, c.gather(w, group, c.hot(w.campaign())), run)
 	case <-w.context().Done():
 	}
 	if c.leave(w) {
@@ -255,7 +269,7 @@ func (c *coalescer[W, A]) do(w W, run func([]W)) A {
 	case a := <-w.answers():
 		return a
 	case group := <-w.leads():
-		return c.lead(w, group, run)
+		return c.lead(w, c.gather(w, group, c.hot(w.campaign())), run)
 	}
 }
 

@@ -180,3 +180,73 @@ func TestLingerIsBounded(t *testing.T) {
 		t.Errorf("a group of one left a peak: %v", cold.co.peaks)
 	}
 }
+
+// placed reports whether l is in HOT's queue or in a group that has started its run; called
+// with the coalescer's lock held.
+func (b *lingerBench) placed(id string) bool {
+	if q := b.co.queues["HOT"]; q != nil && slices.ContainsFunc(q.waiting, func(l *lingerer) bool { return l.id == id }) {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.ContainsFunc(b.groups, func(g string) bool { return slices.Contains(strings.Split(g, "+"), id) })
+}
+
+// TestHandedOffGroupFillsUpToThePeak: on a campaign hot with a peak of 4, the group handOff gives
+// the next leader (the two that queued during the last call) waits too, for the two more the
+// peak says come, and the 4 go as one call. Every call waits for a gate, so the groups depend
+// on the order of the requests alone, and the linger (a minute) never ends by the clock.
+// Red against the coalescer before issue 42 (linger 0), whose calls take what queued during
+// the last one: [a b+c+d+e+f g+h].
+func TestHandedOffGroupFillsUpToThePeak(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		linger time.Duration
+		want   []string
+	}{
+		{"linger", time.Minute, []string{"a+b+c+d", "e+f+g+h"}},
+		{"broken=no linger", 0, []string{"a", "b+c+d+e+f", "g+h"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g1 := make(chan struct{})
+			b := &lingerBench{co: newCoalescer[*lingerer, string](32, c.linger), gate: g1}
+			b.co.peaks["HOT"] = peak{size: 4, at: time.Now(), call: time.Minute}
+			var answers []<-chan string
+			send := func(id string) {
+				answers = append(answers, b.send(newLingerer(id)))
+				if id == "a" {
+					b.waitFor(t, "a leads", func() bool { return b.queuedHot() >= 0 })
+					return
+				}
+				b.waitFor(t, id+" placed", func() bool { return b.placed(id) })
+			}
+			for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+				send(id)
+			}
+			b.mu.Lock()
+			b.gate = make(chan struct{})
+			g2 := b.gate
+			b.mu.Unlock()
+			close(g1) // the first call returns: the next group is handed off
+			b.waitFor(t, "the next group formed or lingering", func() bool {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				return len(b.groups) == 2 || b.queuedHot() == 0
+			})
+			send("g")
+			send("h")
+			b.mu.Lock()
+			b.gate = nil
+			b.mu.Unlock()
+			close(g2)
+			for _, ch := range answers {
+				<-ch
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if !slices.Equal(b.groups, c.want) {
+				t.Errorf("groups %v, want %v", b.groups, c.want)
+			}
+		})
+	}
+}

@@ -224,10 +224,7 @@ func TestPanicInAGroupFreesTheCampaign(t *testing.T) {
 			s, owner := onePool(t, tracer)
 			group := []*joined{newJoined(t, s, "S", "p1"), newJoined(t, s, "S", "p2"), newJoined(t, s, "S", "p3")}
 			next := newJoined(t, s, "S", "n1")
-			if lead, _ := s.co.join(group[0]); !lead {
-				t.Fatal("the coalescer did not make p1 the leader")
-			}
-			if lead, _ := s.co.join(next); lead {
+			if !s.co.join(group[0]) || s.co.join(next) {
 				t.Fatal("the coalescer did not make p1 the leader and queue n1")
 			}
 			tracer.armed.Store(true)

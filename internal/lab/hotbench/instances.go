@@ -86,7 +86,10 @@ type InstancesResult struct {
 	// campaign_budgets and transactions rolled back during the cell (pg_stat_database,
 	// pg_stat_user_tables, read once the backends have gone idle: see [readCounters]).
 	Calls, StripeUpdates, RolledBack int64
-	Rules                            string
+	// LockWaits is the share of the database's active sessions of the cell waiting on a lock,
+	// sampled every [waitSample] during the load (pg_stat_activity).
+	LockWaits float64
+	Rules     string
 }
 
 // warmUp is the load each fleet gets on a campaign of its own before a cell is measured, so
@@ -133,9 +136,9 @@ func RunInstances(ctx context.Context, cfg InstancesConfig) ([]InstancesResult, 
 			}
 			out = append(out, r)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %d instances, %d clients, %s: %.0f/s, p50 %.1f ms, p99 %.1f ms, PG %s core-ms/coupon, service %s, %s calls/coupon, failed %d, rules %s\n",
+				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %d instances, %d clients, %s: %.0f/s, p50 %.1f ms, p99 %.1f ms, PG %s core-ms/coupon, service %s, %s calls/coupon, lock-waiting %.2f, failed %d, rules %s\n",
 					len(out), total, shape.Instances, shape.Clients, load.Name, r.TPS, r.P50Ms, r.P99Ms,
-					perCoupon(r.PGCPUMs, r.Issued), perCoupon(r.SvcCPUMs, r.Issued), perCoupon(float64(r.Calls), r.Issued), r.Failed, r.Rules)
+					perCoupon(r.PGCPUMs, r.Issued), perCoupon(r.SvcCPUMs, r.Issued), perCoupon(float64(r.Calls), r.Issued), r.LockWaits, r.Failed, r.Rules)
 			}
 		}
 	}
@@ -163,7 +166,15 @@ func runInstancesCell(ctx context.Context, cfg InstancesConfig, pool *pgxpool.Po
 	if err != nil {
 		return r, err
 	}
-	lat, failed, wall, err := spreadLoop(ctx, fleet, shape, cfg.Duration, ids)
+	var lat []time.Duration
+	var failed int64
+	var wall time.Duration
+	var samples int64
+	r.LockWaits, samples, err = sampleWaits(ctx, pool, func() error {
+		var err error
+		lat, failed, wall, err = spreadLoop(ctx, fleet, shape, cfg.Duration, ids)
+		return err
+	})
 	if err != nil {
 		return r, err
 	}
@@ -180,7 +191,9 @@ func runInstancesCell(ctx context.Context, cfg InstancesConfig, pool *pgxpool.Po
 	r.TPS = float64(r.Issued) / wall.Seconds()
 	r.P50Ms, r.P99Ms = percentileMs(lat, 50), percentileMs(lat, 99)
 	r.PGCPUMs, r.SvcCPUMs = ms(mid.pg-before.pg), ms(mid.svc-before.svc)
-	r.Calls, r.StripeUpdates, r.RolledBack = after.commits-before.commits, after.stripeUpdates-before.stripeUpdates, after.rolledBack-before.rolledBack
+	// The samples and the read between the two are the bench's own commits.
+	r.Calls = after.commits - before.commits - samples - 1
+	r.StripeUpdates, r.RolledBack = after.stripeUpdates-before.stripeUpdates, after.rolledBack-before.rolledBack
 	r.Rules, err = checkCampaigns(ctx, pool, ids, r.Issued)
 	return r, err
 }
@@ -234,6 +247,48 @@ func spreadLoop(ctx context.Context, fleet Fleet, shape Shape, d time.Duration, 
 	}
 	wg.Wait()
 	return lat, failed.Load(), time.Since(start), ctx.Err()
+}
+
+// waitSample is how often [sampleWaits] reads pg_stat_activity.
+const waitSample = 100 * time.Millisecond
+
+// sqlWaits counts the database's other client sessions that are active, and those of them
+// waiting on a heavyweight lock.
+const sqlWaits = `
+SELECT count(*) FILTER (WHERE state = 'active'), count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock')
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`
+
+// sampleWaits runs load while sampling pg_stat_activity every [waitSample], and returns the
+// share of the active sessions seen that waited on a lock, and the samples taken.
+func sampleWaits(ctx context.Context, pool *pgxpool.Pool, load func() error) (float64, int64, error) {
+	done := make(chan struct{})
+	var active, waiting, samples int64
+	var sampleErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(waitSample)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var a, w int64
+			if sampleErr = pool.QueryRow(ctx, sqlWaits).Scan(&a, &w); sampleErr != nil {
+				return
+			}
+			active, waiting, samples = active+a, waiting+w, samples+1
+		}
+	})
+	err := load()
+	close(done)
+	wg.Wait()
+	if err = errors.Join(err, sampleErr); err != nil || active == 0 {
+		return 0, samples, err
+	}
+	return float64(waiting) / float64(active), samples, nil
 }
 
 // counters are the cumulative figures a cell reads before and after its load.
@@ -295,14 +350,15 @@ func checkCampaigns(ctx context.Context, pool *pgxpool.Pool, campaigns []string,
 }
 
 // WriteInstances writes the instances cells as a table: per cell the rate, p50 and p99, the
-// database's and the fleet's core-ms per coupon (when measured), and per coupon the database's
-// transactions (calls: 1 over the coalesced group's size), budget-stripe updates and rollbacks.
+// database's and the fleet's core-ms per coupon (when measured), per coupon the database's
+// transactions (calls: 1 over the coalesced group's size) and budget-stripe updates, the
+// rollbacks, and the share of active sessions waiting on a lock.
 func WriteInstances(w io.Writer, format string, cpu bool, cells []InstancesResult) error {
 	if !slices.Contains(Formats, format) {
 		return fmt.Errorf("hotbench: format %q: want one of %s", format, strings.Join(Formats, ", "))
 	}
 	rows := [][]string{{"instances", "clients", "load", "issued/s", "p50 ms", "p99 ms", CPUColumn, "service core-ms per coupon",
-		"calls per coupon", "stripe updates per coupon", "rolled back", "failed", "rules"}}
+		"calls per coupon", "stripe updates per coupon", "rolled back", "lock-waiting share", "failed", "rules"}}
 	for _, r := range cells {
 		pg, svc := "", ""
 		if cpu {
@@ -310,7 +366,8 @@ func WriteInstances(w io.Writer, format string, cpu bool, cells []InstancesResul
 		}
 		rows = append(rows, []string{strconv.Itoa(r.Instances), strconv.Itoa(r.Clients), r.Load, fmtFloat(r.TPS, 0),
 			fmtFloat(r.P50Ms, 1), fmtFloat(r.P99Ms, 1), pg, svc, perCoupon(float64(r.Calls), r.Issued),
-			perCoupon(float64(r.StripeUpdates), r.Issued), strconv.FormatInt(r.RolledBack, 10), strconv.FormatInt(r.Failed, 10), r.Rules})
+			perCoupon(float64(r.StripeUpdates), r.Issued), strconv.FormatInt(r.RolledBack, 10), fmtFloat(r.LockWaits, 2),
+			strconv.FormatInt(r.Failed, 10), r.Rules})
 	}
-	return writeRows(w, format, rows, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	return writeRows(w, format, rows, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 }
