@@ -40,22 +40,23 @@ type instancesOptions struct {
 
 // instancesHelp is bench's --help on --instances.
 const instancesHelp = `
---instances N[,N...] runs, instead of the cells above, the instances cells: one hot campaign
-spread over N serving processes, as Cloud Run runs a service's instances. Each instance is a
+
+--instances N[,N...] runs, instead of the cells above, the instances cells: IssueCoupon as N
+serving processes, as Cloud Run runs a service's instances. Each instance is a
 ` + "`couponctl serve`" + ` child process (FUNCTION_TARGET=IssueCoupon, its own pool of DB_POOL_MAX_CONNS
 connections as deploy/issue.env.yaml sets it, 4, and its own coalescer, ISSUE_BATCH_MAX from
 bench's environment), straight to the database (no latency proxy), its logs discarded. The
 clients send each request to the next instance in turn (round robin over all requests, as Cloud
-Run's load balancer spreads them). Cells: each N with each --clients count, plus Cloud Run's shape,
-N x 16 clients (deploy-issue's --concurrency in cloudbuild.yaml), each with every --loads load:
-hot-1 and hot-16 (one campaign of 1 or 16 stripes) and cold (500 campaigns of 1 stripe, each
-request a new member of one at random). Each cell warms its fleet for 1 s, then runs
+Run's load balancer spreads them). Cells: each N with each --clients count, plus Cloud Run's
+shape, N x 16 clients (deploy-issue's --concurrency in cloudbuild.yaml), each with every --loads
+load: hot-1 and hot-16 (one campaign of 1 or 16 stripes) and cold (500 campaigns of 1 stripe,
+each request a new member of one at random). Each cell warms its fleet for 1 s, then runs
 --duration. Its table gives the rate, p50 and p99, the server's core-ms per coupon and the
-service's (utime+stime of every instance process, /proc/PID/stat), and per coupon the database's
-committed transactions (calls: one per coalesced group), budget-stripe updates and rollbacks
-(pg_stat_database, pg_stat_user_tables), and the share of the database's active sessions waiting
-on a lock (pg_stat_activity, sampled every 100 ms). --serve-exe runs another couponctl as the instances (an
-earlier build, for before and after in alternating turns).`
+service's (utime+stime of every instance process, /proc/PID/stat), per coupon the database's
+committed transactions (calls: one per coalesced group) and budget-stripe updates, the
+rollbacks (pg_stat_database, pg_stat_user_tables), and the share of the database's active
+sessions waiting on a lock (pg_stat_activity, sampled every 100 ms). --serve-exe runs another
+couponctl as the instances (an earlier build, for before and after in alternating turns).`
 
 // addInstancesFlags adds the instances cells' flags to f.
 func addInstancesFlags(f *pflag.FlagSet, o *instancesOptions) {
