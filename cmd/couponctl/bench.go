@@ -41,6 +41,7 @@ func benchCmd() *cobra.Command {
 		redeemAt float64
 		standby  time.Duration
 		readPool bool
+		inst     instancesOptions
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -145,7 +146,7 @@ Progress goes to stderr. Database: DATABASE_URL, a postgres:// URL with a TCP ho
 be allowed to CREATE DATABASE: bench works in a database of its own, dropped at the end), or a
 throwaway durable PostgreSQL (fsync and synchronous_commit on) when unset. Needs pgbench (Debian:
 postgresql-15) and Linux (the proxy waits on timerfd). A benchmark, not a test: the machine
-decides the figures; compare them only within one table.`,
+decides the figures; compare them only within one table.` + instancesHelp,
 		Example: `  couponctl bench
   couponctl bench --rtt 0,0.5ms,1ms --clients 32 --duration 5s --sold-out
   couponctl bench --rtt 1ms --clients 32 --duration 20s --changes
@@ -153,7 +154,8 @@ decides the figures; compare them only within one table.`,
   couponctl bench --clients 32 --duration 5s --dry-runs
   couponctl bench --clients 32 --duration 5s --store-opening
   couponctl bench --clients 32 --duration 5s --format markdown
-  couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown`,
+  couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown
+  couponctl bench --instances 1,4,8,16 --clients 32,128 --duration 5s --loads hot-16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(hotbench.Formats, format) {
@@ -162,11 +164,11 @@ decides the figures; compare them only within one table.`,
 			if len(clients) == 0 || slices.Min(clients) < 1 {
 				return flagError("--clients: give one or more client counts, each at least 1")
 			}
-			if len(rtts) == 0 {
-				return flagError("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
+			if len(inst.instances) > 0 {
+				return runInstancesBench(cmd, inst, clients, duration, format)
 			}
-			if err := hotbench.CheckRTTs(rtts); err != nil {
-				return flagError("--rtt: %w", err)
+			if err := checkRTTFlag(rtts); err != nil {
+				return err
 			}
 			if duration < time.Second {
 				return flagError("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
@@ -204,7 +206,19 @@ decides the figures; compare them only within one table.`,
 	f.BoolVar(&store, "store-opening", false, "add a store-opening cell per round trip and client count (16 stripes, alone and beside 32 clients redeeming up to 2,000 coupons/s, 3 turns each)")
 	f.Float64Var(&redeemAt, "redeem-rate", hotbench.StoreRush.Rate, "with --store-opening: redemptions a second at most")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
+	addInstancesFlags(f, &inst)
 	return c
+}
+
+// checkRTTFlag refuses --rtt rtts when empty or not [hotbench.CheckRTTs]' (a usage error).
+func checkRTTFlag(rtts []time.Duration) error {
+	if len(rtts) == 0 {
+		return flagError("--rtt: give one or more round trips, such as 0,0.5ms,1ms")
+	}
+	if err := hotbench.CheckRTTs(rtts); err != nil {
+		return flagError("--rtt: %w", err)
+	}
+	return nil
 }
 
 // storeCell is the store-opening cell when on (nil when not), its redemptions at rate a second:

@@ -92,8 +92,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	}
 	svc := &Service{pool: pool, cfg: cfg, withDeadline: context.WithDeadline}
 	if cfg.BatchMax > 1 {
-		svc.co = newCoalescer[*joined, answered](cfg.BatchMax)
-		svc.dry = newCoalescer[*dryJoined, dryAnswered](cfg.BatchMax)
+		svc.co = newCoalescer[*joined, answered](cfg.BatchMax, HotLinger)
+		svc.dry = newCoalescer[*dryJoined, dryAnswered](cfg.BatchMax, HotLinger)
 	}
 	return svc, nil
 }

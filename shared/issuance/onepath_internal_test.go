@@ -191,7 +191,7 @@ func (p *panicking) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndD
 // without its panic answer.
 func brokenLead(s *Service, j *joined, group []*joined) (Outcome, error) {
 	s.calls(group)
-	s.co.handOff(j.req.campaignID)
+	s.co.handOff(j.req.campaignID, 0)
 	a := <-j.answer
 	return a.out, a.err
 }
