@@ -28,8 +28,10 @@ import (
 //   - today and today-again: issue_coupons_batch_v3 on a database as it was before 00038 (its
 //     body as 00033 wrote it, the formats' CHECKs as 00002's regular expressions;
 //     beforeThisRelease): the body 00038 cuts, twice, an A/A control of the measure;
-//   - checks: 00033's body on the migrated database (00038's CHECKs), as issue_coupons_batch_v3_00033:
-//     what the CHECKs alone changed;
+//   - checks: 00033's body on the migrated database (00038's CHECKs), as
+//     issue_coupons_batch_v3_00033: what the CHECKs alone changed;
+//
+// and, on the migrated database too:
 //   - 00011: issue_coupon as 00011 wrote it (the previous release's own body, with the rules as
 //     they were then), created as issue_coupon_00011;
 //   - 00027: issue_coupons_batch_v2 as 00027 wrote it, created as issue_coupons_batch_v2_00027;
@@ -47,8 +49,8 @@ import (
 // Each iteration calls every variant once, the first rotating, so that a change of the machine's
 // load falls on all of them. Sub-benchmarks: one member a call on a campaign of 1 and of 16
 // budget stripes (member ids "m<n>"), the same on 1 stripe with ids of a LINE user's shape
-// ("U" and 32 hex digits), and 32 members a call (the batch bodies only) on 1 stripe. A round is a run on
-// a fresh server:
+// ("U" and 32 hex digits), and 32 members a call (the batch bodies only) on 1 stripe. A round is
+// a run on a fresh server:
 //
 //	for round in 1 2 3 4; do
 //	  go test ./schema -run '^$' -bench BenchmarkIssuanceBackendCPU -benchtime 1000x -count 1
