@@ -38,8 +38,24 @@ const check00015 = `  IF p_campaign_id IS NULL OR n IS NULL
   END IF;
 `
 
-// checks00021 is the check 00021 put in its place, as issue_coupons_batch_v3 calls it.
-const checks00021 = `  PERFORM issuance_args_check_v3('issue_coupons_batch_v3', p_campaign_id, p_coupon_ids, p_member_ids, p_trace_parents);
+// checks00021 is the check 00021 put in its place, as issue_coupons_batch_v3 makes it since
+// 00038 (in its body, issuance_args_check_v3 called for the message of a fault).
+const checks00021 = `  -- The arguments, as issuance_args_check_v3 checks them; it is called only when one fails, for
+  -- its message (22023).
+  IF NOT coalesce(length(p_campaign_id) BETWEEN 1 AND 64 AND p_campaign_id !~ '[^A-Za-z0-9_-]'
+                  AND n BETWEEN 1 AND issuance_batch_max() AND arg_array_fits(p_member_ids, n, false)
+                  AND arg_array_fits(p_coupon_ids, n, false) AND arg_array_fits(p_trace_parents, n, true), false) THEN
+    PERFORM issuance_args_check_v3('issue_coupons_batch_v3', p_campaign_id, p_coupon_ids, p_member_ids, p_trace_parents);
+  END IF;
+  FOR k IN 1 .. n LOOP
+    IF NOT coalesce(length(p_member_ids[k]) BETWEEN 1 AND 128 AND p_member_ids[k] !~ '[^!-~]'
+                    AND array_position(p_coupon_ids, p_coupon_ids[k], k + 1) IS NULL
+                    AND (p_trace_parents[k] IS NULL
+                         OR length(p_trace_parents[k]) = 55 AND substr(p_trace_parents[k], 36, 1) = '-'
+                            AND substr(p_trace_parents[k], 53, 1) = '-' AND p_trace_parents[k] ~ '^00-[0-9a-f]+-[0-9a-f]+-[0-9a-f]+$'), false) THEN
+      PERFORM issuance_args_check_v3('issue_coupons_batch_v3', p_campaign_id, p_coupon_ids, p_member_ids, p_trace_parents);
+    END IF;
+  END LOOP;
 `
 
 // wrapperChecks are the previous release's wrapper's checks (issue_coupons_batch_v2 and
