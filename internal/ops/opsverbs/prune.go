@@ -17,8 +17,8 @@ import (
 // window ([outbox.RetryKeyWindow] and its margin), so a day of closed rows is always kept.
 const PruneFloor = 24 * time.Hour
 
-// PrunePause is "outbox prune"'s default wait between two statements: the issuance beside a
-// prune keeps 0.9x of its rate or more (docs/performance.md, "Outbox prune").
+// PrunePause is "outbox prune"'s default wait between two statements, which leaves the issuance
+// beside the prune most of the server (measured in docs/performance.md, "Outbox prune").
 const PrunePause = 100 * time.Millisecond
 
 // pruneProgressEvery is how often a long prune says how far it got, on stderr.
