@@ -21,7 +21,7 @@ CREATE TABLE outbox_pruned (
   coupon_id uuid NOT NULL,
   outcome   text NOT NULL CONSTRAINT outcome_known CHECK (outcome IN ('sent', 'skipped', 'skipped:voided', 'skipped:redeemed',
                                                                       'skipped:expired', 'skipped:no_line_account')),
-  pruned_at timestamptz NOT NULL DEFAULT now(),
+  pruned_at timestamptz NOT NULL DEFAULT issue_now(),
   PRIMARY KEY (issued_at, coupon_id)
 );
 GRANT SELECT, INSERT ON outbox_pruned TO coupon_admin;
