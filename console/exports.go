@@ -38,9 +38,9 @@ WITH c AS (
          count(*) FILTER (WHERE c.voided_at IS NOT NULL) AS voided,
          count(*) FILTER (WHERE c.voided_at IS NULL AND c.redeemed_at IS NOT NULL) AS redeemed,
          count(*) FILTER (WHERE c.voided_at IS NULL) AS live,
-         count(*) FILTER (WHERE o.sent_at IS NOT NULL OR c.outbox_outcome = 'sent') AS pushed,
-         count(*) FILTER (WHERE o.skipped_at IS NOT NULL OR c.outbox_outcome LIKE 'skipped%') AS skipped
-    FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
+         count(*) FILTER (WHERE ` + sqlPushed + `) AS pushed,
+         count(*) FILTER (WHERE o.skipped_at IS NOT NULL OR coalesce(p.outcome, c.outbox_outcome) LIKE 'skipped%') AS skipped
+    FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)` + sqlPrunedJoin + `
    WHERE c.issued_at >= $1 AND c.issued_at < $2
    GROUP BY c.campaign_id)
 SELECT b.campaign_id, coalesce((SELECT n.name FROM campaign_names n WHERE n.campaign_id = b.campaign_id), ''), s.state, coalesce(c.issued, 0), coalesce(c.yen, 0), coalesce(c.voided, 0), s.remaining_coupons,

@@ -26,7 +26,8 @@ UPDATE issued_coupons i SET outbox_pruned_at = now() FROM deleted d WHERE i.coup
 // prunedTruth is the check of the push state after a prune: coupons whose push was sent, skipped
 // for want of a LINE account, and skipped because voided, their rows pruned two days later, read
 // 送信済み, 送信対象外 with that reason, and 送信対象外 (voided) on their pages; the funnel counts
-// the sent one alone; none pushed is read as sent.
+// the sent one alone; none pushed is read as sent; a void of the sent one then says its push was
+// pruned (not "no outbox row", a legacy coupon's).
 func prunedTruth(t *testing.T, v *verdict, prune func(context.Context, *env) error) {
 	ctx := context.Background()
 	e := setup(t, verifiedIAP)
@@ -69,6 +70,13 @@ func prunedTruth(t *testing.T, v *verdict, prune func(context.Context, *env) err
 	_, body := e.do(t, c, http.MethodGet, "/campaigns/PRUNE", e.idp.assertion(t, viewerEmail), nil)
 	if want := `<tr data-stage="pushed"><th scope="row" data-label="段階">送信（LINE 通知を送信済み）</th><td class="num" data-label="枚数">1</td>`; !strings.Contains(body, want) {
 		v.Errorf("the funnel's 送信 is not the 1 coupon sent")
+	}
+	var push string
+	if err := e.owner.QueryRow(ctx, `SELECT push FROM coupon_void($1, '誤配布', false)`, ids["m-sent"]).Scan(&push); err != nil {
+		t.Fatal(err)
+	}
+	if push != "pruned" {
+		v.Errorf("the void of m-sent's pruned coupon says push %q, want pruned", push)
 	}
 }
 

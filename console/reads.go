@@ -31,12 +31,15 @@ const scanShare = 20
 const rateWindow = 5 * time.Minute
 
 // The stages of a campaign's funnel (配布 → 送信 → 利用), as SQL conditions on a live coupon c
-// (issued_coupons, voided_at IS NULL) with its outbox row o (notification_outbox, LEFT JOINed):
-// sqlPushed is its LINE push sent, its row sent or pruned with the outcome sent (00035; a row
-// pruned with the outcome not known is not counted: the coupon page's 記録整理済み); sqlRedeemed
-// is redeemed now (redeemed_at, which a rollback clears).
+// (issued_coupons, voided_at IS NULL) with its outbox row o (notification_outbox, LEFT JOINed)
+// and its pruned row's outcome p (outbox_pruned, sqlPrunedJoin): sqlPushed is its LINE push sent,
+// its row sent or pruned with the outcome sent (in outbox_pruned since 00039, in the coupon's
+// outbox_outcome before; a row pruned with the outcome not known is not counted: the coupon
+// page's 記録整理済み); sqlRedeemed is redeemed now (redeemed_at, which a rollback clears).
 const (
-	sqlPushed   = `(o.sent_at IS NOT NULL OR c.outbox_outcome = 'sent')`
+	sqlPrunedJoin = `
+  LEFT JOIN outbox_pruned p ON p.issued_at = c.issued_at AND p.coupon_id = c.coupon_id`
+	sqlPushed   = `(o.sent_at IS NOT NULL OR coalesce(p.outcome, c.outbox_outcome) = 'sent')`
 	sqlRedeemed = `c.redeemed_at IS NOT NULL`
 	// sqlPending is a request waiting for an approver, as the database judges it (the view's
 	// state: undecided and not lapsed, 24 h after it was made).
@@ -202,7 +205,7 @@ func (r *reads) scan(ctx context.Context, id string) (campaignScan, error) {
 		rows, err := r.pool.Query(ctx, `
 SELECT date_trunc('minute', c.issued_at) AS m, sum(c.amount_yen), count(*),
        count(*) FILTER (WHERE `+sqlPushed+`), count(*) FILTER (WHERE `+r.redeemed+`)
-  FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
+  FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)`+sqlPrunedJoin+`
  WHERE c.campaign_id = $1 AND c.voided_at IS NULL GROUP BY m ORDER BY m`, id)
 		if err != nil {
 			return nil, err

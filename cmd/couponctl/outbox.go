@@ -194,9 +194,11 @@ var prunedRows = prunedOf
 // prunedOf returns the coupons of ids whose outbox row was pruned, in ids' order.
 func prunedOf(ctx context.Context, q *pgxpool.Pool, ids []string) ([]prunedRow, error) {
 	rows, err := q.Query(ctx, `
-SELECT c.coupon_id::text, c.outbox_pruned_at FROM unnest($1::uuid[]) WITH ORDINALITY AS g(id, n)
+SELECT c.coupon_id::text, coalesce(p.pruned_at, c.outbox_pruned_at) FROM unnest($1::uuid[]) WITH ORDINALITY AS g(id, n)
   JOIN issued_coupons c ON c.coupon_id = g.id
- WHERE c.outbox_pruned_at IS NOT NULL AND NOT EXISTS (SELECT FROM notification_outbox o WHERE o.coupon_id = g.id)
+  LEFT JOIN outbox_pruned p ON p.issued_at = c.issued_at AND p.coupon_id = c.coupon_id
+ WHERE (p.coupon_id IS NOT NULL OR c.outbox_pruned_at IS NOT NULL)
+   AND NOT EXISTS (SELECT FROM notification_outbox o WHERE o.coupon_id = g.id)
  ORDER BY g.n`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox requeue: %w", err)

@@ -193,11 +193,11 @@ type Coupon struct {
 	RedeemedAt *time.Time
 	// Push is what the coupon's LINE push came to: sent, skipped, parked, open, none (no outbox
 	// row), or pruned (its row deleted by the prune with the outcome not known: before 00035 or
-	// by the previous release's prune); after a prune that kept it (outbox_outcome), sent or
-	// skipped. PushAt is when it was sent, skipped or parked while the row is there (a prune
-	// keeps no time); PushNote the relay's last error; SkipReason why a push was skipped (the
-	// row's skip_reason, or the pruned outcome's: voided, redeemed, expired, no_line_account; ""
-	// when not known).
+	// by the previous release's prune); after a prune that kept it (outbox_pruned since 00039,
+	// the coupon's outbox_outcome before), sent or skipped. PushAt is when it was sent, skipped
+	// or parked while the row is there (a prune keeps no time); PushNote the relay's last error;
+	// SkipReason why a push was skipped (the row's skip_reason, or the pruned outcome's: voided,
+	// redeemed, expired, no_line_account; "" when not known).
 	Push       string
 	PushAt     *time.Time
 	PushNote   string
@@ -214,14 +214,15 @@ type Coupon struct {
 const sqlShow = `
 SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.issued_at, c.expires_at,
        coalesce(c.expires_at <= issue_now(), false), coalesce(c.granted_by, ''), c.redeemed_at,
-       CASE WHEN o.sent_at IS NOT NULL OR c.outbox_outcome = 'sent' THEN 'sent'
-            WHEN o.skipped_at IS NOT NULL OR c.outbox_outcome LIKE 'skipped%' THEN 'skipped'
+       CASE WHEN o.sent_at IS NOT NULL OR coalesce(p.outcome, c.outbox_outcome) = 'sent' THEN 'sent'
+            WHEN o.skipped_at IS NOT NULL OR coalesce(p.outcome, c.outbox_outcome) LIKE 'skipped%' THEN 'skipped'
             WHEN o.parked_at IS NOT NULL THEN 'parked' WHEN o.coupon_id IS NOT NULL THEN 'open'
             WHEN c.outbox_pruned_at IS NOT NULL THEN 'pruned' ELSE 'none' END,
        coalesce(o.sent_at, o.skipped_at, o.parked_at), coalesce(o.last_error, ''),
-       coalesce(o.skip_reason, substring(c.outbox_outcome FROM '^skipped:(.*)$'), ''),
+       coalesce(o.skip_reason, substring(coalesce(p.outcome, c.outbox_outcome) FROM '^skipped:(.*)$'), ''),
        c.voided_at, coalesce(c.voided_by, ''), coalesce(c.void_reason, ''), c.reissue_allowed, c.legacy_duplicate
   FROM issued_coupons c LEFT JOIN notification_outbox o USING (coupon_id)
+  LEFT JOIN outbox_pruned p ON p.issued_at = c.issued_at AND p.coupon_id = c.coupon_id
  WHERE c.coupon_id = $1`
 
 // sqlForMember lists member $1's coupons (of campaign $2, or every campaign when $2 is ”),

@@ -15,7 +15,8 @@
 // unredeemed legacy duplicate the migration voided); R1 and R3 count live coupons, R2 the coupons
 // that hold their (campaign, member) pair: not legacy duplicates, and not voided with reissue
 // allowed. A coupon whose delivered outbox row `couponctl outbox prune` deleted is marked so
-// (outbox_pruned_at): it has no outbox row, and that is no fault.
+// (outbox_pruned since 00039, outbox_pruned_at before): it has no outbox row, and that is no
+// fault.
 package reconcile
 
 import (
@@ -205,7 +206,8 @@ SELECT (SELECT count(*) FROM live),
          WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0)),
        (SELECT count(*) FROM issued_coupons i
          WHERE i.outbox_pruned_at IS NULL
-           AND NOT EXISTS (SELECT 1 FROM notification_outbox o WHERE o.coupon_id = i.coupon_id)),
+           AND NOT EXISTS (SELECT 1 FROM notification_outbox o WHERE o.coupon_id = i.coupon_id)
+           AND NOT EXISTS (SELECT 1 FROM outbox_pruned p WHERE p.issued_at = i.issued_at AND p.coupon_id = i.coupon_id)),
        (SELECT count(*) FROM notification_outbox o
          WHERE NOT EXISTS (SELECT 1 FROM issued_coupons i WHERE i.coupon_id = o.coupon_id)),
        (SELECT count(*) FROM live WHERE legacy_duplicate)`

@@ -10,11 +10,11 @@ import (
 )
 
 // sqlPrune: $1 retention, $2 limit. The LIMIT sits in a MATERIALIZED CTE for the reason given
-// on sqlClaim, and SKIP LOCKED lets two prunes run at once without waiting on each other. Each
-// deleted row's coupon is marked outbox_pruned_at in the same statement, so that reconcile tells
-// a pruned row from a lost one whatever the retention, and outbox_outcome, what the push came to
-// (00035: sent, or skipped with the row's skip_reason), so that a coupon never pushed is never
-// read as sent once its row is gone.
+// on sqlClaim, and SKIP LOCKED lets two prunes run at once without waiting on each other. What
+// each deleted row's push came to (sent, or skipped with the row's skip_reason) is kept in
+// outbox_pruned in the same statement (00039), so that reconcile tells a pruned row from a lost
+// one whatever the retention, and a coupon never pushed is never read as sent once its row is
+// gone. The coupon row is read, never written: its issue time leads outbox_pruned's key.
 const sqlPrune = `
 WITH old AS MATERIALIZED (
   SELECT coupon_id FROM notification_outbox
@@ -26,10 +26,13 @@ WITH old AS MATERIALIZED (
 ), deleted AS (
   DELETE FROM notification_outbox o USING old WHERE o.coupon_id = old.coupon_id
   RETURNING o.coupon_id, CASE WHEN o.sent_at IS NOT NULL THEN 'sent' ELSE concat_ws(':', 'skipped', o.skip_reason) END AS outcome
-), marked AS (
-  UPDATE issued_coupons i SET outbox_pruned_at = now(), outbox_outcome = d.outcome FROM deleted d WHERE i.coupon_id = d.coupon_id RETURNING 1
+), kept AS (
+  INSERT INTO outbox_pruned (issued_at, coupon_id, outcome)
+  SELECT i.issued_at, d.coupon_id, d.outcome FROM deleted d JOIN issued_coupons i USING (coupon_id)
+   ORDER BY i.issued_at, d.coupon_id
+  RETURNING 1
 )
-SELECT count(*) FROM marked`
+SELECT count(*) FROM kept`
 
 // Prune deletes at most limit sent and skipped rows closed more than olderThan ago, oldest
 // first (through the notification_outbox_closed index), and returns how many it deleted. Open
