@@ -108,14 +108,28 @@ func (m MemberMonth) String() string {
 	return fmt.Sprintf("%s %s (counter %d yen, live coupons %d yen)", m.MemberID, m.Month, m.UsedYen, m.LiveYen)
 }
 
-// sqlJudged heads the statements that judge R3: live, the live coupons; judged, each one with
+// scopeFull heads every check of a full pass: each check reads its rows through these names,
+// every row here; an incremental pass ([Run]) names the rows that changed instead
+// (scopeIncremental). live is R3's coupons, pair_coupons R2's, usage the member x month counters,
+// outbox_coupons the coupons owed an outbox row, outbox the outbox rows, redemptions the
+// redemption history and redeemed the coupons whose redemption has no history. NOT MATERIALIZED
+// keeps each a plain read of its table.
+const scopeFull = `
+WITH live AS (SELECT * FROM issued_coupons WHERE voided_at IS NULL),
+pair_coupons AS NOT MATERIALIZED (SELECT * FROM issued_coupons),
+usage AS NOT MATERIALIZED (SELECT * FROM member_monthly_usage),
+outbox_coupons AS NOT MATERIALIZED (SELECT * FROM issued_coupons),
+outbox AS NOT MATERIALIZED (SELECT * FROM notification_outbox),
+redemptions AS NOT MATERIALIZED (SELECT * FROM coupon_redemptions),
+redeemed AS NOT MATERIALIZED (SELECT * FROM issued_coupons)`
+
+// sqlJudged follows a scope in the statements that judge R3: over live, the live coupons; judged, each one with
 // over set when the live coupons of its member and month, up to and including it in issue order,
 // sum above the cap in force at its issued_at. The caps' spans come from their history
 // (coupon_rules_changes, migration 00021), whose first row holds the cap before any change, the
 // legacy coupons' too. coupon_rules_set divides the coupons exactly at its changed_at: every
 // coupon issued under a cap has its issued_at inside that cap's span.
-const sqlJudged = `
-WITH live AS (SELECT * FROM issued_coupons WHERE voided_at IS NULL),
+const sqlJudged = `,
 caps AS (SELECT (after->>'monthly_cap_yen')::bigint AS cap,
                 CASE WHEN row_number() OVER w = 1 THEN '-infinity' ELSE changed_at END AS since,
                 COALESCE(lead(changed_at) OVER w, 'infinity') AS until
@@ -125,26 +139,27 @@ judged AS (SELECT l.member_id, l.month, l.client_month,
              FROM live l JOIN caps c ON l.issued_at >= c.since AND l.issued_at < c.until)`
 
 // sqlMonthsNamed lists the member-months over the cap (legacy-only ones aside) or whose counter
-// differs from their live coupons, at most $1.
+// differs from their live coupons, at most @limit.
 const sqlMonthsNamed = sqlJudged + `,
 months AS (SELECT member_id, month, bool_or(over) AS over, bool_and(client_month IS NOT NULL) AS legacy_only
              FROM judged GROUP BY 1, 2),
 sums AS (SELECT member_id, month, SUM(amount_yen)::bigint AS s FROM live GROUP BY 1, 2)
 SELECT member_id, month, COALESCE(u.used_yen, 0)::bigint, COALESCE(c.s, 0)
-  FROM sums c LEFT JOIN months m USING (member_id, month) FULL JOIN member_monthly_usage u USING (member_id, month)
+  FROM sums c LEFT JOIN months m USING (member_id, month) FULL JOIN usage u USING (member_id, month)
  WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0) OR (m.over AND NOT m.legacy_only)
  ORDER BY member_id, month
- LIMIT $1`
+ LIMIT @limit`
 
 // sqlCapNow is R3's cap in force.
 const sqlCapNow = `SELECT monthly_cap_yen FROM coupon_rules`
 
-// Check reads the tables through q and returns the report. R3 is judged against the cap the
-// database holds (coupon_rules and its history), never a client's setting.
+// Check reads the tables through q and returns the report: a full pass, recording nothing
+// ([Run] records clean runs and continues from them). R3 is judged against the cap the database
+// holds (coupon_rules and its history), never a client's setting.
 func Check(ctx context.Context, q db.Querier) (Report, error) {
-	var r Report
-	if err := q.QueryRow(ctx, sqlCapNow).Scan(&r.CapYen); err != nil {
-		return r, fmt.Errorf("reconcile: the monthly cap: %w", err)
+	r, err := checkScope(ctx, q, scopeFull, pgx.NamedArgs{})
+	if err != nil {
+		return r, err
 	}
 	rows, err := q.Query(ctx, sqlCampaigns)
 	if err != nil {
@@ -154,19 +169,33 @@ func Check(ctx context.Context, q db.Querier) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("reconcile: campaigns: %w", err)
 	}
-	err = q.QueryRow(ctx, sqlCounts).Scan(&r.Coupons, &r.DuplicatePairs,
+	return r, nil
+}
+
+// checkScope runs every check but the campaigns' over the rows scope names (scopeFull, or
+// scopeIncremental with args' since), through q.
+func checkScope(ctx context.Context, q db.Querier, scope string, args pgx.NamedArgs) (Report, error) {
+	var r Report
+	if err := q.QueryRow(ctx, sqlCapNow).Scan(&r.CapYen); err != nil {
+		return r, fmt.Errorf("reconcile: the monthly cap: %w", err)
+	}
+	err := q.QueryRow(ctx, scope+sqlCounts, args).Scan(&r.Coupons, &r.DuplicatePairs,
 		&r.MembersOverCap, &r.LegacyMembersOverCap, &r.UsageDrift, &r.CouponsWithoutOutbox,
 		&r.OutboxWithoutCoupon, &r.LegacyDuplicatesLive)
 	if err != nil {
 		return r, fmt.Errorf("reconcile: counts: %w", err)
 	}
-	if err := q.QueryRow(ctx, sqlRedemptionDrift).Scan(&r.RedemptionDrift); err != nil {
+	if err := q.QueryRow(ctx, scope+sqlRedemptionDrift, args).Scan(&r.RedemptionDrift); err != nil {
 		return r, fmt.Errorf("reconcile: redemptions: %w", err)
 	}
 	if r.MembersOverCap+r.UsageDrift == 0 {
 		return r, nil
 	}
-	rows, err = q.Query(ctx, sqlMonthsNamed, monthsNamed)
+	named := pgx.NamedArgs{"limit": monthsNamed}
+	for k, v := range args {
+		named[k] = v
+	}
+	rows, err := q.Query(ctx, scope+sqlMonthsNamed, named)
 	if err == nil {
 		r.MonthsNamed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[MemberMonth])
 	}
@@ -197,18 +226,18 @@ over_cap AS (
   SELECT bool_and(client_month IS NOT NULL) AS legacy_only
     FROM judged GROUP BY member_id, month HAVING bool_or(over))
 SELECT (SELECT count(*) FROM live),
-       (SELECT count(*) FROM (SELECT 1 FROM issued_coupons WHERE NOT legacy_duplicate AND NOT reissue_allowed
+       (SELECT count(*) FROM (SELECT 1 FROM pair_coupons WHERE NOT legacy_duplicate AND NOT reissue_allowed
                                GROUP BY campaign_id, member_id HAVING count(*) > 1) d),
        (SELECT count(*) FROM over_cap WHERE NOT legacy_only),
        (SELECT count(*) FROM over_cap WHERE legacy_only),
        (SELECT count(*) FROM (SELECT member_id, month, SUM(amount_yen) AS s FROM live GROUP BY 1, 2) c
-                        FULL JOIN member_monthly_usage u USING (member_id, month)
+                        FULL JOIN usage u USING (member_id, month)
          WHERE COALESCE(c.s, 0) <> COALESCE(u.used_yen, 0)),
-       (SELECT count(*) FROM issued_coupons i
+       (SELECT count(*) FROM outbox_coupons i
          WHERE i.outbox_pruned_at IS NULL
            AND NOT EXISTS (SELECT 1 FROM notification_outbox o WHERE o.coupon_id = i.coupon_id)
            AND NOT EXISTS (SELECT 1 FROM outbox_pruned p WHERE p.issued_at = i.issued_at AND p.coupon_id = i.coupon_id)),
-       (SELECT count(*) FROM notification_outbox o
+       (SELECT count(*) FROM outbox o
          WHERE NOT EXISTS (SELECT 1 FROM issued_coupons i WHERE i.coupon_id = o.coupon_id)),
        (SELECT count(*) FROM live WHERE legacy_duplicate)`
 
@@ -217,11 +246,11 @@ SELECT (SELECT count(*) FROM live),
 // nothing, each rollback follows its own order's redeem, and a coupon is redeemed exactly when
 // its last row is a redeem (a legacy coupon redeemed before the migration has its row, its order
 // unknown). One scan of the history, and of the redeemed coupons alone.
-const sqlRedemptionDrift = `
-WITH h AS (
+const sqlRedemptionDrift = `,
+h AS (
   SELECT coupon_id, action, order_id, lag(action) OVER w AS prev_action, lag(order_id) OVER w AS prev_order,
          row_number() OVER (PARTITION BY coupon_id ORDER BY redemption_id DESC) = 1 AS last
-    FROM coupon_redemptions WINDOW w AS (PARTITION BY coupon_id ORDER BY redemption_id))
+    FROM redemptions WINDOW w AS (PARTITION BY coupon_id ORDER BY redemption_id))
 SELECT count(DISTINCT coupon_id) FROM (
   SELECT h.coupon_id FROM h
    WHERE (h.action = 'redeem' AND h.prev_action = 'redeem')
@@ -230,7 +259,7 @@ SELECT count(DISTINCT coupon_id) FROM (
   SELECT h.coupon_id FROM h LEFT JOIN issued_coupons c ON c.coupon_id = h.coupon_id
    WHERE h.last AND (c.redeemed_at IS NOT NULL) <> (h.action = 'redeem')
   UNION ALL
-  SELECT c.coupon_id FROM issued_coupons c
+  SELECT c.coupon_id FROM redeemed c
    WHERE c.redeemed_at IS NOT NULL AND NOT EXISTS (SELECT FROM coupon_redemptions r WHERE r.coupon_id = c.coupon_id)
 ) drifted`
 
