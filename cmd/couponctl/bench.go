@@ -129,7 +129,7 @@ database on the same server (internal/lab/hotbench, History and HistoryBench). I
 N coupons over 12 months, 100 campaigns a month and N/4 members (about 1% voided; counters
 exact; the outbox as a daily prune leaves it: the last month's rows sent, the older ones pruned)
 with set-based INSERT ... SELECT generate_series in chunks of 250,000, printing coupons/s and the
-time left; checks it with package reconcile; prints its indexes' bytes per coupon and the time of
+time left, then vacuums it; checks it with package reconcile; prints its indexes' bytes per coupon and the time of
 a no-op migrate, campaign show and campaign list on it. Then --turns turns, alternating the empty
 and the history database, each turn a hot campaign of 16 stripes and a cold mix of 200 campaigns,
 --duration each, with the largest --clients in a closed loop through issuance.Service (no HTTP,

@@ -122,9 +122,10 @@ UPDATE campaign_budgets b SET issued_yen = b.issued_yen + t.yen
 // of h.Chunk coupons, on two connections at once: one writes the coupons (in time order, as
 // they were issued) and the kept outbox rows, the other the counters. Each chunk is one
 // statement; the coupons' foreign keys are not checked when the pool's user may turn triggers
-// off (session_replication_role, a superuser's: the rows are made consistent). It then ANALYZEs
-// the tables, and writes a progress line to progress (if not nil) at most every 5 s: coupons
-// written, coupons/s and the time left at that rate. It returns the coupons written.
+// off (session_replication_role, a superuser's: the rows are made consistent). It writes a
+// progress line to progress (if not nil) after a chunk, at most every 5 s: coupons written,
+// coupons/s and the time left at that rate; then VACUUMs and ANALYZEs the tables, as a year's
+// history has been. It returns the coupons written.
 func BuildHistory(ctx context.Context, pool *pgxpool.Pool, h History, progress io.Writer) (int64, error) {
 	if h.Coupons <= 0 {
 		return 0, nil
@@ -158,7 +159,7 @@ func BuildHistory(ctx context.Context, pool *pgxpool.Pool, h History, progress i
 	if err := g.Wait(); err != nil {
 		return done, err
 	}
-	if _, err := pool.Exec(ctx, `ANALYZE issued_coupons, member_monthly_usage, notification_outbox, campaign_budgets`); err != nil {
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) issued_coupons, member_monthly_usage, notification_outbox, campaign_budgets`); err != nil {
 		return done, err
 	}
 	return done, nil
