@@ -42,6 +42,7 @@ func benchCmd() *cobra.Command {
 		standby  time.Duration
 		readPool bool
 		inst     instancesOptions
+		history  historyFlags
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -133,6 +134,22 @@ round trip: synchronous_standby_names '*', so every commit waits until the stand
 it, as a regional HA database's does (Cloud SQL HA writes to a disk in a second zone). Every cell
 runs with it. It needs the throwaway server: refused with DATABASE_URL set.
 
+--history N runs other cells instead: the issuance over a year of history against an empty
+database on the same server (internal/lab/hotbench, History and HistoryBench). It first builds
+N coupons over 12 months, 100 campaigns a month and N/4 members (about 1% voided; counters
+exact; the outbox as a daily prune leaves it: the last month's rows sent, the older ones pruned)
+with set-based INSERT ... SELECT generate_series in chunks of 250,000, printing coupons/s and the
+time left, then vacuums it; checks it with package reconcile; prints its indexes' bytes per coupon and the time of
+a no-op migrate, campaign show and campaign list on it. Then --turns turns, alternating the empty
+and the history database, each turn a hot campaign of 16 stripes and a cold mix of 200 campaigns,
+--duration each, with the largest --clients in a closed loop through issuance.Service (no HTTP,
+no proxy; ISSUE_BATCH_MAX as serving), each request a distinct member of the history. Per cell:
+issued/s, p50, p99, and per issue_coupons_batch_v3 call the blocks read from outside
+shared_buffers and dirtied (pg_stat_statements, when the server loads it; the throwaway server
+does). --history 0 measures an empty database against another (the A/A spread). The history
+lives in database bench_history_N_IDS (--history-ids v4 or v7); --keep-history leaves it for the
+next run, which measures it again without building it.
+
 The tables' "` + hotbench.CPUColumn + `" is the CPU of the throwaway PostgreSQL, user and system
 (procfs utime+stime of the postmaster and all its processes, the backends that exited included),
 used during the cell's load, over the coupons issued: over the transactions for the bare UPDATE,
@@ -155,9 +172,13 @@ decides the figures; compare them only within one table.` + instancesHelp,
   couponctl bench --clients 32 --duration 5s --store-opening
   couponctl bench --clients 32 --duration 5s --format markdown
   couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown
-  couponctl bench --instances 1,4,8,16 --clients 32,128 --duration 5s --loads hot-16`,
+  couponctl bench --instances 1,4,8,16 --clients 32,128 --duration 5s --loads hot-16
+  couponctl bench --history 20000000 --clients 32 --duration 20s --turns 3 --keep-history`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("history") {
+				return historyBench(cmd, history, clients, duration)
+			}
 			if !slices.Contains(hotbench.Formats, format) {
 				return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
 			}
@@ -173,11 +194,8 @@ decides the figures; compare them only within one table.` + instancesHelp,
 			if duration < time.Second {
 				return flagError("--duration %s: want at least 1s (pgbench runs whole seconds)", duration)
 			}
-			if standby < 0 {
-				return flagError("--standby %s: must not be negative", standby)
-			}
-			if standby > 0 && os.Getenv("DATABASE_URL") != "" {
-				return flagError("--standby: bench adds a standby only to its throwaway server; unset DATABASE_URL")
+			if err := checkStandby(standby); err != nil {
+				return err
 			}
 			if err := cmp.Or(checkReadPool(readPool, dryRuns, standby), hotbench.CheckPgbench(pgbench)); err != nil {
 				return err
@@ -205,6 +223,10 @@ decides the figures; compare them only within one table.` + instancesHelp,
 	f.BoolVar(&readPool, "read-pool", false, "with --dry-runs: a streaming replica of the throwaway server answers IssueCoupon's dry runs (DATABASE_READ_URL); adds the primary's CPU per coupon alone and beside, per dry run, and the replica's lag")
 	f.BoolVar(&store, "store-opening", false, "add a store-opening cell per round trip and client count (16 stripes, alone and beside 32 clients redeeming up to 2,000 coupons/s, 3 turns each)")
 	f.Float64Var(&redeemAt, "redeem-rate", hotbench.StoreRush.Rate, "with --store-opening: redemptions a second at most")
+	f.Int64Var(&history.coupons, "history", 0, "measure the issuance over a history of this many coupons, built first, against an empty database (see above)")
+	f.StringVar(&history.ids, "history-ids", "v7", "with --history: the history's coupon ids, v4 (releases before issue 42) or v7")
+	f.IntVar(&history.turns, "turns", 3, "with --history: turns on each database, alternating (0: build and describe the history only)")
+	f.BoolVar(&history.keep, "keep-history", false, "with --history: leave the history database for the next run")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	addInstancesFlags(f, &inst)
 	return c
@@ -217,6 +239,17 @@ func checkRTTFlag(rtts []time.Duration) error {
 	}
 	if err := hotbench.CheckRTTs(rtts); err != nil {
 		return flagError("--rtt: %w", err)
+	}
+	return nil
+}
+
+// checkStandby refuses a negative --standby, and one with DATABASE_URL set.
+func checkStandby(standby time.Duration) error {
+	if standby < 0 {
+		return flagError("--standby %s: must not be negative", standby)
+	}
+	if standby > 0 && os.Getenv("DATABASE_URL") != "" {
+		return flagError("--standby: bench adds a standby only to its throwaway server; unset DATABASE_URL")
 	}
 	return nil
 }
