@@ -83,6 +83,7 @@ SELECT p.oid::regprocedure::text, p.proname, array(SELECT format_type(a, NULL) F
 var argumentFor = map[string]string{
 	"text": "'x'", "integer": "1", "bigint": "1", "boolean": "false", "uuid": "gen_random_uuid()", "interval": "'1 minute'",
 	"text[]": "ARRAY['x']", "uuid[]": "ARRAY[gen_random_uuid()]", "integer[]": "ARRAY[1]",
+	"jsonb": "'{}'",
 }
 
 // instantRefusals calls every function sqlInstantTakers lists, as the owner, with each instant

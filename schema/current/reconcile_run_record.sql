@@ -6,16 +6,25 @@
 -- see was stamped; p_campaigns each campaign's baseline at p_watermark, {"ID": [yen, coupons]}, the
 -- coupons issued before it that were live or voided at or after it; p_coupons the coupons the run
 -- examined (changed since p_since, or every live coupon for a full pass) and p_months their
--- member-months (0 for a full pass, which examines all); p_started_at when it began. Errors: 23514 for a
--- watermark before p_since or a baseline that is not a JSON object, 23502 for a NULL watermark.
+-- member-months (0 for a full pass, which examines all); p_started_at when it began. Errors: 22023 for an instant
+-- out of range (instant_check); 23514 for a watermark before p_since or a baseline that is not a JSON
+-- object, 23502 for a NULL watermark.
 -- Writes only reconcile_runs. SECURITY DEFINER, executable by coupon_admin.
 CREATE OR REPLACE FUNCTION public.reconcile_run_record(p_full boolean, p_since timestamp with time zone, p_watermark timestamp with time zone, p_campaigns jsonb, p_coupons bigint, p_months bigint, p_started_at timestamp with time zone)
  RETURNS bigint
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'public', 'pg_temp'
 AS $function$
+DECLARE
+  v_id bigint;
+BEGIN
+  PERFORM instant_check('reconcile_run_record', 'p_since', p_since);
+  PERFORM instant_check('reconcile_run_record', 'p_watermark', p_watermark);
+  PERFORM instant_check('reconcile_run_record', 'p_started_at', p_started_at);
   INSERT INTO reconcile_runs (full_pass, since, watermark, campaigns, coupons, months, started_at)
   VALUES (p_full, CASE WHEN NOT p_full THEN p_since END, p_watermark, p_campaigns, p_coupons, p_months, p_started_at)
-  RETURNING run_id
+  RETURNING run_id INTO v_id;
+  RETURN v_id;
+END
 $function$

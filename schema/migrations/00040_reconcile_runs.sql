@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS reconcile_runs (
   coupons     bigint NOT NULL,
   months      bigint NOT NULL,
   started_at  timestamptz NOT NULL,
-  finished_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  finished_at timestamptz NOT NULL DEFAULT issue_now(),
   ran_by      text NOT NULL DEFAULT session_user,
   CONSTRAINT since_before_watermark CHECK (since IS NULL OR since <= watermark),
   CONSTRAINT full_from_nothing CHECK (full_pass = (since IS NULL))
@@ -37,12 +37,20 @@ CREATE OR REPLACE FUNCTION reconcile_run_record(p_full boolean, p_since timestam
                                                 p_campaigns jsonb, p_coupons bigint, p_months bigint,
                                                 p_started_at timestamptz)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = public, pg_temp
 AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  PERFORM instant_check('reconcile_run_record', 'p_since', p_since);
+  PERFORM instant_check('reconcile_run_record', 'p_watermark', p_watermark);
+  PERFORM instant_check('reconcile_run_record', 'p_started_at', p_started_at);
   INSERT INTO reconcile_runs (full_pass, since, watermark, campaigns, coupons, months, started_at)
   VALUES (p_full, CASE WHEN NOT p_full THEN p_since END, p_watermark, p_campaigns, p_coupons, p_months, p_started_at)
-  RETURNING run_id
+  RETURNING run_id INTO v_id;
+  RETURN v_id;
+END
 $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION reconcile_run_record(boolean, timestamptz, timestamptz, jsonb, bigint, bigint, timestamptz) FROM PUBLIC;
@@ -54,8 +62,9 @@ of the clean run it continued; p_watermark the instant at or after which every r
 see was stamped; p_campaigns each campaign's baseline at p_watermark, {"ID": [yen, coupons]}, the
 coupons issued before it that were live or voided at or after it; p_coupons the coupons the run
 examined (changed since p_since, or every live coupon for a full pass) and p_months their
-member-months (0 for a full pass, which examines all); p_started_at when it began. Errors: 23514 for a
-watermark before p_since or a baseline that is not a JSON object, 23502 for a NULL watermark.
+member-months (0 for a full pass, which examines all); p_started_at when it began. Errors: 22023 for an instant
+out of range (instant_check); 23514 for a watermark before p_since or a baseline that is not a JSON
+object, 23502 for a NULL watermark.
 Writes only reconcile_runs. SECURITY DEFINER, executable by coupon_admin.$$;
 
 -- +goose StatementBegin
