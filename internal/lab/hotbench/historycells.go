@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -201,33 +200,11 @@ func (b HistoryBench) cell(ctx context.Context, pool *pgxpool.Pool, svc *issuanc
 // campaigns at random, and returns the ISSUED answers' latencies, the other answers and errors,
 // and the wall time.
 func historyLoop(ctx context.Context, svc *issuance.Service, clients int, d time.Duration, campaigns []string, draw *memberDraw) ([]time.Duration, int64, time.Duration) {
-	var (
-		mu     sync.Mutex
-		lat    []time.Duration
-		failed atomic.Int64
-		wg     sync.WaitGroup
-	)
-	start := time.Now()
-	stop := start.Add(d)
-	for range clients {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				t0 := time.Now()
-				out, err := svc.Issue(ctx, draw.member(), campaigns[rand.IntN(len(campaigns))])
-				if err != nil || out.Result != issuance.ResultIssued {
-					failed.Add(1)
-					continue
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return lat, failed.Load(), time.Since(start)
+	lat, failed, wall, _ := clientLoop(ctx, clients, d, func(ctx context.Context) bool {
+		out, err := svc.Issue(ctx, draw.member(), campaigns[rand.IntN(len(campaigns))])
+		return err == nil && out.Result == issuance.ResultIssued
+	})
+	return lat, failed, wall
 }
 
 type statements struct {

@@ -561,25 +561,31 @@ func checkRules(ctx context.Context, pool *pgxpool.Pool, id string, want int64, 
 // closedLoop keeps clients requests in flight for d, each for a new member, and returns the
 // latencies of the ISSUED answers, the other answers and failures, and the wall time.
 func closedLoop(ctx context.Context, issue IssueFunc, clients int, d time.Duration, campaignID string) ([]time.Duration, int64, time.Duration, error) {
+	var members atomic.Int64
+	return clientLoop(ctx, clients, d, func(ctx context.Context) bool {
+		res, err := issue(ctx, fmt.Sprintf("h%s-%d", campaignID, members.Add(1)), campaignID)
+		return err == nil && res == "ISSUED"
+	})
+}
+
+// clientLoop runs clients goroutines for d, each calling one request after another until then
+// (or until ctx ends), and returns the latencies of the requests one answered true (issued), the
+// count of the others (other answers and failures), the wall time and ctx's error.
+func clientLoop(ctx context.Context, clients int, d time.Duration, one func(context.Context) bool) ([]time.Duration, int64, time.Duration, error) {
 	var (
-		mu      sync.Mutex
-		lat     []time.Duration
-		failed  atomic.Int64
-		members atomic.Int64
-		wg      sync.WaitGroup
+		mu     sync.Mutex
+		lat    []time.Duration
+		failed atomic.Int64
+		wg     sync.WaitGroup
 	)
 	start := time.Now()
 	stop := start.Add(d)
 	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var mine []time.Duration
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				member := fmt.Sprintf("h%s-%d", campaignID, members.Add(1))
 				t0 := time.Now()
-				res, err := issue(ctx, member, campaignID)
-				if err != nil || res != "ISSUED" {
+				if !one(ctx) {
 					failed.Add(1)
 					continue
 				}
@@ -588,7 +594,7 @@ func closedLoop(ctx context.Context, issue IssueFunc, clients int, d time.Durati
 			mu.Lock()
 			lat = append(lat, mine...)
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	return lat, failed.Load(), time.Since(start), ctx.Err()

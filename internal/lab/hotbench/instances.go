@@ -216,37 +216,13 @@ func createCampaigns(ctx context.Context, pool *pgxpool.Pool, prefix string, loa
 // instances), and returns the latencies of the ISSUED answers, the other answers and failures,
 // and the wall time.
 func spreadLoop(ctx context.Context, fleet Fleet, shape Shape, d time.Duration, campaigns []string) ([]time.Duration, int64, time.Duration, error) {
-	var (
-		mu      sync.Mutex
-		lat     []time.Duration
-		failed  atomic.Int64
-		next    atomic.Int64
-		members atomic.Int64
-		wg      sync.WaitGroup
-	)
-	start := time.Now()
-	stop := start.Add(d)
-	for range shape.Clients {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				id := campaigns[rand.IntN(len(campaigns))]
-				member := fmt.Sprintf("i%s-%d", campaigns[0], members.Add(1))
-				t0 := time.Now()
-				res, err := fleet.Issue(ctx, int(next.Add(1)%int64(shape.Instances)), member, id)
-				if err != nil || res != "ISSUED" {
-					failed.Add(1)
-					continue
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return lat, failed.Load(), time.Since(start), ctx.Err()
+	var next, members atomic.Int64
+	return clientLoop(ctx, shape.Clients, d, func(ctx context.Context) bool {
+		id := campaigns[rand.IntN(len(campaigns))]
+		member := fmt.Sprintf("i%s-%d", campaigns[0], members.Add(1))
+		res, err := fleet.Issue(ctx, int(next.Add(1)%int64(shape.Instances)), member, id)
+		return err == nil && res == "ISSUED"
+	})
 }
 
 // waitSample is how often [sampleWaits] reads pg_stat_activity.
