@@ -26,17 +26,28 @@ const (
 )
 
 // sqlDryRunBatchLagged is [sqlDryRunBatch] on the read pool, with the pool's lag behind the
-// primary as the standby measures it, in microseconds, on every row: 0 on a server that is not
-// in recovery, and on a standby that has replayed all the WAL it has received
+// primary as the standby measures it ([sqlReadLag]) on every row. A test swaps in a broken
+// variant of the lag (readpool_internal_test.go).
+var sqlDryRunBatchLagged = dryRunBatchLagged(sqlReadLag)
+
+// dryRunBatchLagged is [sqlDryRunBatchLagged] with the lag subquery l(lag_us) lag.
+func dryRunBatchLagged(lag string) string {
+	return `SELECT d.i, d.result, d.coupon, d.amount, d.reason, d.expires_at, d.remaining_coupons, d.next_release_at, l.lag_us
+FROM ` + lag + `, issue_dry_run_batch($1, $2) d`
+}
+
+// sqlReadLag is the subquery l(lag_us): the server's lag behind the primary in microseconds. 0
+// on a server that is not in recovery (the primary itself); NULL, cannot tell, on a standby with
+// no WAL receiver running (pg_stat_wal_receiver shows its pid to every role): cut off from the
+// primary, it has replayed all it received and would read as fresh while the primary moves on;
+// 0 on a standby streaming that has replayed all the WAL it has received
 // (pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()); else the time since the last
 // transaction it replayed committed on the primary (now() - pg_last_xact_replay_timestamp(),
-// negative when the clocks differ: dryQuery reads it as 0); NULL when it cannot tell (WAL to
-// replay, but no transaction replayed since the standby started).
-const sqlDryRunBatchLagged = `SELECT d.i, d.result, d.coupon, d.amount, d.reason, d.expires_at, d.remaining_coupons, d.next_release_at, l.lag_us
-FROM ` + sqlReadLag + `, issue_dry_run_batch($1, $2) d`
-
-// sqlReadLag is the subquery l(lag_us) of [sqlDryRunBatchLagged].
-const sqlReadLag = `(SELECT CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+// negative when the clocks differ: dryQuery reads it as 0), NULL when no transaction was replayed
+// since the standby started.
+const sqlReadLag = `(SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
+                  WHEN NOT EXISTS (SELECT 1 FROM pg_stat_wal_receiver) THEN NULL
+                  WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
                   ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1e6)::bigint END AS lag_us) l`
 
 // lagWithin reports whether a read pool that measured lag (nil: it could not tell) may answer

@@ -25,6 +25,12 @@ import (
 // ignoringLag is the broken variant of lagWithin: a read pool answers whatever its lag.
 func ignoringLag(*time.Duration, time.Duration) bool { return true }
 
+// lagBlindToTheReceiver is the broken variant of sqlReadLag (as first written): a standby that
+// has replayed all it received reads as fresh, even with no WAL receiver, cut off from the
+// primary.
+const lagBlindToTheReceiver = `(SELECT CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+                  ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1e6)::bigint END AS lag_us) l`
+
 // readPoolServers starts a migrated primary, with campaign RP (100 yen, 100 coupons), and a
 // streaming standby of it that has replayed the campaign; both count their calls of PL/pgSQL
 // functions (track_functions, pg_stat_user_functions). Both stop when t ends, the standby first.
@@ -150,7 +156,10 @@ func fallbacks(t *testing.T, reader *sdkmetric.ManualReader, reason string) int6
 // the standby has received but not replayed (its measured lag past the 1 ms bound), that
 // member's dry run falls back to the primary and answers the primary's truth, ALREADY_ISSUED,
 // without a lag, and coupon.dry_run.fallbacks counts it. The broken variant (ignoringLag in
-// place of lagWithin) answers from the standby, AVAILABLE: the check must see it.
+// place of lagWithin) answers from the standby, AVAILABLE: the check must see it. Last, with the
+// standby cut off from the primary (no WAL receiver), a coupon it never receives: the dry run
+// goes to the primary whatever the bound; the broken variant, lagBlindToTheReceiver, reads the
+// standby as fresh.
 func TestDryRunsOnTheReadPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -211,6 +220,69 @@ func TestDryRunsOnTheReadPool(t *testing.T) {
 			pgtest.Verdict(t, broken, laggingStandby(t, ctx, primary, standby, reader, fmt.Sprint("lag", broken)))
 		})
 	}
+
+	// Last: the standby is cut off from the primary for the rest of the test.
+	cutOff(t, ctx, replica)
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprint("standby cut off, broken=", broken), func(t *testing.T) {
+			if broken {
+				saved := sqlDryRunBatchLagged
+				sqlDryRunBatchLagged = dryRunBatchLagged(lagBlindToTheReceiver)
+				t.Cleanup(func() { sqlDryRunBatchLagged = saved })
+			}
+			pgtest.Verdict(t, broken, cutOffStandby(t, ctx, primary, standby, reader, fmt.Sprint("cut", broken)))
+		})
+	}
+}
+
+// cutOff stops the WAL receiver of the standby replica is connected to (primary_conninfo
+// emptied and reloaded) and waits until pg_stat_wal_receiver shows none.
+func cutOff(t *testing.T, ctx context.Context, replica *pgx.Conn) {
+	t.Helper()
+	for _, q := range []string{`ALTER SYSTEM SET primary_conninfo = ''`, `SELECT pg_reload_conf()`} {
+		if _, err := replica.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Eventually(t, pgtest.PollTimeout, func() error {
+		var receivers int
+		if err := replica.QueryRow(ctx, `SELECT count(*)::int FROM pg_stat_wal_receiver`).Scan(&receivers); err != nil {
+			return err
+		}
+		if receivers > 0 {
+			return errors.New("the standby's WAL receiver still runs")
+		}
+		return nil
+	})
+}
+
+// cutOffStandby issues member's coupon of RP on primary, which standby, cut off, never receives,
+// and asks a Service whose read pool is standby's, with a bound of an hour, for member's dry
+// run. It returns what is wrong with the answer: anything but the primary's ALREADY_ISSUED
+// without a lag (a standby that cannot tell its lag does not answer), or a fallback not counted.
+func cutOffStandby(t *testing.T, ctx context.Context, primary, standby *localpg.Server, reader *sdkmetric.ManualReader, member string) []string {
+	t.Helper()
+	writes, reads := appPool(t, ctx, primary.URL(), "rp_cut"), appPool(t, ctx, standby.URL(), "rp_cut")
+	s, err := New(writes, Config{DryRunMaxLag: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.UseReadPool(reads)
+	issued, err := s.Issue(ctx, member, "RP")
+	if err != nil || issued.Result != ResultIssued {
+		t.Fatalf("issue: %+v, %v", issued, err)
+	}
+	before := fallbacks(t, reader, fallbackLag)
+	out, err := s.DryRun(ctx, member, "RP")
+	var problems []string
+	if err != nil || out.Result != ResultAlreadyIssued || out.CouponID != issued.CouponID || out.ReadLag != nil {
+		problems = append(problems, fmt.Sprintf("the dry run of %s answered %s (coupon %q, lag %v, err %v); want the primary's ALREADY_ISSUED %s without a lag",
+			member, out.Result, out.CouponID, out.ReadLag, err, issued.CouponID))
+	}
+	if n := fallbacks(t, reader, fallbackLag) - before; n != 1 {
+		problems = append(problems, fmt.Sprintf("%d dry runs counted in %s{reason=lag}; want 1", n, telemetry.MetricDryRunFallbacks))
+	}
+	return problems
 }
 
 // laggingStandby pauses standby's replay, issues member's coupon of RP on primary, waits until
