@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/functions/redeem"
@@ -176,11 +177,11 @@ decides the figures; compare them only within one table.` + instancesHelp,
   couponctl bench --history 20000000 --clients 32 --duration 20s --turns 3 --keep-history`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkModes(cmd.Flags(), format); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("history") {
 				return historyBench(cmd, history, clients, duration)
-			}
-			if !slices.Contains(hotbench.Formats, format) {
-				return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
 			}
 			if len(clients) == 0 || slices.Min(clients) < 1 {
 				return flagError("--clients: give one or more client counts, each at least 1")
@@ -230,6 +231,45 @@ decides the figures; compare them only within one table.` + instancesHelp,
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	addInstancesFlags(f, &inst)
 	return c
+}
+
+// The flags that belong to one mode of bench only: the default cells, --instances or --history.
+var (
+	cellsFlags     = []string{"rtt", "pgbench", "sold-out", "changes", "release-herd", "dry-runs", "read-pool", "store-opening", "redeem-rate", "standby"}
+	instancesFlags = []string{"loads", "serve-exe"}
+	historyOnly    = []string{"history-ids", "turns", "keep-history"}
+)
+
+// checkModes refuses a --format bench does not know, and flags given (f.Changed) that belong to
+// another mode than the one bench runs (--history, else --instances, else the default cells),
+// which that mode would ignore: usage errors naming the flags that do not go together.
+func checkModes(f *pflag.FlagSet, format string) error {
+	if !slices.Contains(hotbench.Formats, format) {
+		return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
+	}
+	mode, foreign := "", slices.Concat(instancesFlags, historyOnly)
+	switch {
+	case f.Changed("history"):
+		// The history table has one format, text.
+		mode, foreign = "--history", slices.Concat(cellsFlags, instancesFlags, []string{"instances", "format"})
+	case f.Changed("instances"):
+		mode, foreign = "--instances", slices.Concat(cellsFlags, historyOnly)
+	}
+	var given []string
+	for _, name := range foreign {
+		if f.Changed(name) {
+			given = append(given, "--"+name)
+		}
+	}
+	switch {
+	case len(given) == 0:
+		return nil
+	case mode == "" && slices.Contains(historyOnly, strings.TrimPrefix(given[0], "--")):
+		return flagError("%s: only with --history", given[0])
+	case mode == "":
+		return flagError("%s: only with --instances", given[0])
+	}
+	return flagError("%s does not go with %s: %s runs only its own cells", mode, strings.Join(given, ", "), mode)
 }
 
 // checkRTTFlag refuses --rtt rtts when empty or not [hotbench.CheckRTTs]' (a usage error).

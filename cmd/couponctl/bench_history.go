@@ -57,6 +57,9 @@ func (h historyRun) check() error {
 	if h.ids != "v4" && h.ids != "v7" {
 		return flagError("--history-ids %q: want v4 or v7", h.ids)
 	}
+	if h.keep && os.Getenv("DATABASE_URL") == "" {
+		return flagError("--keep-history: the throwaway server is removed at the end; set DATABASE_URL to keep the history there")
+	}
 	if h.turns < 0 {
 		return flagError("--turns %d: want 0 (build and describe the history only) or more", h.turns)
 	}
