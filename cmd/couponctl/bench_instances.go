@@ -100,13 +100,22 @@ func instancesLoads(names []string) ([]hotbench.Load, error) {
 	return loads, nil
 }
 
+// checkInstances refuses instance counts under 1 and a duration under 1s, and returns o's
+// loads ([instancesLoads]): usage errors.
+func checkInstances(o instancesOptions, duration time.Duration) ([]hotbench.Load, error) {
+	if slices.Min(o.instances) < 1 {
+		return nil, flagError("--instances: give one or more instance counts, each at least 1")
+	}
+	if duration < time.Second {
+		return nil, flagError("--duration %s: want at least 1s", duration)
+	}
+	return instancesLoads(o.loads)
+}
+
 // runInstancesBench runs the instances cells of o with clients and duration on DATABASE_URL or a
 // throwaway server, and writes the table to stdout.
 func runInstancesBench(cmd *cobra.Command, o instancesOptions, clients []int, duration time.Duration, format string) error {
-	if slices.Min(o.instances) < 1 {
-		return flagError("--instances: give one or more instance counts, each at least 1")
-	}
-	loads, err := instancesLoads(o.loads)
+	loads, err := checkInstances(o, duration)
 	if err != nil {
 		return err
 	}
