@@ -180,11 +180,11 @@ decides the figures; compare them only within one table.` + instancesHelp,
 			if err := checkModes(cmd.Flags(), format); err != nil {
 				return err
 			}
+			if err := checkClients(clients); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("history") {
 				return historyBench(cmd, history, clients, duration)
-			}
-			if len(clients) == 0 || slices.Min(clients) < 1 {
-				return flagError("--clients: give one or more client counts, each at least 1")
 			}
 			if len(inst.instances) > 0 {
 				return runInstancesBench(cmd, inst, clients, duration, format)
@@ -270,6 +270,21 @@ func checkModes(f *pflag.FlagSet, format string) error {
 		return flagError("%s: only with --instances", given[0])
 	}
 	return flagError("%s does not go with %s: %s runs only its own cells", mode, strings.Join(given, ", "), mode)
+}
+
+// checkClients refuses --clients when empty, with a count under 1, or with a count given twice
+// (pgbench's cells of one count would be run twice and collide): usage errors.
+func checkClients(clients []int) error {
+	if len(clients) == 0 || slices.Min(clients) < 1 {
+		return flagError("--clients: give one or more client counts, each at least 1")
+	}
+	sorted := slices.Sorted(slices.Values(clients))
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return flagError("--clients: %d given twice; give each client count once", sorted[i])
+		}
+	}
+	return nil
 }
 
 // checkRTTFlag refuses --rtt rtts when empty or not [hotbench.CheckRTTs]' (a usage error).

@@ -15,6 +15,8 @@ func TestBenchAndScenarioRefuseBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench", "--clients", "0"}, "--clients"},
+		{[]string{"bench", "--clients", "8,32,8"}, "8 given twice"},
+		{[]string{"bench", "--instances", "1", "--clients", "8,8"}, "8 given twice"},
 		{[]string{"bench", "--duration", "500ms"}, "--duration"},
 		{[]string{"bench", "--format", "csv"}, "--format"},
 		{[]string{"bench", "--rtt", "-1ms"}, "--rtt"},
