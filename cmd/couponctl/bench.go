@@ -142,7 +142,8 @@ exact; the outbox as a daily prune leaves it: the last month's rows sent, the ol
 with set-based INSERT ... SELECT generate_series in chunks of 250,000, printing coupons/s and the
 time left, then vacuums it; checks it with package reconcile; prints its indexes' bytes per coupon and the time of
 a no-op migrate, campaign show and campaign list on it. Then --turns turns, alternating the empty
-and the history database, each turn a hot campaign of 16 stripes and a cold mix of 200 campaigns,
+and the history database (both ANALYZEd before each turn, so that neither runs on the plans of
+tables it has since outgrown), each turn a hot campaign of 16 stripes and a cold mix of 200 campaigns,
 --duration each, with the largest --clients in a closed loop through issuance.Service (no HTTP,
 no proxy; ISSUE_BATCH_MAX as serving), each request a distinct member of the history. Per cell:
 issued/s, p50, p99, and per issue_coupons_batch_v3 call the blocks read from outside

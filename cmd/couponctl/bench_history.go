@@ -20,6 +20,8 @@ import (
 	"github.com/mops/coupon-api/internal/ops/reconcile"
 	"github.com/mops/coupon-api/internal/testkit/localpg"
 	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // historyFlags are bench's --history flags.
@@ -93,6 +95,9 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 		return err
 	}
 	defer dropEmpty()
+	if err := writeHistoryMachine(ctx, out, emptyURL); err != nil {
+		return err
+	}
 	fullURL, dropFull, err := historyDatabase(ctx, errOut, serverURL, h)
 	if err != nil {
 		return err
@@ -118,6 +123,16 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 		return err
 	}
 	return hotbench.WriteHistoryTable(out, turns)
+}
+
+// writeHistoryMachine is [writeMachine] for the history bench: no standby, ISSUE_BATCH_MAX as
+// its issuance.Service reads it.
+func writeHistoryMachine(ctx context.Context, w io.Writer, dbURL string) error {
+	batchMax, err := envconf.IntIn("ISSUE_BATCH_MAX", issuance.DefaultBatchMax, 1, issuance.MaxBatchMax)
+	if err != nil {
+		return err
+	}
+	return writeMachine(ctx, w, dbURL, 0, batchMax)
 }
 
 // historyServer is DATABASE_URL's server, or a throwaway durable one that loads
