@@ -153,7 +153,8 @@ func runInstancesBench(cmd *cobra.Command, o instancesOptions, clients []int, du
 	}
 	fmt.Fprintf(out, "instances: %s serve, pool of %d each, clients spread round robin\n", exe, deployPoolConns)
 	cells := instancesCells(o.instances, clients)
-	fmt.Fprintf(errOut, "instances cells: %d fleets, %d cells of %s each\n", len(o.instances), len(cells)*len(loads), duration)
+	fmt.Fprintf(errOut, "instances cells: %s, %s of %s each\n", hotbench.Plural(len(o.instances), "fleet"),
+		hotbench.Plural(len(cells)*len(loads), "cell"), duration)
 	cfg := hotbench.InstancesConfig{DBURL: dbURL, Cells: cells, Loads: loads, Duration: duration, Progress: errOut, ServerCPU: serverCPU,
 		Start: func(ctx context.Context, n int) (hotbench.Fleet, error) {
 			return startFleet(ctx, exe, dbURL, n, errOut)
@@ -200,7 +201,7 @@ func startFleet(ctx context.Context, exe, dbURL string, n int, progress io.Write
 			return nil, err
 		}
 	}
-	fmt.Fprintf(progress, "%d instances serving IssueCoupon (pids %s)\n", n, f.pids())
+	fmt.Fprintf(progress, "%s serving IssueCoupon (pids %s)\n", hotbench.Plural(n, "instance"), f.pids())
 	return f, nil
 }
 

@@ -128,12 +128,12 @@ func RunInstances(ctx context.Context, cfg InstancesConfig) ([]InstancesResult, 
 		for _, load := range cfg.Loads {
 			r, err := runInstancesCell(ctx, cfg, pool, fleet, shape, load, len(out))
 			if err != nil {
-				return out, fmt.Errorf("hotbench: %d instances, %d clients, %s: %w", shape.Instances, shape.Clients, load.Name, err)
+				return out, fmt.Errorf("hotbench: %s, %s, %s: %w", Plural(shape.Instances, "instance"), Plural(shape.Clients, "client"), load.Name, err)
 			}
 			out = append(out, r)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %d instances, %d clients, %s: %.0f/s, p50 %.1f ms, p99 %.1f ms, PG %s core-ms/coupon, service %s, %s calls/coupon, lock-waiting %.2f, failed %d, rules %s\n",
-					len(out), total, shape.Instances, shape.Clients, load.Name, r.TPS, r.P50Ms, r.P99Ms,
+				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %s, %s, %s: %.0f/s, p50 %.1f ms, p99 %.1f ms, PG %s core-ms/coupon, service %s, %s calls/coupon, lock-waiting %.2f, failed %d, rules %s\n",
+					len(out), total, Plural(shape.Instances, "instance"), Plural(shape.Clients, "client"), load.Name, r.TPS, r.P50Ms, r.P99Ms,
 					perCoupon(r.PGCPUMs, r.Issued), perCoupon(r.SvcCPUMs, r.Issued), perCoupon(float64(r.Calls), r.Issued), r.LockWaits, r.Failed, r.Rules)
 			}
 		}
@@ -317,6 +317,14 @@ func readCounters(ctx context.Context, pool *pgxpool.Pool, serverCPU func() (tim
 	}
 	err = pool.QueryRow(ctx, sqlCounters).Scan(&c.commits, &c.stripeUpdates, &c.rolledBack)
 	return c, err
+}
+
+// Plural is n and the noun one, with an s unless n is 1: "1 instance", "4 instances".
+func Plural(n int, one string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %ss", n, one)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

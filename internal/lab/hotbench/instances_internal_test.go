@@ -95,3 +95,12 @@ func TestSettledCountersCountHeldBackCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestPlural: one instance, not "1 instances".
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 fleets", 1: "1 fleet", 4: "4 fleets"} {
+		if got := Plural(n, "fleet"); got != want {
+			t.Errorf("Plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
