@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mops/coupon-api/functions/issue"
 	"github.com/mops/coupon-api/functions/redeem"
@@ -141,7 +142,8 @@ exact; the outbox as a daily prune leaves it: the last month's rows sent, the ol
 with set-based INSERT ... SELECT generate_series in chunks of 250,000, printing coupons/s and the
 time left, then vacuums it; checks it with package reconcile; prints its indexes' bytes per coupon and the time of
 a no-op migrate, campaign show and campaign list on it. Then --turns turns, alternating the empty
-and the history database, each turn a hot campaign of 16 stripes and a cold mix of 200 campaigns,
+and the history database (both ANALYZEd before each turn, so that neither runs on the plans of
+tables it has since outgrown), each turn a hot campaign of 16 stripes and a cold mix of 200 campaigns,
 --duration each, with the largest --clients in a closed loop through issuance.Service (no HTTP,
 no proxy; ISSUE_BATCH_MAX as serving), each request a distinct member of the history. Per cell:
 issued/s, p50, p99, and per issue_coupons_batch_v3 call the blocks read from outside
@@ -176,14 +178,14 @@ decides the figures; compare them only within one table.` + instancesHelp,
   couponctl bench --history 20000000 --clients 32 --duration 20s --turns 3 --keep-history`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkModes(cmd.Flags(), format); err != nil {
+				return err
+			}
+			if err := checkClients(clients); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("history") {
 				return historyBench(cmd, history, clients, duration)
-			}
-			if !slices.Contains(hotbench.Formats, format) {
-				return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
-			}
-			if len(clients) == 0 || slices.Min(clients) < 1 {
-				return flagError("--clients: give one or more client counts, each at least 1")
 			}
 			if len(inst.instances) > 0 {
 				return runInstancesBench(cmd, inst, clients, duration, format)
@@ -230,6 +232,60 @@ decides the figures; compare them only within one table.` + instancesHelp,
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	addInstancesFlags(f, &inst)
 	return c
+}
+
+// The flags that belong to one mode of bench only: the default cells, --instances or --history.
+var (
+	cellsFlags     = []string{"rtt", "pgbench", "sold-out", "changes", "release-herd", "dry-runs", "read-pool", "store-opening", "redeem-rate", "standby"}
+	instancesFlags = []string{"loads", "serve-exe"}
+	historyOnly    = []string{"history-ids", "turns", "keep-history"}
+)
+
+// checkModes refuses a --format bench does not know, and flags given (f.Changed) that belong to
+// another mode than the one bench runs (--history, else --instances, else the default cells),
+// which that mode would ignore: usage errors naming the flags that do not go together.
+func checkModes(f *pflag.FlagSet, format string) error {
+	if !slices.Contains(hotbench.Formats, format) {
+		return flagError("--format %q: want one of %s", format, strings.Join(hotbench.Formats, ", "))
+	}
+	mode, foreign := "", slices.Concat(instancesFlags, historyOnly)
+	switch {
+	case f.Changed("history"):
+		// The history table has one format, text.
+		mode, foreign = "--history", slices.Concat(cellsFlags, instancesFlags, []string{"instances", "format"})
+	case f.Changed("instances"):
+		mode, foreign = "--instances", slices.Concat(cellsFlags, historyOnly)
+	}
+	var given []string
+	for _, name := range foreign {
+		if f.Changed(name) {
+			given = append(given, "--"+name)
+		}
+	}
+	switch {
+	case len(given) == 0:
+		return nil
+	case mode == "" && slices.Contains(historyOnly, strings.TrimPrefix(given[0], "--")):
+		return flagError("%s: only with --history", given[0])
+	case mode == "":
+		return flagError("%s: only with --instances", given[0])
+	}
+	return flagError("%s does not go with %s: %s runs only its own cells", mode, strings.Join(given, ", "), mode)
+}
+
+// checkClients refuses --clients when empty, with a count under 1, or with a count given twice
+// (pgbench's cells of one count would be run twice and collide): usage errors.
+func checkClients(clients []int) error {
+	if len(clients) == 0 || slices.Min(clients) < 1 {
+		return flagError("--clients: give one or more client counts, each at least 1")
+	}
+	sorted := slices.Sorted(slices.Values(clients))
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return flagError("--clients: %d given twice; give each client count once", sorted[i])
+		}
+	}
+	return nil
 }
 
 // checkRTTFlag refuses --rtt rtts when empty or not [hotbench.CheckRTTs]' (a usage error).

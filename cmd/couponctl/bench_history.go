@@ -20,6 +20,8 @@ import (
 	"github.com/mops/coupon-api/internal/ops/reconcile"
 	"github.com/mops/coupon-api/internal/testkit/localpg"
 	"github.com/mops/coupon-api/schema"
+	"github.com/mops/coupon-api/shared/envconf"
+	"github.com/mops/coupon-api/shared/issuance"
 )
 
 // historyFlags are bench's --history flags.
@@ -57,6 +59,9 @@ func (h historyRun) check() error {
 	if h.ids != "v4" && h.ids != "v7" {
 		return flagError("--history-ids %q: want v4 or v7", h.ids)
 	}
+	if h.keep && os.Getenv("DATABASE_URL") == "" {
+		return flagError("--keep-history: the throwaway server is removed at the end; set DATABASE_URL to keep the history there")
+	}
 	if h.turns < 0 {
 		return flagError("--turns %d: want 0 (build and describe the history only) or more", h.turns)
 	}
@@ -90,6 +95,9 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 		return err
 	}
 	defer dropEmpty()
+	if err := writeHistoryMachine(ctx, out, emptyURL); err != nil {
+		return err
+	}
 	fullURL, dropFull, err := historyDatabase(ctx, errOut, serverURL, h)
 	if err != nil {
 		return err
@@ -115,6 +123,16 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 		return err
 	}
 	return hotbench.WriteHistoryTable(out, turns)
+}
+
+// writeHistoryMachine is [writeMachine] for the history bench: no standby, ISSUE_BATCH_MAX as
+// its issuance.Service reads it.
+func writeHistoryMachine(ctx context.Context, w io.Writer, dbURL string) error {
+	batchMax, err := envconf.IntIn("ISSUE_BATCH_MAX", issuance.DefaultBatchMax, 1, issuance.MaxBatchMax)
+	if err != nil {
+		return err
+	}
+	return writeMachine(ctx, w, dbURL, 0, batchMax)
 }
 
 // historyServer is DATABASE_URL's server, or a throwaway durable one that loads

@@ -100,13 +100,22 @@ func instancesLoads(names []string) ([]hotbench.Load, error) {
 	return loads, nil
 }
 
+// checkInstances refuses instance counts under 1 and a duration under 1s, and returns o's
+// loads ([instancesLoads]): usage errors.
+func checkInstances(o instancesOptions, duration time.Duration) ([]hotbench.Load, error) {
+	if slices.Min(o.instances) < 1 {
+		return nil, flagError("--instances: give one or more instance counts, each at least 1")
+	}
+	if duration < time.Second {
+		return nil, flagError("--duration %s: want at least 1s", duration)
+	}
+	return instancesLoads(o.loads)
+}
+
 // runInstancesBench runs the instances cells of o with clients and duration on DATABASE_URL or a
 // throwaway server, and writes the table to stdout.
 func runInstancesBench(cmd *cobra.Command, o instancesOptions, clients []int, duration time.Duration, format string) error {
-	if slices.Min(o.instances) < 1 {
-		return flagError("--instances: give one or more instance counts, each at least 1")
-	}
-	loads, err := instancesLoads(o.loads)
+	loads, err := checkInstances(o, duration)
 	if err != nil {
 		return err
 	}
@@ -144,7 +153,8 @@ func runInstancesBench(cmd *cobra.Command, o instancesOptions, clients []int, du
 	}
 	fmt.Fprintf(out, "instances: %s serve, pool of %d each, clients spread round robin\n", exe, deployPoolConns)
 	cells := instancesCells(o.instances, clients)
-	fmt.Fprintf(errOut, "instances cells: %d fleets, %d cells of %s each\n", len(o.instances), len(cells)*len(loads), duration)
+	fmt.Fprintf(errOut, "instances cells: %s, %s of %s each\n", hotbench.Plural(len(o.instances), "fleet"),
+		hotbench.Plural(len(cells)*len(loads), "cell"), duration)
 	cfg := hotbench.InstancesConfig{DBURL: dbURL, Cells: cells, Loads: loads, Duration: duration, Progress: errOut, ServerCPU: serverCPU,
 		Start: func(ctx context.Context, n int) (hotbench.Fleet, error) {
 			return startFleet(ctx, exe, dbURL, n, errOut)
@@ -191,7 +201,7 @@ func startFleet(ctx context.Context, exe, dbURL string, n int, progress io.Write
 			return nil, err
 		}
 	}
-	fmt.Fprintf(progress, "%d instances serving IssueCoupon (pids %s)\n", n, f.pids())
+	fmt.Fprintf(progress, "%s serving IssueCoupon (pids %s)\n", hotbench.Plural(n, "instance"), f.pids())
 	return f, nil
 }
 

@@ -58,6 +58,8 @@ func TestInstancesBenchRefusesBadInput(t *testing.T) {
 	}{
 		{[]string{"bench", "--instances", "0"}, "--instances"},
 		{[]string{"bench", "--instances", "2", "--loads", "warm"}, "--loads"},
+		{[]string{"bench", "--instances", "1", "--duration", "0s"}, "--duration"},
+		{[]string{"bench", "--instances", "1", "--duration", "300ms"}, "--duration"},
 		{[]string{"bench", "--instances", "2", "--serve-exe", "/nonexistent/couponctl"}, "--serve-exe"},
 	} {
 		_, err := couponctl(c.args...)

@@ -96,10 +96,6 @@ type InstancesResult struct {
 // that its pools are full and its code paths warm.
 const warmUp = time.Second
 
-// statsFlush is how long [readCounters] waits after a load for the backends to flush their
-// statistics: a PostgreSQL 15 backend flushes them as it goes idle, at most once a second.
-const statsFlush = 1200 * time.Millisecond
-
 // RunInstances runs every cell of cfg with every load, on one fleet per instance count (started
 // once, cells of the same count in a row), and returns the results in order.
 func RunInstances(ctx context.Context, cfg InstancesConfig) ([]InstancesResult, error) {
@@ -132,12 +128,12 @@ func RunInstances(ctx context.Context, cfg InstancesConfig) ([]InstancesResult, 
 		for _, load := range cfg.Loads {
 			r, err := runInstancesCell(ctx, cfg, pool, fleet, shape, load, len(out))
 			if err != nil {
-				return out, fmt.Errorf("hotbench: %d instances, %d clients, %s: %w", shape.Instances, shape.Clients, load.Name, err)
+				return out, fmt.Errorf("hotbench: %s, %s, %s: %w", Plural(shape.Instances, "instance"), Plural(shape.Clients, "client"), load.Name, err)
 			}
 			out = append(out, r)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %d instances, %d clients, %s: %.0f/s, p50 %.1f ms, p99 %.1f ms, PG %s core-ms/coupon, service %s, %s calls/coupon, lock-waiting %.2f, failed %d, rules %s\n",
-					len(out), total, shape.Instances, shape.Clients, load.Name, r.TPS, r.P50Ms, r.P99Ms,
+				fmt.Fprintf(cfg.Progress, "bench [%d/%d] %s, %s, %s: %.0f/s, p50 %.1f ms, p99 %.1f ms, PG %s core-ms/coupon, service %s, %s calls/coupon, lock-waiting %.2f, failed %d, rules %s\n",
+					len(out), total, Plural(shape.Instances, "instance"), Plural(shape.Clients, "client"), load.Name, r.TPS, r.P50Ms, r.P99Ms,
 					perCoupon(r.PGCPUMs, r.Issued), perCoupon(r.SvcCPUMs, r.Issued), perCoupon(float64(r.Calls), r.Issued), r.LockWaits, r.Failed, r.Rules)
 			}
 		}
@@ -161,8 +157,7 @@ func runInstancesCell(ctx context.Context, cfg InstancesConfig, pool *pgxpool.Po
 	if _, _, _, err := spreadLoop(ctx, fleet, shape, warmUp, warm); err != nil {
 		return r, err
 	}
-	time.Sleep(statsFlush)
-	before, err := readCounters(ctx, pool, cfg.ServerCPU, fleet)
+	before, err := settledCounters(ctx, pool, cfg.ServerCPU, fleet)
 	if err != nil {
 		return r, err
 	}
@@ -182,8 +177,7 @@ func runInstancesCell(ctx context.Context, cfg InstancesConfig, pool *pgxpool.Po
 	if err != nil {
 		return r, err
 	}
-	time.Sleep(statsFlush)
-	after, err := readCounters(ctx, pool, nil, nil)
+	after, err := settledCounters(ctx, pool, nil, nil)
 	if err != nil {
 		return r, err
 	}
@@ -191,7 +185,8 @@ func runInstancesCell(ctx context.Context, cfg InstancesConfig, pool *pgxpool.Po
 	r.TPS = float64(r.Issued) / wall.Seconds()
 	r.P50Ms, r.P99Ms = percentileMs(lat, 50), percentileMs(lat, 99)
 	r.PGCPUMs, r.SvcCPUMs = ms(mid.pg-before.pg), ms(mid.svc-before.svc)
-	// The samples and the read between the two are the bench's own commits.
+	// The samples and the read between the two are the bench's own commits (with the few of
+	// settledCounters' ending the sessions, flushed or not: not subtracted).
 	r.Calls = after.commits - before.commits - samples - 1
 	r.StripeUpdates, r.RolledBack = after.stripeUpdates-before.stripeUpdates, after.rolledBack-before.rolledBack
 	r.Rules, err = checkCampaigns(ctx, pool, ids, r.Issued)
@@ -281,10 +276,32 @@ SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_databas
          WHERE schemaname = 'public' AND relname = 'campaign_budgets'),
        (SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database())`
 
+// settledCounters is [readCounters] once every other session of the database and role has
+// ended, so that the counters hold all those sessions did: a PostgreSQL 15 backend idle within
+// a second of its last flush holds its counters up to 10 s, and flushes them all as it exits
+// (see [settledStats]; waiting a fixed 1.2 s undercounted the calls of a short cell up to 50
+// times). The sessions are the fleet's pooled connections and pool's, reset first; the fleet's
+// pools replace theirs as pgxpool pings a connection idle over a second, so the counters (and
+// the CPU) are read once that second has passed: a cell's load starts on new connections.
+func settledCounters(ctx context.Context, pool *pgxpool.Pool, serverCPU func() (time.Duration, error), fleet Fleet) (counters, error) {
+	pool.Reset()
+	ended := time.Now()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return counters{}, err
+	}
+	err = endSessions(ctx, conn.Conn())
+	conn.Release()
+	if err != nil {
+		return counters{}, err
+	}
+	time.Sleep(time.Until(ended.Add(pgxpoolPingIdle)))
+	return readCounters(ctx, pool, serverCPU, fleet)
+}
+
 // readCounters reads the database's counters and, when given, the server's and the fleet's CPU.
-// The counters hold what the backends have flushed: all they did when read [statsFlush] after
-// the load ended (a flush that finds the shared entries locked is later: rare on a quiet
-// server). The bench's own reads count as commits too, a few per cell.
+// The counters hold what the backends have flushed (see [settledCounters]). The bench's own
+// reads count as commits too, a few per cell.
 func readCounters(ctx context.Context, pool *pgxpool.Pool, serverCPU func() (time.Duration, error), fleet Fleet) (counters, error) {
 	var c counters
 	var err error
@@ -300,6 +317,14 @@ func readCounters(ctx context.Context, pool *pgxpool.Pool, serverCPU func() (tim
 	}
 	err = pool.QueryRow(ctx, sqlCounters).Scan(&c.commits, &c.stripeUpdates, &c.rolledBack)
 	return c, err
+}
+
+// Plural is n and the noun one, with an s unless n is 1: "1 instance", "4 instances".
+func Plural(n int, one string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %ss", n, one)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
