@@ -428,6 +428,13 @@ func TestChartDrawsItsPoints(t *testing.T) {
 	if parts.Grid < 3 || parts.Yen != parts.Grid || parts.Coupons != parts.Grid || parts.Projection != 1 || parts.Rows != len(points) {
 		t.Errorf("the chart has %d gridlines, %d 円 and %d 枚 labels, %d projections, a table of %d rows; want 3 or more, one of each a line, 1, %d",
 			parts.Grid, parts.Yen, parts.Coupons, parts.Projection, parts.Rows, len(points))
+		st, err := campaign.Show(context.Background(), e.owner, "CHART")
+		var first, latest time.Time
+		if err == nil {
+			err = e.owner.QueryRow(context.Background(), `SELECT min(issued_at), max(issued_at) FROM issued_coupons WHERE campaign_id = 'CHART'`).Scan(&first, &latest)
+		}
+		t.Logf("now: state %s, %d coupons left at %s; coupons issued %s to %s; load's answers %v (%v)",
+			st.State, st.RemainingCoupons, st.At, first, latest, l.answers, err)
 	}
 	if os.Getenv("CONSOLE_SCREENSHOTS") != "" { // the screenshot shows a request waiting for a second approver
 		submit(t, ctx, "budget", "", map[string]string{"add_budget_yen": "200000", "reason": "週末の増額（稟議 2026-124）"})
