@@ -226,9 +226,16 @@ SELECT c.coupon_id::text, c.campaign_id, c.member_id, c.amount_yen, c.month, c.i
  WHERE c.coupon_id = $1`
 
 // sqlForMember lists member $1's coupons (of campaign $2, or every campaign when $2 is ”),
-// oldest first, through issued_coupons_member_month.
-var sqlForMember = strings.Replace(sqlShow, "WHERE c.coupon_id = $1",
-	"WHERE c.member_id = $1 AND ($2 = '' OR c.campaign_id = $2) ORDER BY c.issued_at, c.coupon_id", 1)
+// oldest first. issued_coupons_month_member (00042) leads with the month, so the member is looked
+// up in each month from the first coupon's to the last's (both ends of that index): a probe a
+// month, not a scan of every coupon.
+var sqlForMember = `
+WITH months AS (
+  SELECT to_char(m, 'YYYY-MM') AS month
+    FROM generate_series(to_date((SELECT min(month) FROM issued_coupons), 'YYYY-MM'),
+                         to_date((SELECT max(month) FROM issued_coupons), 'YYYY-MM'), interval '1 month') m)` +
+	strings.Replace(sqlShow, "WHERE c.coupon_id = $1",
+		"WHERE c.month = ANY (ARRAY(SELECT month FROM months)) AND c.member_id = $1 AND ($2 = '' OR c.campaign_id = $2) ORDER BY c.issued_at, c.coupon_id", 1)
 
 // ForMember returns member's coupons, of campaignID or of every campaign when it is "", voided
 // and redeemed ones included, oldest first; none is not an error. Errors: the database's.
