@@ -1,7 +1,9 @@
 package opsverbs
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,7 +86,7 @@ nothing.`, outbox.PruneBatch, outbox.DefaultRetention, PruneFloor),
 			if dryRun {
 				return prunePreview(cmd, pool, olderThan)
 			}
-			total, err := prunePaced(cmd, pool, olderThan, batch, pause)
+			total, err := PrunePaced(cmd.Context(), pool, olderThan, batch, pause, time.Time{}, cmd.ErrOrStderr())
 			if err != nil {
 				return fmt.Errorf("after deleting %d rows: %w", total, err)
 			}
@@ -100,11 +102,13 @@ nothing.`, outbox.PruneBatch, outbox.DefaultRetention, PruneFloor),
 	return c
 }
 
-// prunePaced deletes batch rows at a time with [outbox.Prune] until a statement deletes fewer,
-// waiting pause between statements, with a progress line on stderr every pruneProgressEvery. It
+// PrunePaced is "outbox prune"'s loop: it deletes batch rows at a time with [outbox.Prune]
+// until a statement deletes fewer, waiting pause between statements, with a progress line to
+// progress every 10 s. With until not zero it also stops, between two statements, once until has
+// passed (bench's prune turns: no statement is cut off, so every row it counts was deleted). It
 // returns the rows deleted, also when it stops on an error or a cancelled context.
-func prunePaced(cmd *cobra.Command, q db.Querier, olderThan time.Duration, batch int, pause time.Duration) (int64, error) {
-	ctx := cmd.Context()
+func PrunePaced(ctx context.Context, q db.Querier, olderThan time.Duration, batch int, pause time.Duration, until time.Time,
+	progress io.Writer) (int64, error) {
 	var total int64
 	start := time.Now()
 	next := start.Add(pruneProgressEvery)
@@ -115,13 +119,16 @@ func prunePaced(cmd *cobra.Command, q db.Querier, olderThan time.Duration, batch
 			return total, err
 		}
 		if now := time.Now(); now.After(next) {
-			fmt.Fprintf(cmd.ErrOrStderr(), "outbox prune: deleted %d rows so far, %.0f rows/s\n", total, float64(total)/now.Sub(start).Seconds())
+			fmt.Fprintf(progress, "outbox prune: deleted %d rows so far, %.0f rows/s\n", total, float64(total)/now.Sub(start).Seconds())
 			next = now.Add(pruneProgressEvery)
 		}
 		select {
 		case <-ctx.Done():
 			return total, ctx.Err()
 		case <-time.After(pause):
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			return total, nil
 		}
 	}
 }
