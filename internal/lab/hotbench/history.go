@@ -86,14 +86,19 @@ var historyRows = `
          k % ` + strconv.Itoa(HistoryVoidEvery) + ` = 0 AS voided
     FROM generate_series($1::bigint, $2::bigint - 1) k`
 
+// sqlV7 is SQL for a UUIDv7 stamped with the instant at (an SQL expression): the instant's Unix
+// milliseconds in the first 48 bits of a random uuid and the version nibble 7 (bits 52 and 53 of
+// set_bit's numbering) over its 4.
+func sqlV7(at string) string {
+	return `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                 PLACING substring(int8send(floor(extract(epoch FROM ` + at + `) * 1000)::bigint) FROM 3) FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid`
+}
+
 // sqlHistoryCoupons writes the coupons of [historyRows] and, unless pruned ($12), their outbox
-// rows, sent: $10 the month's label, $11 v7 ids, $13 the prune's instant. The v7 id puts the
-// issue time's Unix milliseconds in the first 48 bits of a random uuid and the version nibble 7
-// (bits 52 and 53 of set_bit's numbering) over its 4.
+// rows, sent: $10 the month's label, $11 v7 ids ([sqlV7]), $13 the prune's instant.
 var sqlHistoryCoupons = `
 WITH s AS MATERIALIZED (
-  SELECT CASE WHEN $11 THEN encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
-                 PLACING substring(int8send(floor(extract(epoch FROM issued_at) * 1000)::bigint) FROM 3) FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
+  SELECT CASE WHEN $11 THEN ` + sqlV7("issued_at") + `
               ELSE gen_random_uuid() END AS coupon_id, g.*
     FROM (` + historyRows + `) g),
 c AS (
