@@ -152,6 +152,26 @@ does). --history 0 measures an empty database against another (the A/A spread). 
 lives in database bench_history_N_IDS (--history-ids v4 or v7); --keep-history leaves it for the
 next run, which measures it again without building it.
 
+--history N --jobs measures the two daily jobs on that history instead (issue 42, "the daily
+jobs keep up"), --turns turns each. Reconcile, through package reconcile as ` + "`couponctl reconcile`" + `
+runs it: one clean full run recorded as the base; then --changed coupons changed since (default
+1% of N, at least 1,000): that many issued now to new members of new campaigns, set-based with
+their usage rows, outbox rows and counters, and a tenth as many of the history's old coupons
+voided with their yen given back; then turns of a full run and an incremental one, each
+incremental continuing from the base (the runs a turn records are deleted after it), every run
+clean or bench fails. Its table gives each run's seconds and load, the medians and spreads, the
+incremental seconds per changed coupon and, from it, a run at 10x N with 1% changed against the
+60 s goal. Then the outbox prune: a warm-up, then turns of three --duration turns: the hot
+campaign of the history cells alone, alone again (the A/A pair), and beside ` + "`outbox prune`" + `'s
+own loop with its defaults (1,000 rows a statement, 100ms pause) on a connection of its own. The
+backlog is the history's last month of sent outbox rows, N/12 (bench fails if it runs out: at
+about 5,000 rows/s, N = 300,000 gives two beside turns of 2s); --older-than is set so that all
+are prunable. Its table gives per turn the issued/s and p99 and their ratio over the alone turn
+before, the rows pruned a second, the WAL bytes a pruned row of the prune's own statements
+(pg_stat_statements wal_bytes before and after the turn) and of the whole server in the turn
+(pg_current_wal_lsn, the issuance's included), the load, and the goal lines (2,048 bytes a row;
+the issuance beside at 0.9x or better).
+
 The tables' "` + hotbench.CPUColumn + `" is the CPU of the throwaway PostgreSQL, user and system
 (procfs utime+stime of the postmaster and all its processes, the backends that exited included),
 used during the cell's load, over the coupons issued: over the transactions for the bare UPDATE,
@@ -175,7 +195,8 @@ decides the figures; compare them only within one table.` + instancesHelp,
   couponctl bench --clients 32 --duration 5s --format markdown
   couponctl bench --standby 1ms --rtt 1ms --clients 1,32,256 --sold-out --format markdown
   couponctl bench --instances 1,4,8,16 --clients 32,128 --duration 5s --loads hot-16
-  couponctl bench --history 20000000 --clients 32 --duration 20s --turns 3 --keep-history`,
+  couponctl bench --history 20000000 --clients 32 --duration 20s --turns 3 --keep-history
+  couponctl bench --history 300000 --jobs --clients 32 --duration 2s --turns 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkModes(cmd.Flags(), format); err != nil {
@@ -185,6 +206,7 @@ decides the figures; compare them only within one table.` + instancesHelp,
 				return err
 			}
 			if cmd.Flags().Changed("history") {
+				history.changedGiven = cmd.Flags().Changed("changed")
 				return historyBench(cmd, history, clients, duration)
 			}
 			if len(inst.instances) > 0 {
@@ -229,6 +251,8 @@ decides the figures; compare them only within one table.` + instancesHelp,
 	f.StringVar(&history.ids, "history-ids", "v7", "with --history: the history's coupon ids, v4 (releases before issue 42) or v7")
 	f.IntVar(&history.turns, "turns", 3, "with --history: turns on each database, alternating (0: build and describe the history only)")
 	f.BoolVar(&history.keep, "keep-history", false, "with --history: leave the history database for the next run")
+	f.BoolVar(&history.jobs, "jobs", false, "with --history: measure the daily jobs (reconcile, outbox prune) on the history instead of the issuance cells (see above)")
+	f.Int64Var(&history.changed, "changed", 0, "with --jobs: coupons issued after reconcile's base run (a tenth as many old ones voided); 0: 1% of the history, at least 1,000")
 	f.BoolVar(&changes, "changes", false, "add a live-changes cell per round trip and client count (16 stripes; a raise, a re-stripe or a pause and resume every 500 ms)")
 	addInstancesFlags(f, &inst)
 	return c
@@ -238,7 +262,7 @@ decides the figures; compare them only within one table.` + instancesHelp,
 var (
 	cellsFlags     = []string{"rtt", "pgbench", "sold-out", "changes", "release-herd", "dry-runs", "read-pool", "store-opening", "redeem-rate", "standby"}
 	instancesFlags = []string{"loads", "serve-exe"}
-	historyOnly    = []string{"history-ids", "turns", "keep-history"}
+	historyOnly    = []string{"history-ids", "turns", "keep-history", "jobs", "changed"}
 )
 
 // checkModes refuses a --format bench does not know, and flags given (f.Changed) that belong to

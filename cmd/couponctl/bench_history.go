@@ -30,7 +30,16 @@ type historyFlags struct {
 	ids     string
 	turns   int
 	keep    bool
+	// jobs measures the daily jobs instead of the issuance cells; changed is the coupons they
+	// change after the base run (0: 1% of the history, at least minChanged), changedGiven
+	// whether --changed was given.
+	jobs         bool
+	changed      int64
+	changedGiven bool
 }
+
+// minChanged is --changed's least default, in coupons.
+const minChanged = 1000
 
 // historyRun is the flags of one `bench --history` run.
 type historyRun struct {
@@ -64,6 +73,21 @@ func (h historyRun) check() error {
 	}
 	if h.turns < 0 {
 		return flagError("--turns %d: want 0 (build and describe the history only) or more", h.turns)
+	}
+	return h.checkJobs()
+}
+
+// checkJobs refuses --jobs and --changed where the jobs cannot run.
+func (h historyRun) checkJobs() error {
+	switch {
+	case h.changedGiven && !h.jobs:
+		return flagError("--changed: only with --jobs")
+	case h.changed < 0:
+		return flagError("--changed %d: want a number of coupons, 1 or more (0: 1%% of the history, at least %d)", h.changed, minChanged)
+	case h.jobs && h.coupons == 0:
+		return flagError("--jobs: give a history to run the jobs on, --history N with N above 0")
+	case h.jobs && h.turns == 0:
+		return flagError("--jobs: give --turns 1 or more")
 	}
 	return nil
 }
@@ -111,6 +135,9 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 	if h.turns == 0 {
 		return nil
 	}
+	if h.jobs {
+		return runHistoryJobs(ctx, out, errOut, fullURL, h)
+	}
 	members := hotbench.History{Coupons: h.coupons}
 	if h.coupons == 0 {
 		members.Coupons = 1_000_000 // as many members as a history of a million would have
@@ -123,6 +150,29 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 		return err
 	}
 	return hotbench.WriteHistoryTable(out, turns)
+}
+
+// runHistoryJobs measures the daily jobs on the history database of fullURL
+// ([hotbench.HistoryJobs]): reconcile, then the outbox prune beside the hot campaign; then
+// writes both tables to out.
+func runHistoryJobs(ctx context.Context, out, progress io.Writer, fullURL string, h historyRun) error {
+	k := h.changed
+	if k == 0 {
+		k = max(minChanged, h.coupons/100)
+	}
+	j := hotbench.HistoryJobs{URL: fullURL, History: hotbench.History{Coupons: h.coupons}, Changed: k, Turns: h.turns,
+		Clients: h.clients, Duration: h.duration, Progress: progress}
+	fmt.Fprintf(out, "jobs: %d turns each; reconcile after %d coupons issued and %d voided; the prune beside the hot campaign, %d clients, %s a turn\n",
+		h.turns, k, k/10, h.clients, h.duration)
+	r, err := j.Reconcile(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := j.Prune(ctx)
+	if err != nil {
+		return err
+	}
+	return hotbench.WriteJobsTables(out, h.coupons, r, p)
 }
 
 // writeHistoryMachine is [writeMachine] for the history bench: no standby, ISSUE_BATCH_MAX as
