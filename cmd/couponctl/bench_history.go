@@ -153,8 +153,8 @@ func runHistoryBench(cmd *cobra.Command, h historyRun) error {
 }
 
 // runHistoryJobs measures the daily jobs on the history database of fullURL
-// ([hotbench.HistoryJobs]): reconcile, then the outbox prune beside the hot campaign; then
-// writes both tables to out.
+// ([hotbench.HistoryJobs]): reconcile, then the outbox prune beside the hot campaign, each
+// table written to out as soon as measured.
 func runHistoryJobs(ctx context.Context, out, progress io.Writer, fullURL string, h historyRun) error {
 	k := h.changed
 	if k == 0 {
@@ -168,11 +168,15 @@ func runHistoryJobs(ctx context.Context, out, progress io.Writer, fullURL string
 	if err != nil {
 		return err
 	}
+	if err := hotbench.WriteReconcileTable(out, h.coupons, r); err != nil {
+		return err
+	}
 	p, err := j.Prune(ctx)
 	if err != nil {
 		return err
 	}
-	return hotbench.WriteJobsTables(out, h.coupons, r, p)
+	fmt.Fprintln(out)
+	return hotbench.WritePruneTable(out, p)
 }
 
 // writeHistoryMachine is [writeMachine] for the history bench: no standby, ISSUE_BATCH_MAX as

@@ -16,23 +16,15 @@ const (
 	PruneGoalRatio       = 0.9  // the issuance's rate beside the prune over alone
 )
 
-// ReconcileTable and PruneTable head the two tables [WriteJobsTables] writes.
+// ReconcileTable and PruneTable head the tables [WriteReconcileTable] and [WritePruneTable] write.
 const (
 	ReconcileTable = "reconcile: full against incremental"
 	PruneTable     = "outbox prune beside the hot campaign"
 )
 
-// WriteJobsTables writes the reconcile turns and the prune turns of a history of coupons
-// coupons, each with its medians, spreads and the goal lines.
-func WriteJobsTables(w io.Writer, coupons int64, r ReconcileJobs, p PruneJobs) error {
-	if err := writeReconcileTable(w, coupons, r); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	return writePruneTable(w, p)
-}
-
-func writeReconcileTable(w io.Writer, coupons int64, r ReconcileJobs) error {
+// WriteReconcileTable writes the reconcile turns on a history of coupons coupons, their medians
+// and spreads, the incremental seconds per changed coupon and, from it, the goal lines.
+func WriteReconcileTable(w io.Writer, coupons int64, r ReconcileJobs) error {
 	fmt.Fprintf(w, "%s (reconcile.Run as `couponctl reconcile` runs it; every run clean)\n", ReconcileTable)
 	fmt.Fprintf(w, "base: a full run of %d live coupons, clean, %.2f s; then changed: %d coupons issued now (%d new campaigns, new members), %d old ones voided\n",
 		r.Base.Coupons, r.BaseSeconds, r.Change.Issued, r.Change.Campaigns, r.Change.Voided)
@@ -68,7 +60,8 @@ func writeReconcileTable(w io.Writer, coupons int64, r ReconcileJobs) error {
 	return nil
 }
 
-func writePruneTable(w io.Writer, p PruneJobs) error {
+// WritePruneTable writes the prune turns, the A/A and beside/alone spreads and the goal lines.
+func WritePruneTable(w io.Writer, p PruneJobs) error {
 	fmt.Fprintf(w, "%s (outbox prune's package and defaults: %d rows a statement, a %s pause; --older-than %s; backlog %d sent rows)\n",
 		PruneTable, outbox.PruneBatch, opsverbs.PrunePause, p.OlderThan, p.Backlog)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
