@@ -161,13 +161,13 @@ voided with their yen given back; then turns of a full run and an incremental on
 incremental continuing from the base (the runs a turn records are deleted after it), every run
 clean or bench fails. Its table gives each run's seconds and load, the medians and spreads, the
 incremental seconds per changed coupon and, from it, a run at 10x N with 1% changed against the
-60 s goal. Then the outbox prune: a warm-up, then turns of three --duration turns: the hot
-campaign of the history cells alone, alone again (the A/A pair), and beside ` + "`outbox prune`" + `'s
-own loop with its defaults (1,000 rows a statement, 100ms pause) on a connection of its own. The
-backlog is the history's last month of sent outbox rows, N/12, with --older-than set so that all
-are prunable; bench fails if it runs out within a turn (at the 5,000-7,000 rows/s measured, the
-25,000 rows of N = 300,000 give three beside turns of 1s). Its table gives per turn the issued/s and p99 and their ratio over the alone turn
-before, the rows pruned a second, the WAL bytes a pruned row of the prune's own statements
+60 s goal. Then the outbox prune: a warm-up, then --turns rounds of three --duration turns:
+the hot campaign of the history cells alone, alone again (the A/A pair), and beside
+` + "`outbox prune`" + `'s own loop with its defaults (1,000 rows a statement, 100ms pause) on a
+connection of its own. The backlog is the history's last month of sent outbox rows, N/12, with
+--older-than set so that all are prunable; bench fails if it runs out within a turn (at the
+5,000-7,000 rows/s measured, the 25,000 rows of N = 300,000 give three beside turns of 1s). Its
+table gives per turn the issued/s and p99 and their ratio over the alone turn before, the rows pruned a second, the WAL bytes a pruned row of the prune's own statements
 (pg_stat_statements wal_bytes before and after the turn) and of the whole server in the turn
 (pg_current_wal_lsn, the issuance's included), the load, and the goal lines (2,048 bytes a row;
 the issuance beside at 0.9x or better).
