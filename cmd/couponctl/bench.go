@@ -170,7 +170,8 @@ connection of its own. The backlog is the history's last month of sent outbox ro
 table gives per turn the issued/s and p99 and their ratio over the alone turn before, the rows pruned a second, the WAL bytes a pruned row of the prune's own statements
 (pg_stat_statements wal_bytes before and after the turn) and of the whole server in the turn
 (pg_current_wal_lsn, the issuance's included), the load, and the goal lines (2,048 bytes a row;
-the issuance beside at 0.9x or better).
+the issuance beside at 0.9x or better). With --keep-history the
+history is kept as the jobs left it: changed, and its backlog pruned.
 
 The tables' "` + hotbench.CPUColumn + `" is the CPU of the throwaway PostgreSQL, user and system
 (procfs utime+stime of the postmaster and all its processes, the backends that exited included),
