@@ -12,7 +12,7 @@
 --                           coupon. The voids are found by issued_coupons_voided (00036).
 -- The indexes are built with CREATE INDEX CONCURRENTLY (writes go on), outside a transaction, as
 -- 00036 builds one: an INVALID index an interrupted build left behind is dropped first, and a
--- build that ends INVALID is dropped and fails loudly. Every step can run again. Nothing the
+-- build that ends INVALID fails loudly (the next run drops it). Every step can run again. Nothing the
 -- previous release calls is changed.
 SET lock_timeout = '3s';
 
@@ -92,8 +92,7 @@ DECLARE
 BEGIN
   FOREACH v_name IN ARRAY ARRAY['issued_coupons_issued_brin', 'notification_outbox_created_brin', 'coupon_redemptions_at_brin'] LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(v_name) AND indisvalid) THEN
-      EXECUTE format('DROP INDEX IF EXISTS %I', v_name);
-      RAISE EXCEPTION '% is not a valid index after CREATE INDEX CONCURRENTLY; it was dropped: run couponctl migrate again', v_name;
+      RAISE EXCEPTION '% is not a valid index after CREATE INDEX CONCURRENTLY: run couponctl migrate again, which drops it and builds it again', v_name;
     END IF;
   END LOOP;
 END $$;

@@ -14,12 +14,27 @@
 -- each is served as before. The one lookup by member alone (coupon show with a member, the
 -- console's search) names the months since this release (internal/ops/coupon); the previous
 -- release's finds the same coupons by a scan while both run.
--- Built as 00040 builds its indexes: CONCURRENTLY (writes go on), outside a transaction, an
--- INVALID index left by an interrupted build dropped and reported; every step can run again. The
+-- Built as 00040 builds its indexes: CONCURRENTLY (writes go on), outside a transaction; an
+-- INVALID index an interrupted build left behind is dropped first (TestInterruptedKeySwapRecovers);
+-- every step can run again. The
 -- key swap is a catalog change under ACCESS EXCLUSIVE on member_monthly_usage alone (the unique
 -- index is already built: no scan), under lock_timeout: 55P03 rather than queue issuances behind a
 -- long transaction; couponctl migrate tries again.
 SET lock_timeout = '3s';
+
+-- +goose StatementBegin
+DO $$
+DECLARE
+  v_name text;
+BEGIN
+  FOREACH v_name IN ARRAY ARRAY['issued_coupons_month_member', 'member_monthly_usage_month_member'] LOOP
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(v_name) AND NOT indisvalid) THEN
+      RAISE WARNING '%: dropping the INVALID index an interrupted build left behind', v_name;
+      EXECUTE format('DROP INDEX %I', v_name);
+    END IF;
+  END LOOP;
+END $$;
+-- +goose StatementEnd
 
 CREATE INDEX CONCURRENTLY IF NOT EXISTS issued_coupons_month_member ON issued_coupons (month, member_id);
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS member_monthly_usage_month_member ON member_monthly_usage (month, member_id);
@@ -31,8 +46,7 @@ DECLARE
 BEGIN
   FOREACH v_name IN ARRAY ARRAY['issued_coupons_month_member', 'member_monthly_usage_month_member'] LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(v_name) AND indisvalid) THEN
-      EXECUTE format('DROP INDEX IF EXISTS %I', v_name);
-      RAISE EXCEPTION '% is not a valid index after CREATE INDEX CONCURRENTLY; it was dropped: run couponctl migrate again', v_name;
+      RAISE EXCEPTION '% is not a valid index after CREATE INDEX CONCURRENTLY: run couponctl migrate again, which drops it and builds it again', v_name;
     END IF;
   END LOOP;
   IF EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'member_monthly_usage_pkey'
