@@ -162,12 +162,14 @@ incremental continuing from the base (the runs a turn records are deleted after 
 clean or bench fails. Its table gives each run's seconds and load, the medians and spreads, the
 incremental seconds per changed coupon and, from it, a run at 10x N with 1% changed against the
 60 s goal. Then the outbox prune: a warm-up, then --turns rounds of three --duration turns:
-the hot campaign of the history cells alone, alone again (the A/A pair), and beside
+the hot campaign of the history cells alone, beside
 ` + "`outbox prune`" + `'s own loop with its defaults (1,000 rows a statement, 100ms pause) on a
-connection of its own. The backlog is the history's last month of sent outbox rows, N/12, with
+connection of its own, and alone again (beside's ratio is over the mean of the two, so that a
+rate drifting through the round counts for neither; the second alone over the first is the A/A
+pair). The backlog is the history's last month of sent outbox rows, N/12, with
 --older-than set so that all are prunable; bench fails if it runs out within a turn (at the
 5,000-7,000 rows/s measured, the 25,000 rows of N = 300,000 give three beside turns of 1s). Its
-table gives per turn the issued/s and p99 and their ratio over the alone turn before, the rows pruned a second, the WAL bytes a pruned row of the prune's own statements
+table gives per turn the issued/s and p99 and those ratios, the rows pruned a second, the WAL bytes a pruned row of the prune's own statements
 (pg_stat_statements wal_bytes before and after the turn) and of the whole server in the turn
 (pg_current_wal_lsn, the issuance's included), the load, and the goal lines (2,048 bytes a row;
 the issuance beside at 0.9x or better). With --keep-history the

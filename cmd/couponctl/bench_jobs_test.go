@@ -74,7 +74,7 @@ func TestBenchJobs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{hotbench.ReconcileTable, hotbench.PruneTable, "goal: at 10x this history", "A/A (alone after alone)"} {
+	for _, want := range []string{hotbench.ReconcileTable, hotbench.PruneTable, "goal: at 10x this history", "A/A (alone after alone"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in the output:\n%s", want, out)
 		}

@@ -65,7 +65,7 @@ func WritePruneTable(w io.Writer, p PruneJobs) error {
 	fmt.Fprintf(w, "%s (outbox prune's package and defaults: %d rows a statement, a %s pause; --older-than %s; backlog %d sent rows)\n",
 		PruneTable, outbox.PruneBatch, opsverbs.PrunePause, p.OlderThan, p.Backlog)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "turn\tkind\tissued/s\tp99 ms\trate / alone before\tp99 / alone before\trows pruned\trows/s\tWAL bytes/row (prune)\tWAL bytes/row (turn, issuance incl.)\tload\trules\t")
+	fmt.Fprintln(tw, "turn\tkind\tissued/s\tp99 ms\trate ratio\tp99 ratio\trows pruned\trows/s\tWAL bytes/row (prune)\tWAL bytes/row (turn, issuance incl.)\tload\trules\t")
 	var aa, ratio, p99, wal, rows []float64
 	for _, t := range p.Turns {
 		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.1f\t%s\t%s\t%d\t%s\t%s\t%s\t%.2f\t%s\t\n", t.Turn, t.Kind, t.Rate, t.P99Ms,
@@ -84,7 +84,8 @@ func WritePruneTable(w io.Writer, p PruneJobs) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "A/A (alone after alone): %s; beside / alone: %s, p99 %s; rows pruned/s %s\n",
+	fmt.Fprintln(w, "ratios: beside over the mean of the alone turns around it; the second alone turn of a round over the first (A/A)")
+	fmt.Fprintf(w, "A/A (alone after alone, a beside between): %s; beside / alone: %s, p99 %s; rows pruned/s %s\n",
 		spread(aa, 2), spread(ratio, 2), spread(p99, 2), spread(rows, 0))
 	walVerdict := "not measured (no pg_stat_statements)"
 	if len(wal) > 0 {

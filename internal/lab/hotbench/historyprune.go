@@ -28,7 +28,8 @@ type PruneTurn struct {
 	Kind  string // PruneAlone or PruneBeside
 	Rate  float64
 	P99Ms float64
-	// RateRatio and P99Ratio are the turn's over the alone turn just before it; 0 when none.
+	// RateRatio and P99Ratio are, for a beside turn, its over the mean of the alone turns around
+	// it; for the second alone turn of a round, its over the first (A/A); 0 for the first.
 	RateRatio, P99Ratio float64
 	Pruned              int64
 	PrunedPerSec        float64
@@ -87,7 +88,7 @@ type pruneRig struct {
 
 // Prune measures `outbox prune` beside the issuance on the history: turn 0, the hot cell of
 // [HistoryBench] alone for at most 5 s (a warm-up, unreported), then j.Turns rounds of three
-// turns of j.Duration: alone, alone (the A/A pair), beside, where beside is the same hot cell
+// turns of j.Duration: alone, beside, alone ([bracketRatios]), where beside is the same hot cell
 // while [opsverbs.PrunePaced] runs with the verb's defaults ([outbox.PruneBatch] rows a statement,
 // [opsverbs.PrunePause] between them) on a connection of its own, stopping between two
 // statements once j.Duration has passed. The backlog is the history's last month of sent outbox
@@ -114,20 +115,29 @@ func (j HistoryJobs) Prune(ctx context.Context) (PruneJobs, error) {
 		return out, err
 	}
 	for round := range j.Turns {
-		for i, kind := range []string{PruneAlone, PruneAlone, PruneBeside} {
-			t, err := rig.turn(ctx, 1+3*round+i, kind, j.Duration)
-			if err != nil {
+		var r [3]PruneTurn
+		for i, kind := range []string{PruneAlone, PruneBeside, PruneAlone} {
+			if r[i], err = rig.turn(ctx, 1+3*round+i, kind, j.Duration); err != nil {
 				return out, err
 			}
-			if n := len(out.Turns); n > 0 && out.Turns[n-1].Kind == PruneAlone {
-				t.RateRatio, t.P99Ratio = t.Rate/out.Turns[n-1].Rate, t.P99Ms/out.Turns[n-1].P99Ms
-			}
+		}
+		bracketRatios(&r)
+		for _, t := range r {
 			out.Turns = append(out.Turns, t)
 			j.say("jobs: prune turn %d (round %d/%d), %s: %.0f issued/s (x%s), p99 %.1f ms (x%s), %d rows pruned, WAL bytes/row %s, load %.2f",
 				t.Turn, round+1, j.Turns, t.Kind, t.Rate, orDash(t.RateRatio, 2), t.P99Ms, orDash(t.P99Ratio, 2), t.Pruned, orDash(t.WALPerRow, 0), t.Load1)
 		}
 	}
 	return out, nil
+}
+
+// bracketRatios sets the ratios of a round of turns alone, beside, alone: beside's over the mean
+// of the two alone turns around it, so that a rate drifting through the round counts for neither;
+// the second alone turn's over the first (the A/A pair, the same span's noise and drift).
+func bracketRatios(r *[3]PruneTurn) {
+	r[1].RateRatio = r[1].Rate / ((r[0].Rate + r[2].Rate) / 2)
+	r[1].P99Ratio = r[1].P99Ms / ((r[0].P99Ms + r[2].P99Ms) / 2)
+	r[2].RateRatio, r[2].P99Ratio = r[2].Rate/r[0].Rate, r[2].P99Ms/r[0].P99Ms
 }
 
 // pruneRig opens the pools of the prune turns: Clients+2 connections for the issuance, as
