@@ -172,6 +172,11 @@ func runHistoryJobs(ctx context.Context, out, progress io.Writer, fullURL string
 		return err
 	}
 	p, err := j.Prune(ctx)
+	if errors.Is(err, hotbench.ErrBacklogGone) {
+		return fmt.Errorf("%w\nhint: give a larger --history, a shorter --duration or fewer --turns (the backlog is N/12 rows, "+
+			"pruned at 5,000-9,000 rows/s here); a history kept by --keep-history holds only what an earlier --jobs run left: "+
+			"DROP DATABASE %s to build it again", err, h.historyDBName())
+	}
 	if err != nil {
 		return err
 	}
