@@ -2,7 +2,6 @@ package schema_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,11 +9,9 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pressly/goose/v3"
 
 	"github.com/mops/coupon-api/internal/ops/campaign"
 	"github.com/mops/coupon-api/internal/testkit/pgtest"
-	"github.com/mops/coupon-api/schema"
 )
 
 // One clock (issue 39, 00031_one_judge_one_clock.sql): the database reads the time from
@@ -180,19 +177,7 @@ func TestInstantArgumentsInRange(t *testing.T) {
 func TestTablesHoldInstantsInRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.EmptyURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, schema.Migrations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 30); err != nil {
-		t.Fatal(err)
-	}
+	url, db, p := migratedTo(t, 30)
 	for _, q := range []string{
 		`SELECT campaign_create('ENDLESS', 100, 1000, 1, '-infinity', 'infinity', NULL, NULL, 'before 00031')`,
 		`SELECT campaign_create('EXPIRES', 100, 1000, 1, NULL, NULL, NULL, 'infinity', 'before 00031')`,

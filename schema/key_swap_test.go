@@ -2,13 +2,7 @@ package schema_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
-
-	"github.com/pressly/goose/v3"
-
-	"github.com/mops/coupon-api/internal/testkit/pgtest"
-	"github.com/mops/coupon-api/schema"
 )
 
 // TestInterruptedKeySwapRecovers: a run of 00042 interrupted while building one of its indexes
@@ -19,18 +13,7 @@ import (
 func TestInterruptedKeySwapRecovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := sql.Open("pgx", pgtest.EmptyURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, schema.Migrations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 41); err != nil {
-		t.Fatal(err)
-	}
+	_, db, p := migratedTo(t, 41)
 	for _, q := range []string{
 		`SELECT campaign_create('SWAP', 100, 10000, 1, NULL, NULL, NULL, NULL, 'before 00042')`,
 		`SELECT * FROM issue_coupon(gen_random_uuid(), 'SWAP', 'm1', issue_now(), 2000, NULL)`,
